@@ -1,0 +1,248 @@
+"""The lock schema, the database clock, and engines for MySQL/MariaDB and SQLite.
+
+Every dialect difference sits beside its reason. The schema itself is created by the Alembic
+migrations in `migrations/`; `metadata` here is what they (and the code) agree on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    text,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from service.errors import LakelockError
+
+__all__ = [
+    "metadata",
+    "tables_t",
+    "commit_leases_t",
+    "events_t",
+    "runs_t",
+    "Instant",
+    "now",
+    "make_engine",
+    "run_transaction",
+    "is_unavailable",
+]
+
+metadata = MetaData()
+
+# DATETIME(6) on MySQL/MariaDB: the default DATETIME drops microseconds, and expiry needs them
+Instant = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+
+# SQLite autoincrements only an INTEGER PRIMARY KEY
+BigId = BigInteger().with_variant(Integer, "sqlite")
+NAME = 255  # an Iceberg identifier catalog.namespace.table
+ID = 36  # uuid4, with dashes
+
+tables_t = Table(
+    "lakelock_tables",
+    metadata,
+    Column("name", String(NAME), primary_key=True),
+    Column("ingest", String(16), nullable=False),  # running | paused
+    Column("maintenance", String(16), nullable=False),  # enabled | disabled
+    Column("switch_reason", String(1024)),
+    Column("switch_by", String(255)),
+    Column("switch_at", Instant),
+    # the one maintenance lease; its columns stay after it ends, until the next grant, so a
+    # repeated release or a late renew can still be answered exactly
+    Column("maint_lease_id", String(ID)),
+    Column("maint_holder", String(255)),
+    Column("maint_request_id", String(128)),
+    Column("maint_token", BigInteger),
+    Column("maint_ttl_s", Float),
+    Column("maint_acquired_at", Instant),
+    Column("maint_expires_at", Instant),
+    Column("maint_ended_at", Instant),
+    Column("maint_end", String(16)),  # released | expired | revoked
+    # the open intent (writer preference): no commit lease is granted while it is live
+    Column("intent_holder", String(255)),
+    Column("intent_request_id", String(128)),
+    Column("intent_opened_at", Instant),
+    Column("intent_expires_at", Instant),
+    Column("next_token", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", Instant, nullable=False),
+)
+
+commit_leases_t = Table(
+    "lakelock_commit_leases",
+    metadata,
+    Column("id", String(ID), primary_key=True),
+    Column("table_name", String(NAME), nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("request_id", String(128), nullable=False),
+    Column("ttl_s", Float, nullable=False),
+    Column("acquired_at", Instant, nullable=False),
+    Column("expires_at", Instant, nullable=False),
+    Column("ended_at", Instant),
+    Column("end", String(16)),  # released | expired | revoked
+    Index("ix_lakelock_commit_leases_live", "table_name", "ended_at", "expires_at"),
+    Index("ix_lakelock_commit_leases_request", "table_name", "request_id"),
+)
+
+events_t = Table(
+    "lakelock_events",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("at", Instant, nullable=False),
+    Column("table_name", String(NAME), nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("lease_id", String(ID)),
+    Column("kind", String(16)),
+    Column("holder", String(255)),
+    Column("token", BigInteger),
+    Column("actor", String(255)),
+    Column("detail", Text),
+    Index("ix_lakelock_events_table", "table_name", "id"),
+    Index("ix_lakelock_events_lease", "lease_id"),
+)
+
+runs_t = Table(
+    "lakelock_runs",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("table_name", String(NAME), nullable=False),
+    Column("reported_at", Instant, nullable=False),
+    Column("holder", String(255)),
+    Column("outcome", String(32), nullable=False),
+    Column("report", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Index("ix_lakelock_runs_table", "table_name", "id"),
+)
+
+
+def now(conn: Connection) -> datetime:
+    """The database clock, naive UTC with microseconds; read once per transaction.
+
+    SQLite is a local file: every process using it shares this host's clock, and SQLite's own
+    clock has only milliseconds, so the host clock is the database clock there.
+    """
+    if conn.dialect.name == "sqlite":
+        return datetime.now(UTC).replace(tzinfo=None)
+    return conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+
+
+def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Engine:
+    """An engine whose transactions serialise per table row on both dialects."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"timeout": max(timeout_s, 30.0), "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+            # let SQLAlchemy, not pysqlite, decide when transactions begin ...
+            dbapi_conn.isolation_level = None
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: Connection) -> None:
+            # ... and take the write lock up front: SQLite ignores FOR UPDATE, and a deferred
+            # transaction can read "nothing live", then fail to write
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+        # READ COMMITTED: after locking the table row, every later read sees the latest commits,
+        # not a snapshot taken before the lock was granted (REPEATABLE READ's default)
+        isolation_level="READ COMMITTED",
+        connect_args={
+            "connect_timeout": max(1, int(timeout_s)),
+            "read_timeout": max(1, int(timeout_s * 4)),
+            "write_timeout": max(1, int(timeout_s * 4)),
+        },
+    )
+
+
+_MYSQL_RETRYABLE = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
+
+T = TypeVar("T")
+
+
+def _is_retryable(exc: DBAPIError) -> bool:
+    code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
+    if code in _MYSQL_RETRYABLE:
+        return True
+    return "database is locked" in str(exc.orig)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """True for errors meaning the database cannot be reached (as opposed to a bad statement)."""
+    if isinstance(exc, OperationalError):
+        return not _is_retryable(exc)
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def run_transaction(
+    engine: Engine,
+    fn: Callable[[Connection], T],
+    *,
+    attempts: int = 4,
+    on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> T:
+    """Run `fn(conn)` in one transaction and return its result.
+
+    A `LakelockError` raised by `fn` is a refusal decided by the protocol: the transaction still
+    commits what `fn` recorded before deciding (ended expired leases, a `lease.renew_failed`
+    event), then the error is raised. Any other exception rolls everything back. A deadlock or
+    lock timeout rolled back by the database is retried, since nothing of it was kept.
+    `on_commit` gets the audit events the committed transaction recorded.
+    """
+    for attempt in range(1, attempts + 1):
+        recorded: list[dict[str, Any]] = []
+        refusal: LakelockError | None = None
+        try:
+            with engine.begin() as conn:
+                conn.info["lakelock.recorded"] = recorded
+                try:
+                    result = fn(conn)
+                except LakelockError as exc:
+                    refusal = exc
+                finally:
+                    conn.info.pop("lakelock.recorded", None)
+        except DBAPIError as exc:
+            if attempt == attempts or not _is_retryable(exc):
+                raise
+            time.sleep(0.005 * attempt)
+            continue
+        if on_commit is not None and recorded:
+            on_commit(recorded)
+        if refusal is not None:
+            raise refusal
+        return result
+    raise AssertionError("unreachable")

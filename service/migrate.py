@@ -1,0 +1,50 @@
+"""Bring the lock database to the migration head, and tell whether it is there.
+
+upgrade("mysql+pymysql://...")          # python -m service migrate
+is_at_head(engine)                     # /readyz
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+__all__ = ["alembic_config", "upgrade", "downgrade", "head", "current", "is_at_head"]
+
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["database_url"] = url
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply every migration up to `revision` (fresh or older databases alike)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str = "base") -> None:
+    command.downgrade(alembic_config(url), revision)
+
+
+@lru_cache
+def head() -> str:
+    return ScriptDirectory(str(MIGRATIONS)).get_current_head() or ""
+
+
+def current(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def is_at_head(engine: Engine) -> bool:
+    return current(engine) == head()

@@ -1,0 +1,143 @@
+"""Service configuration: one object, read from `LAKELOCK_*` environment variables.
+
+    LAKELOCK_DATABASE_URL=mysql+pymysql://lakelock:pw@db:3306/lakelock
+    LAKELOCK_TOKENS=ingest:job:s3cret,compactor:job:0ther,ops:operator:adm1n
+    LAKELOCK_AUTH=off        # local runs only; the service warns on every start
+
+`get_settings()` validates once and caches; a bad value stops start-up with a message naming the
+variable and the rule. Every setting is listed in the README's settings table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Role", "ApiToken", "Settings", "SettingsError", "get_settings", "load_settings"]
+
+Role = Literal["reader", "job", "operator"]
+ROLES: tuple[Role, ...] = ("reader", "job", "operator")
+
+DEFAULT_SQLITE_URL = "sqlite:///var/lakelock.db"
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    """One bearer token: `name:role:secret`. `repr` hides the secret so it is never logged."""
+
+    name: str
+    role: Role
+    secret: str
+
+    def __repr__(self) -> str:
+        return f"ApiToken(name={self.name!r}, role={self.role!r}, secret='***')"
+
+
+class SettingsError(ValueError):
+    """A `LAKELOCK_*` variable has a bad value; the message names it and the rule."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAKELOCK_", extra="ignore", frozen=True)
+
+    database_url: str = DEFAULT_SQLITE_URL
+    auth: Literal["on", "off"] = "on"
+    tokens: str = Field(default="", repr=False)
+    host: str = "127.0.0.1"
+    port: int = Field(default=8737, ge=1, le=65535)
+    workers: int = Field(default=1, ge=1, le=64)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["json", "text"] = "json"
+    min_ttl_s: float = Field(default=1.0, gt=0)
+    max_ttl_s: float = Field(default=3600.0, gt=0)
+    max_wait_s: float = Field(default=60.0, ge=0, le=600)
+    intent_ttl_s: float = Field(default=30.0, gt=0, le=3600)
+    poll_interval_s: float = Field(default=0.05, gt=0, le=5)
+    sweep_interval_s: float = Field(default=1.0, gt=0, le=3600)
+    retry_after_s: float = Field(default=1.0, gt=0, le=600)
+    max_body_bytes: int = Field(default=65536, ge=1024)
+    db_pool_size: int = Field(default=40, ge=1, le=1000)
+    db_timeout_s: float = Field(default=5.0, gt=0, le=120)
+    runs_kept: int = Field(default=50, ge=1, le=10000)
+    shutdown_grace_s: float = Field(default=20.0, ge=0, le=600)
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_url(cls, value: str) -> str:
+        value = value.strip()
+        # `mysql://` would pick the MySQLdb driver, which is not installed; PyMySQL is
+        if value.startswith("mysql://"):
+            value = "mysql+pymysql://" + value.removeprefix("mysql://")
+        if value.startswith("mariadb://"):
+            value = "mariadb+pymysql://" + value.removeprefix("mariadb://")
+        if not value.startswith(("sqlite://", "mysql+pymysql://", "mariadb+pymysql://")):
+            raise ValueError("must start with sqlite:///, mysql+pymysql:// or mariadb+pymysql://")
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _check_tokens(cls, value: str) -> str:
+        parse_tokens(value)
+        return value
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> Settings:
+        if self.min_ttl_s > self.max_ttl_s:
+            raise ValueError("LAKELOCK_MIN_TTL_S must not exceed LAKELOCK_MAX_TTL_S")
+        if self.auth == "on" and not self.api_tokens:
+            raise ValueError(
+                "LAKELOCK_TOKENS is empty: set name:role:secret[,...] with role reader, job or "
+                "operator, or switch auth off explicitly with LAKELOCK_AUTH=off (local use only)"
+            )
+        return self
+
+    @property
+    def api_tokens(self) -> tuple[ApiToken, ...]:
+        return parse_tokens(self.tokens)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+def parse_tokens(value: str) -> tuple[ApiToken, ...]:
+    """`name:role:secret,...` → tokens; ValueError names a bad entry (never its secret)."""
+    found: list[ApiToken] = []
+    names: set[str] = set()
+    for position, entry in enumerate(filter(None, (e.strip() for e in value.split(","))), 1):
+        parts = entry.split(":", 2)
+        if len(parts) != 3 or not all(parts):
+            raise ValueError(f"entry {position} is not name:role:secret")
+        name, role, secret = parts
+        if role not in ROLES:
+            raise ValueError(f"entry {position} ({name}) has role {role!r}; use one of {ROLES}")
+        if len(secret) < 8:
+            raise ValueError(f"entry {position} ({name}) has a secret shorter than 8 characters")
+        if name in names:
+            raise ValueError(f"entry {position} repeats the name {name!r}")
+        names.add(name)
+        found.append(ApiToken(name=name, role=role, secret=secret))  # type: ignore[arg-type]
+    return tuple(found)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment and `overrides`; SettingsError names each bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            field = ".".join(str(p) for p in error["loc"]) or "settings"
+            name = f"LAKELOCK_{field.upper()}" if error["loc"] else "settings"
+            message = error["msg"].removeprefix("Value error, ")
+            lines.append(f"{name}: {message}")
+        raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,215 @@
+"""Fixtures shared by the whole suite.
+
+`db_url` runs a test once on SQLite (a file under tmp_path) and once on the real MariaDB named by
+LAKELOCK_TEST_MARIADB_URL (skipped when unset; `.ci/run` sets it and fails if MariaDB is down).
+Each MariaDB run gets its own database, migrated once per session and emptied between tests.
+`api` is the app in-process (a starlette TestClient, which is an httpx.Client); `lakelock_server`
+is a real `python -m service` process on a free loopback port, for the Spark jobs' tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
+
+TOKENS = {
+    "reader": "reader-secret-0001",
+    "job": "job-secret-00000002",
+    "operator": "operator-secret-003",
+}
+TOKENS_ENV = ",".join(f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items())
+
+
+def auth(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[role]}"}
+
+
+# -- databases -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from service import migrate
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "lakelock.db"
+    migrate.upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mariadb_session_url() -> Iterator[str]:
+    if not MARIADB_URL:
+        if os.environ.get("LAKELOCK_REQUIRE_MARIADB"):
+            pytest.fail("LAKELOCK_REQUIRE_MARIADB is set but LAKELOCK_TEST_MARIADB_URL is not")
+        pytest.skip("LAKELOCK_TEST_MARIADB_URL is not set")
+    from service import migrate
+
+    base = make_url(MARIADB_URL)
+    name = f"lakelock_test_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base)
+    # an unreachable MariaDB fails here, loudly: it is never a skip
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    url = base.set(database=name).render_as_string(hide_password=False)
+    migrate.upgrade(url)
+    yield url
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+    admin.dispose()
+
+
+def _empty_mariadb(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for table in (
+            "lakelock_commit_leases",
+            "lakelock_events",
+            "lakelock_runs",
+            "lakelock_tables",
+        ):
+            conn.execute(text(f"DELETE FROM {table}"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        path = tmp_path / "lakelock.db"
+        shutil.copy(request.getfixturevalue("sqlite_template"), path)
+        return f"sqlite:///{path}"
+    url = request.getfixturevalue("mariadb_session_url")
+    _empty_mariadb(url)
+    return url
+
+
+# -- the app in-process ----------------------------------------------------------------------
+
+
+def make_settings(db_url: str, **overrides: object):  # noqa: ANN201
+    from service.settings import load_settings
+
+    values: dict[str, object] = {"database_url": db_url, "tokens": TOKENS_ENV, "auth": "on"}
+    values.update(overrides)
+    return load_settings(**values)
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, object]:
+    """Override in a test module to change the app's settings (e.g. a short intent TTL)."""
+    return {}
+
+
+@pytest.fixture
+def api(db_url: str, settings_overrides: dict[str, object]) -> Iterator[httpx.Client]:
+    """The service in-process over `db_url`, as an httpx.Client that sends the operator token
+    unless a request sets its own Authorization header."""
+    from starlette.testclient import TestClient
+
+    from service.app import create_app
+
+    app = create_app(make_settings(db_url, **settings_overrides))
+    with TestClient(app, headers=auth("operator"), raise_server_exceptions=False) as client:
+        yield client
+
+
+# -- a real server process -------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    """A `python -m service` process on loopback; stopped (SIGTERM) by `stop()`."""
+
+    url: str
+    db_url: str
+    process: subprocess.Popen
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def token(role: str = "operator") -> str:
+        return TOKENS[role]
+
+    def headers(self, role: str = "operator") -> dict[str, str]:
+        return auth(role)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.returncode
+
+
+def start_server(
+    db_url: str, log_dir: Path, *, port: int | None = None, **env_overrides: str
+) -> ServerProcess:
+    """Start the service as a process and wait until /readyz answers 200."""
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "LAKELOCK_DATABASE_URL": db_url,
+        "LAKELOCK_TOKENS": TOKENS_ENV,
+        "LAKELOCK_AUTH": "on",
+        "LAKELOCK_HOST": "127.0.0.1",
+        "LAKELOCK_PORT": str(port),
+        "LAKELOCK_LOG_LEVEL": "warning",
+        **env_overrides,
+    }
+    log_path = log_dir / f"service-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service"],
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    server = ServerProcess(f"http://127.0.0.1:{port}", db_url, process, log_path, env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the service exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(server.url + "/readyz", timeout=1).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"the service did not become ready:\n{server.log()}")
+
+
+@pytest.fixture(scope="module")
+def lakelock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real service process on SQLite, one per test module."""
+    folder = tmp_path_factory.mktemp("lakelock-server")
+    server = start_server(f"sqlite:///{folder / 'lakelock.db'}", folder)
+    yield server
+    server.stop()

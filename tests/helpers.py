@@ -1,0 +1,96 @@
+"""Small calls the service tests share: one line per protocol step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, text
+
+
+def commit(api: httpx.Client, table: str = "lake.db.events", holder: str = "ingest-1", **body: Any):
+    return api.post(
+        f"/v1/tables/{table}/commit-leases", json={"holder": holder, "ttl_s": 30, **body}
+    )
+
+
+def maintenance(
+    api: httpx.Client, table: str = "lake.db.events", holder: str = "compactor-1", **body: Any
+):
+    return api.post(
+        f"/v1/tables/{table}/maintenance-lease", json={"holder": holder, "ttl_s": 60, **body}
+    )
+
+
+def switch(api: httpx.Client, table: str = "lake.db.events", **body: Any):
+    return api.put(f"/v1/tables/{table}/switch", json={"reason": "test", **body})
+
+
+def state(api: httpx.Client, table: str = "lake.db.events") -> dict[str, Any]:
+    response = api.get(f"/v1/tables/{table}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def release(api: httpx.Client, lease: dict[str, Any]):
+    params = {"token": lease["token"]} if lease.get("token") else {}
+    return api.delete(f"/v1/leases/{lease['lease_id']}", params=params)
+
+
+def renew(api: httpx.Client, lease: dict[str, Any], **body: Any):
+    payload = {"holder": lease["holder"], **body}
+    if lease.get("token") and "token" not in body:
+        payload["token"] = lease["token"]
+    return api.post(f"/v1/leases/{lease['lease_id']}/renew", json=payload)
+
+
+def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, Any]]:
+    return api.get("/v1/events", params={"table": table, "limit": 1000}).json()["events"]
+
+
+def backdate(db_url: str, lease: dict[str, Any], seconds: float = 3600) -> None:
+    """Move a lease's expiry into the past, as if its TTL ran out without renewal."""
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        if lease["kind"] == "commit":
+            at = conn.execute(
+                text("SELECT expires_at FROM lakelock_commit_leases WHERE id = :id"),
+                {"id": lease["lease_id"]},
+            ).scalar_one()
+            conn.execute(
+                text("UPDATE lakelock_commit_leases SET expires_at = :at WHERE id = :id"),
+                {"at": _minus(at, seconds), "id": lease["lease_id"]},
+            )
+        else:
+            at = conn.execute(
+                text("SELECT maint_expires_at FROM lakelock_tables WHERE maint_lease_id = :id"),
+                {"id": lease["lease_id"]},
+            ).scalar_one()
+            conn.execute(
+                text(
+                    "UPDATE lakelock_tables SET maint_expires_at = :at WHERE maint_lease_id = :id"
+                ),
+                {"at": _minus(at, seconds), "id": lease["lease_id"]},
+            )
+    engine.dispose()
+
+
+def backdate_intent(db_url: str, table: str, seconds: float = 3600) -> None:
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        at = conn.execute(
+            text("SELECT intent_expires_at FROM lakelock_tables WHERE name = :t"), {"t": table}
+        ).scalar_one()
+        conn.execute(
+            text("UPDATE lakelock_tables SET intent_expires_at = :at WHERE name = :t"),
+            {"at": _minus(at, seconds), "t": table},
+        )
+    engine.dispose()
+
+
+def _minus(value: Any, seconds: float) -> Any:
+    from datetime import datetime, timedelta
+
+    if isinstance(value, str):  # SQLite hands back text
+        value = datetime.fromisoformat(value)
+    return value - timedelta(seconds=seconds)
