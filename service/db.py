@@ -84,6 +84,7 @@ tables_t = Table(
     Column("next_token", BigInteger, nullable=False),
     Column("version", BigInteger, nullable=False),
     Column("created_at", Instant, nullable=False),
+    Index("ix_lakelock_tables_maint_lease", "maint_lease_id"),
 )
 
 commit_leases_t = Table(

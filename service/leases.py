@@ -234,7 +234,12 @@ def _sweep_row(conn: Connection, row: dict, at: datetime) -> None:
         )
     if row["intent_holder"] is not None and row["intent_expires_at"] <= at:
         audit.record(
-            conn, at=at, table=row["name"], event="intent.expired", holder=row["intent_holder"]
+            conn,
+            at=at,
+            table=row["name"],
+            event="intent.expired",
+            holder=row["intent_holder"],
+            expired_at=row["intent_expires_at"].isoformat(),
         )
         changes.update(_NO_INTENT)
     if changes or expired:
@@ -250,9 +255,11 @@ _NO_INTENT = {
 
 
 def _locked_table(conn: Connection, table: str) -> tuple[dict, datetime]:
-    at = now(conn)
-    row = _lock_table(conn, table, at)
+    row = _lock_table(conn, table, now(conn))
     assert row is not None
+    # read the clock after the lock is ours: a call that waited for the lock must not judge
+    # expiry (or stamp a grant) with an instant from before the previous holder committed
+    at = now(conn)
     _sweep_row(conn, row, at)
     return row, at
 
@@ -640,7 +647,9 @@ def renew(
     return found.view()
 
 
-def _end(conn: Connection, found: _Found, end: LeaseEnd, **detail: Any) -> Lease:
+def _end(
+    conn: Connection, found: _Found, end: LeaseEnd, *, actor: str | None = None, **detail: Any
+) -> Lease:
     """End a live lease (`released` or `revoked`) and audit it."""
     at = found.at
     if found.kind == "commit":
@@ -665,6 +674,7 @@ def _end(conn: Connection, found: _Found, end: LeaseEnd, **detail: Any) -> Lease
         kind=view.kind,
         holder=view.holder,
         token=view.token,
+        actor=actor,
         held_s=view.held_s,
         **detail,
     )
@@ -708,7 +718,7 @@ def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease
     view = found.view()
     if view.state != "live":
         return view
-    return _end(conn, found, "revoked", actor_reason=reason, by=actor)
+    return _end(conn, found, "revoked", actor=actor, reason=reason)
 
 
 # -- switch and state ------------------------------------------------------------------------
@@ -822,7 +832,6 @@ def tables_due_for_sweep(conn: Connection) -> list[str]:
 
 def sweep(conn: Connection, *, table: str) -> None:
     """Mark what expired on `table` as ended, with its audit events (one transaction)."""
-    at = now(conn)
-    row = _lock_table(conn, table, at, create=False)
+    row = _lock_table(conn, table, now(conn), create=False)
     if row is not None:
-        _sweep_row(conn, row, at)
+        _sweep_row(conn, row, now(conn))

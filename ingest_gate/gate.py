@@ -1,0 +1,400 @@
+"""The ingest gate: a commit lease around each micro-batch write to an Iceberg table.
+
+A `foreachBatch` function enters the gate before its MERGE reads the table and leaves it after
+the commit (see service.leases for the protocol):
+
+    gate = Gate(client, holder=f"ingest:{query_id}", job_groups=SparkJobGroups(spark))
+    with gate.commit("cat.db.events") as gate_pass:
+        gate_pass.check()            # right before the MERGE, and again in the commit path
+        run_merge(batch)
+    log.info(json.dumps(gate_pass.as_dict()))
+
+Entering blocks until a commit lease is granted, long-polling the service and retrying while
+ingest is paused, maintenance holds the table, or the service is unreachable; never longer than
+`max_hold_s`. Then `policy` decides: `fail` raises `GateTimeout` (the streaming query fails and
+restarts later), `proceed` commits without a lease and relies on Iceberg's commit validation.
+
+While the body runs a `Renewer` keeps the lease and the body's Spark work runs in a job group.
+When the lease is lost the group is cancelled, `check()` raises `LeaseLost`, and leaving the
+gate raises `LeaseLost` even if the body returned, so the batch is retried from the checkpoint.
+Under `proceed` a lost lease is only logged: that policy never stops the stream. The lease is
+released on every exit; a failed release is logged (the lease then expires by its TTL).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from service.client import Lease, LeaseClient, Renewer
+from service.errors import Locked, OutcomeUnknown, ServerError, Unavailable
+
+__all__ = [
+    "Policy",
+    "Outcome",
+    "JobGroups",
+    "GateError",
+    "GateTimeout",
+    "LeaseLost",
+    "GatePass",
+    "Gate",
+]
+
+log = logging.getLogger(__name__)
+
+Policy = Literal["fail", "proceed"]
+"""What the gate does when it cannot hold a lease: `fail` raises, `proceed` commits anyway."""
+
+Outcome = Literal["committed", "failed", "lease_lost", "proceeded_without_lease", "timed_out"]
+"""How a pass through the gate ended; None while it is still open."""
+
+MAX_WAIT_S = 60.0  # the service bounds a long poll to [0, 60] s
+UNAVAILABLE = "unavailable"  # wait reason when the service could not be reached or failed
+
+
+class JobGroups(Protocol):
+    """Where the body's Spark jobs run, so a lost lease can cancel them.
+
+    The streaming job adapts `SparkContext.setJobGroup(group, desc, interruptOnCancel=True)`,
+    `clearJobGroup()` and `cancelJobGroup(group)`.
+    """
+
+    def set(self, group: str) -> None: ...
+
+    def clear(self) -> None: ...
+
+    def cancel(self, group: str) -> None: ...
+
+
+class _NoJobGroups:
+    def set(self, group: str) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+    def cancel(self, group: str) -> None:
+        pass
+
+
+class GateError(Exception):
+    """The gate could not let a micro-batch commit safely; fail the batch, do not commit."""
+
+
+class GateTimeout(GateError):
+    """No commit lease within `max_hold_s`. Let the streaming query fail and restart later;
+    look at the table's switch and maintenance lease (GET /v1/tables/{table}) to see why."""
+
+    def __init__(self, message: str, *, gate_pass: GatePass) -> None:
+        super().__init__(message)
+        self.gate_pass = gate_pass
+
+
+class LeaseLost(GateError):
+    """The commit lease was lost (revoked, expired, or not renewed in time). Do not commit;
+    fail the batch so it is replayed from the checkpoint under a new lease."""
+
+    def __init__(self, message: str, *, gate_pass: GatePass) -> None:
+        super().__init__(message)
+        self.gate_pass = gate_pass
+
+
+@dataclass
+class GatePass:
+    """One pass through the gate: what it waited for, what it held, how it ended.
+
+    gate_pass.lease          # the commit lease, or None when proceeding without one
+    gate_pass.check()        # raises LeaseLost if the lease is no longer safe to commit under
+    gate_pass.as_dict()      # for the job's JSON log line
+    """
+
+    table: str
+    holder: str
+    request_id: str
+    policy: Policy
+    lease: Lease | None = None
+    waited_s: float = 0.0
+    wait_reasons: list[str] = field(default_factory=list)
+    held_s: float = 0.0
+    outcome: Outcome | None = None
+    lease_calls_s: float = 0.0
+    lost_reason: str | None = None
+    _renewer: Renewer | None = field(default=None, repr=False)
+    _warned_lost: bool = field(default=False, repr=False)
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the lease can still be committed under.
+
+        Call it right before the MERGE and in the commit path. Without a lease (policy
+        `proceed`) it does nothing; under `proceed` a lost lease is logged once, not raised.
+
+        Raises:
+            LeaseLost: the lease was revoked, expired, or not renewed within its deadline.
+        """
+        reason = self._lost()
+        if reason is None:
+            return
+        if self.policy == "proceed":
+            if not self._warned_lost:
+                self._warned_lost = True
+                log.warning(
+                    "commit lease on %s lost (%s); policy proceed: committing anyway, "
+                    "Iceberg's validation decides",
+                    self.table,
+                    reason,
+                )
+            return
+        raise LeaseLost(f"commit lease on {self.table} lost: {reason}", gate_pass=self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary for the job's log line."""
+        return {
+            "table": self.table,
+            "holder": self.holder,
+            "request_id": self.request_id,
+            "lease_id": None if self.lease is None else self.lease.lease_id,
+            "waited_s": round(self.waited_s, 3),
+            "wait_reasons": list(self.wait_reasons),
+            "held_s": round(self.held_s, 3),
+            "outcome": self.outcome,
+            "lease_calls_s": round(self.lease_calls_s, 3),
+            "lost_reason": self.lost_reason,
+        }
+
+    def _lost(self) -> str | None:
+        """Why the lease can no longer be committed under, or None."""
+        renewer = self._renewer
+        if renewer is None or renewer.safe_to_commit():
+            return None
+        reason = renewer.lost_reason or (
+            f"renew-deadline: no renew succeeded within {renewer.renew_deadline_s:.1f}s"
+        )
+        self.lost_reason = reason
+        return reason
+
+    def _note(self, reason: str | None) -> None:
+        if reason and reason not in self.wait_reasons:
+            self.wait_reasons.append(reason)
+
+
+class Gate:
+    """Holds a commit lease around each micro-batch write. See the module docstring.
+
+    Gate(client, holder="ingest:q1")                                # fail after 300 s
+    Gate(client, holder="ingest:q1", policy="proceed", max_hold_s=60)
+    Gate(client, holder="ingest:q1", job_groups=SparkJobGroups(spark), ttl_s=30)
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        *,
+        holder: str,
+        ttl_s: float = 30.0,
+        max_hold_s: float = 300.0,
+        policy: Policy = "fail",
+        poll_s: float = 10.0,
+        job_groups: JobGroups | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if policy not in ("fail", "proceed"):
+            raise ValueError(f"policy must be 'fail' or 'proceed', got {policy!r}")
+        if ttl_s <= 0 or max_hold_s < 0 or poll_s <= 0:
+            raise ValueError(
+                f"need ttl_s > 0, max_hold_s >= 0, poll_s > 0; got {ttl_s}, {max_hold_s}, {poll_s}"
+            )
+        self.client = client
+        self.holder = holder
+        self.ttl_s = ttl_s
+        self.max_hold_s = max_hold_s
+        self.policy: Policy = policy
+        self.poll_s = poll_s
+        self.job_groups: JobGroups = job_groups if job_groups is not None else _NoJobGroups()
+        self.clock = clock
+
+    @contextmanager
+    def commit(self, table: str) -> Iterator[GatePass]:
+        """Hold a commit lease on `table` for the body; yields its `GatePass`.
+
+        Raises:
+            GateTimeout: no lease within `max_hold_s` and policy `fail`.
+            LeaseLost: the lease was lost while the body ran and policy `fail` (also when the
+                body returned, or raised because its Spark jobs were cancelled).
+            InvalidRequest, Unauthorized, Forbidden: the gate is misconfigured; waiting
+                would not help.
+            Whatever the body raises.
+        """
+        gate_pass = GatePass(
+            table=table, holder=self.holder, request_id=uuid.uuid4().hex, policy=self.policy
+        )
+        gate_pass.lease = self._acquire(gate_pass)
+        group = f"lakelock-commit-{gate_pass.request_id}"
+        renewer = None
+        entered = self.clock()
+        try:
+            if gate_pass.lease is not None:
+                renewer = Renewer(
+                    self.client, gate_pass.lease, on_lost=self._on_lost(gate_pass, group)
+                )
+                gate_pass._renewer = renewer
+            self.job_groups.set(group)
+            yield gate_pass
+        except Exception as exc:
+            lost = gate_pass._lost()
+            gate_pass.outcome = "lease_lost" if lost else "failed"
+            if lost and self.policy == "fail" and not isinstance(exc, LeaseLost):
+                # the body most likely failed because its jobs were cancelled: name the cause
+                raise LeaseLost(
+                    f"commit lease on {table} lost while the batch ran: {lost}",
+                    gate_pass=gate_pass,
+                ) from exc
+            raise
+        except BaseException:
+            gate_pass.outcome = "failed"
+            raise
+        else:
+            lost = gate_pass._lost()
+            if lost is not None:
+                gate_pass.outcome = "lease_lost"
+                if self.policy == "fail":
+                    raise LeaseLost(
+                        f"commit lease on {table} lost while the batch ran: {lost}; "
+                        "failing the batch so it is replayed",
+                        gate_pass=gate_pass,
+                    )
+                log.warning(
+                    "commit lease on %s lost while the batch ran (%s); policy proceed",
+                    table,
+                    lost,
+                )
+            elif gate_pass.lease is None:
+                gate_pass.outcome = "proceeded_without_lease"
+            else:
+                gate_pass.outcome = "committed"
+        finally:
+            gate_pass.held_s = self.clock() - entered
+            self._leave(gate_pass, renewer)
+
+    # -- entering -------------------------------------------------------------------------------
+
+    def _acquire(self, gate_pass: GatePass) -> Lease | None:
+        """The lease, or None when the policy is `proceed` and `max_hold_s` passed."""
+        started = self.clock()
+        deadline = started + self.max_hold_s
+        failures = 0
+        asked = False
+        while True:
+            remaining = deadline - self.clock()
+            if remaining <= 0 and asked:
+                break
+            asked = True
+            # ask without waiting first: a lease granted at the end of a long poll would not
+            # say what held it up, and the common case (not blocked) costs one call either way
+            wait_s = max(min(self.poll_s, remaining, MAX_WAIT_S), 0.0)
+            if not gate_pass.wait_reasons:
+                wait_s = 0.0
+            call_started = self.clock()
+            pause = 0.0
+            try:
+                lease = self.client.acquire_commit(
+                    gate_pass.table,
+                    holder=self.holder,
+                    ttl_s=self.ttl_s,
+                    wait_s=wait_s,
+                    # one id for the whole pass: a grant whose answer was lost is returned again
+                    request_id=gate_pass.request_id,
+                )
+            except Locked as exc:
+                gate_pass._note(exc.extra.get("reason") or "locked")
+                failures = 0
+                # after the first refusal the next call long-polls at once; a long poll answered
+                # early (the state changed, or a service that does not hold calls) waits out
+                # Retry-After, so the gate never asks in a busy loop
+                if wait_s > 0:
+                    spacing = min(exc.retry_after_s or 1.0, wait_s)
+                    pause = spacing - (self.clock() - call_started)
+            except (Unavailable, OutcomeUnknown, ServerError, httpx.TransportError) as exc:
+                gate_pass._note(UNAVAILABLE)
+                log.warning(
+                    "commit lease on %s: service failed (%s); backing off", gate_pass.table, exc
+                )
+                pause = random.uniform(0.0, min(self.poll_s, 0.5 * 2**failures))
+                failures += 1
+            else:
+                gate_pass.lease_calls_s += self.clock() - call_started
+                gate_pass.waited_s = self.clock() - started
+                return lease
+            gate_pass.lease_calls_s += self.clock() - call_started
+            pause = min(pause, deadline - self.clock())
+            if pause > 0:
+                time.sleep(pause)
+        gate_pass.waited_s = self.clock() - started
+        return self._timed_out(gate_pass)
+
+    def _timed_out(self, gate_pass: GatePass) -> None:
+        why = ", ".join(gate_pass.wait_reasons) or "no answer"
+        message = (
+            f"no commit lease on {gate_pass.table} after {gate_pass.waited_s:.1f}s "
+            f"(max_hold_s={self.max_hold_s:g}); waited for: {why}"
+        )
+        if self.policy == "fail":
+            gate_pass.outcome = "timed_out"
+            raise GateTimeout(message, gate_pass=gate_pass)
+        log.warning("%s; policy proceed: committing without a lease", message)
+        return None
+
+    # -- leaving --------------------------------------------------------------------------------
+
+    def _on_lost(self, gate_pass: GatePass, group: str) -> Callable[[str], None]:
+        def on_lost(reason: str) -> None:
+            gate_pass.lost_reason = reason
+            if self.policy == "proceed":
+                log.warning(
+                    "commit lease on %s lost (%s); policy proceed: batch continues",
+                    gate_pass.table,
+                    reason,
+                )
+                return
+            log.error(
+                "commit lease on %s lost (%s); cancelling job group %s",
+                gate_pass.table,
+                reason,
+                group,
+            )
+            self.job_groups.cancel(group)
+
+        return on_lost
+
+    def _leave(self, gate_pass: GatePass, renewer: Renewer | None) -> None:
+        """Clear the job group, stop renewing, release; log failures, never raise them."""
+        try:
+            self.job_groups.clear()
+        except Exception:
+            log.exception("clearing the Spark job group failed")
+        if renewer is not None:
+            # stop first: a renew racing the release would report the lease lost
+            renewer.stop()
+        lease = gate_pass.lease
+        if lease is None:
+            return
+        started = self.clock()
+        try:
+            self.client.release(lease)
+        except Exception:
+            # raising here would hide the body's outcome; the lease expires after its TTL
+            log.exception(
+                "release of commit lease %s on %s failed; it expires in %.0fs",
+                lease.lease_id,
+                lease.table,
+                lease.ttl_s,
+            )
+        finally:
+            gate_pass.lease_calls_s += self.clock() - started

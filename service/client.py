@@ -1,0 +1,586 @@
+"""The lakelock HTTP client both jobs use: `LeaseClient` and `Renewer`.
+
+Imports httpx and `service.errors` only, so a Spark job can use it without FastAPI or SQLAlchemy.
+The protocol itself is described in service.leases; the wire format in docs/api.md.
+
+    client = LeaseClient("http://lakelock:8737", token=secret)
+    lease = client.acquire_commit("cat.db.events", holder="ingest:run-7", ttl_s=30, wait_s=10)
+    with Renewer(client, lease, on_lost=cancel_spark_jobs) as renewer:
+        ...                                    # long work
+        if not renewer.safe_to_commit(): ...   # do not commit
+    client.release(lease)
+
+Failures come back as the `service.errors` tree. Connection errors, timeouts and 5xx answers are
+retried with exponential backoff and full jitter (a `Retry-After` longer than the backoff wins);
+4xx answers never are. When the retries run out on a timeout or a broken connection the call
+raises `OutcomeUnknown` (it may have taken effect: an acquire repeated with the same request id
+returns the same lease); on repeated 5xx it raises the mapped error (`Unavailable`,
+`ServerError`).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from service.errors import (
+    LakelockError,
+    LeaseExpired,
+    NotFound,
+    NotOwner,
+    OutcomeUnknown,
+    ServerError,
+    StaleToken,
+    Unavailable,
+    from_problem,
+)
+
+__all__ = ["DEFAULT_URL", "Lease", "Draining", "LeaseClient", "Renewer"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "http://127.0.0.1:8737"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease, as the service described it when it answered.
+
+    Lease.from_json({"lease_id": ..., "table": ..., "kind": "commit", ...})
+    lease.token        # None for a commit lease; the fencing token of a maintenance lease
+    lease.remaining_s  # seconds left when the service answered (database clock)
+    """
+
+    lease_id: str
+    table: str
+    kind: str
+    holder: str
+    request_id: str
+    token: int | None
+    ttl_s: float
+    remaining_s: float
+    held_s: float = 0.0
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Lease:
+        token = body.get("token")
+        return cls(
+            lease_id=str(body["lease_id"]),
+            table=str(body["table"]),
+            kind=str(body["kind"]),
+            holder=str(body["holder"]),
+            request_id=str(body.get("request_id") or ""),
+            token=None if token is None else int(token),
+            ttl_s=float(body["ttl_s"]),
+            remaining_s=float(body["remaining_s"]),
+            held_s=float(body.get("held_s") or 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class Draining:
+    """A maintenance request that registered an intent; commit leases are draining.
+
+    Ask again with the same `request_id` (after `retry_after_s`, or at once with `wait_s`).
+    """
+
+    table: str
+    in_flight_commits: int
+    retry_after_s: float
+    intent: dict[str, Any]
+    request_id: str = ""
+
+
+class LeaseClient:
+    """A client of the lakelock service; thread-safe as its `httpx.Client` is.
+
+    LeaseClient()                                              # local service, no auth
+    LeaseClient("https://lakelock.internal", token="s3cret")   # bearer token
+    LeaseClient(http=TestClient(app))                          # an httpx.Client used as is
+    LeaseClient(http=httpx.Client(transport=httpx.MockTransport(handler)), retries=0)
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        http: httpx.Client | None = None,
+        retries: int = 4,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 5.0,
+        timeout: httpx.Timeout = httpx.Timeout(5.0, connect=2.0),  # noqa: B008 (immutable)
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.Client(base_url=base_url)
+        # a given client keeps its own base URL (TestClient has one); a bare one gets ours
+        self._prefix = "" if str(self._http.base_url) else base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.timeout = timeout
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def acquire_commit(
+        self,
+        table: str,
+        *,
+        holder: str,
+        ttl_s: float,
+        wait_s: float = 0.0,
+        request_id: str | None = None,
+    ) -> Lease:
+        """A shared commit lease on `table`, waiting up to `wait_s` on the server for it.
+
+        Raises:
+            Locked: ingest is paused, or a maintenance lease or intent is live (`reason`).
+            OutcomeUnknown: timed out; retry with the same `request_id`.
+            Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
+        """
+        body = self._acquire_body(holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id)
+        answer = self._call("POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s)
+        return Lease.from_json(answer.json())
+
+    def acquire_maintenance(
+        self,
+        table: str,
+        *,
+        holder: str,
+        ttl_s: float,
+        wait_s: float = 0.0,
+        request_id: str | None = None,
+    ) -> Lease | Draining:
+        """The exclusive maintenance lease on `table`, or `Draining` while commits drain.
+
+        Raises:
+            MaintenanceHeld: another maintenance lease or intent is live.
+            MaintenanceOff: an operator disabled maintenance on the table.
+            OutcomeUnknown: timed out; retry with the same `request_id`.
+            Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
+        """
+        body = self._acquire_body(holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id)
+        answer = self._call(
+            "POST", f"/v1/tables/{table}/maintenance-lease", json=body, wait_s=wait_s
+        )
+        data = answer.json()
+        if answer.status_code == 202:
+            return Draining(
+                table=str(data.get("table", table)),
+                in_flight_commits=int(data.get("in_flight_commits", 0)),
+                retry_after_s=float(data.get("retry_after_s", 1.0)),
+                intent=dict(data.get("intent") or {}),
+                request_id=body["request_id"],
+            )
+        return Lease.from_json(data)
+
+    def renew(
+        self, lease: Lease, *, ttl_s: float | None = None, within_s: float | None = None
+    ) -> Lease:
+        """Extend a live lease (never an expired one); sends the holder, and the token if any.
+
+        `within_s` bounds the whole call, retries included (the renewer passes the time left
+        before its deadline).
+
+        Raises:
+            NotFound, LeaseExpired, NotOwner, StaleToken: the lease is gone; stop writing.
+            OutcomeUnknown, Unavailable, ServerError: transient; retry before the deadline.
+        """
+        body: dict[str, Any] = {"holder": lease.holder}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
+        if lease.token is not None:
+            body["token"] = lease.token
+        answer = self._call(
+            "POST", f"/v1/leases/{lease.lease_id}/renew", json=body, within_s=within_s
+        )
+        return Lease.from_json(answer.json()["lease"])
+
+    def release(self, lease: Lease) -> None:
+        """Release `lease`; releasing it again is not an error.
+
+        Raises:
+            NotFound: unknown lease id.
+            StaleToken: a maintenance lease released with another token.
+            OutcomeUnknown, Unavailable, ServerError.
+        """
+        params = {"token": lease.token} if lease.token is not None else None
+        self._call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
+
+    def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:
+        """Force-release a lease (operator); its holder learns it at its next renew.
+
+        Raises:
+            NotFound, Forbidden, OutcomeUnknown, Unavailable, ServerError.
+        """
+        answer = self._call("POST", f"/v1/leases/{lease_id}/revoke", json={"reason": reason})
+        return answer.json()
+
+    # -- tables -------------------------------------------------------------------------------
+
+    def set_switch(
+        self,
+        table: str,
+        *,
+        reason: str,
+        ingest: str | None = None,
+        maintenance: str | None = None,
+    ) -> dict[str, Any]:
+        """Set the operator switch (`ingest` running|paused, `maintenance` enabled|disabled).
+
+        Returns the table state. Raises: InvalidRequest, Forbidden, OutcomeUnknown,
+        Unavailable, ServerError.
+        """
+        body: dict[str, Any] = {"reason": reason}
+        if ingest is not None:
+            body["ingest"] = ingest
+        if maintenance is not None:
+            body["maintenance"] = maintenance
+        return self._call("PUT", f"/v1/tables/{table}/switch", json=body).json()
+
+    def state(self, table: str, *, wait_s: float = 0.0, since: int | None = None) -> dict[str, Any]:
+        """The table's state; with `wait_s`, as soon as its version passes `since`.
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        params: dict[str, Any] = {}
+        if wait_s > 0:
+            params["wait"] = wait_s
+        if since is not None:
+            params["since"] = since
+        return self._call("GET", f"/v1/tables/{table}", params=params, wait_s=wait_s).json()
+
+    def tables(self) -> list[dict[str, Any]]:
+        """The state of every known table. Raises: OutcomeUnknown, Unavailable, ServerError."""
+        return self._call("GET", "/v1/tables").json()["tables"]
+
+    def events(self, *, table: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Audit events, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""
+        params: dict[str, Any] = {"limit": limit}
+        if table is not None:
+            params["table"] = table
+        return self._call("GET", "/v1/events", params=params).json()["events"]
+
+    def report_run(self, table: str, report: dict[str, Any]) -> int:
+        """Store a maintenance run report; returns its run id.
+
+        Not retried after a timeout (a retry could store the report twice).
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        answer = self._call("POST", f"/v1/tables/{table}/runs", json=report, idempotent=False)
+        return int(answer.json()["run_id"])
+
+    def runs(self, table: str, *, limit: int = 20) -> list[dict[str, Any]]:
+        """Run reports, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""
+        return self._call("GET", f"/v1/tables/{table}/runs", params={"limit": limit}).json()["runs"]
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the HTTP client if this object made it."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> LeaseClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @staticmethod
+    def _acquire_body(
+        *, holder: str, ttl_s: float, wait_s: float, request_id: str | None
+    ) -> dict[str, Any]:
+        # one id per acquire call, sent on every retry: a retry after a lost answer then gets
+        # the lease the first attempt was granted instead of a second one
+        return {
+            "holder": holder,
+            "ttl_s": ttl_s,
+            "request_id": request_id or uuid.uuid4().hex,
+            "wait_s": wait_s,
+        }
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        wait_s: float = 0.0,
+        within_s: float | None = None,
+        idempotent: bool = True,
+    ) -> httpx.Response:
+        """One call with retries; a 2xx answer, or the error its problem body stands for."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            left = None if within_s is None else within_s - (time.monotonic() - started)
+            request = self._http.build_request(
+                method,
+                self._prefix + path,
+                json=json,
+                params=params,
+                headers=self._headers,
+                timeout=self._timeout_for(wait_s=wait_s, left_s=left),
+            )
+            retry_after: float | None = None
+            try:
+                response = self._http.send(request)
+            except httpx.TransportError as exc:
+                failure: httpx.TransportError | httpx.Response = exc
+                # a request never sent cannot have taken effect; one that was may have
+                sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if sent and not idempotent:
+                    raise self._unknown(method, path, exc, attempt + 1) from exc
+            else:
+                if response.status_code < 500:
+                    return self._checked(response)
+                failure = response
+                retry_after = _retry_after_s(response)
+
+            delay = self._backoff_s(attempt, retry_after)
+            elapsed = time.monotonic() - started
+            out_of_time = within_s is not None and elapsed + delay >= within_s
+            if attempt >= self.retries or out_of_time:
+                if isinstance(failure, httpx.Response):
+                    raise _problem(failure)
+                raise self._unknown(method, path, failure, attempt + 1) from failure
+            log.warning(
+                "lakelock %s %s failed (%s); retry %d/%d in %.2fs",
+                method,
+                path,
+                _describe(failure),
+                attempt + 1,
+                self.retries,
+                delay,
+            )
+            time.sleep(delay)
+            attempt += 1
+
+    def _timeout_for(self, *, wait_s: float, left_s: float | None) -> httpx.Timeout:
+        # a long poll is answered after up to wait_s: the read timeout must outlast it
+        t = self.timeout
+        read = None if t.read is None else t.read + max(wait_s, 0.0)
+        parts = {"connect": t.connect, "read": read, "write": t.write, "pool": t.pool}
+        if left_s is not None:
+            cap = max(left_s, 0.05)
+            parts = {k: cap if v is None else min(v, cap) for k, v in parts.items()}
+        return httpx.Timeout(**parts)
+
+    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
+        # full jitter: retrying clients spread out instead of hitting a recovering service at once
+        delay = random.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2**attempt))
+        return max(delay, retry_after or 0.0)
+
+    @staticmethod
+    def _checked(response: httpx.Response) -> httpx.Response:
+        if response.is_success:
+            return response
+        raise _problem(response)
+
+    @staticmethod
+    def _unknown(method: str, path: str, exc: Exception, attempts: int) -> OutcomeUnknown:
+        return OutcomeUnknown(
+            f"{method} {path}: {_describe(exc)} after {attempts} attempt(s); it may have taken "
+            "effect, retry with the same request id",
+            attempts=attempts,
+        )
+
+
+def _problem(response: httpx.Response) -> LakelockError:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = {"detail": response.text[:500] or response.reason_phrase}
+    return from_problem(body, response.status_code)
+
+
+def _retry_after_s(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None  # an HTTP date: rare from this service, and the backoff still applies
+
+
+def _describe(failure: Exception | httpx.Response) -> str:
+    if isinstance(failure, httpx.Response):
+        return f"HTTP {failure.status_code}"
+    return f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
+
+
+_DEFINITIVE = (NotFound, LeaseExpired, NotOwner, StaleToken)
+_TRANSIENT = (Unavailable, OutcomeUnknown, ServerError)
+
+
+class Renewer:
+    """Keeps a lease alive from a daemon thread, and says when it can no longer be trusted.
+
+    Renews every `ttl_s / 3` (two more chances before the lease expires). The lease is lost
+    when the service refuses a renew (NotFound, LeaseExpired, NotOwner, StaleToken) or when no
+    renew has succeeded for longer than `renew_deadline_s` (default 2/3 of the TTL, so the holder
+    stops before the service can hand the table to someone else). Then `lost` is set,
+    `lost_reason` says why, `on_lost(reason)` is called once, and the thread stops. Transient
+    errors (Unavailable, OutcomeUnknown, ServerError) are logged and retried until the deadline.
+    Like etcd's `Session.Done()`.
+
+    renewer = Renewer(client, lease, on_lost=cancel)   # starts at once; start=False to defer
+    renewer.safe_to_commit()                           # judged by the clock now
+    renewer.lost.is_set(); renewer.lost_reason; renewer.lease   # the latest renewed lease
+    renewer.stop()                                     # stop renewing (does not release)
+    """
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        lease: Lease,
+        *,
+        renew_deadline_s: float | None = None,
+        on_lost: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        start: bool = True,
+    ) -> None:
+        if lease.ttl_s <= 0:
+            raise ValueError(f"lease ttl_s must be > 0, got {lease.ttl_s}")
+        self.client = client
+        self.lease = lease
+        self.interval_s = lease.ttl_s / 3
+        self.renew_deadline_s = (
+            lease.ttl_s * 2 / 3 if renew_deadline_s is None else float(renew_deadline_s)
+        )
+        self.on_lost = on_lost
+        self.clock = clock
+        # the grant counts as the first renew; time the service already spent on the lease is
+        # taken off so the deadline is never later than the service's own expiry
+        self.last_renewed_at = clock() - max(lease.ttl_s - lease.remaining_s, 0.0)
+        self.renewals = 0
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(
+            target=self._run, name=f"lakelock-renewer-{lease.lease_id[:8]}", daemon=True
+        )
+        self._started = False
+        if start:
+            self.start()
+
+    def start(self) -> Renewer:
+        """Start the renewing thread (idempotent)."""
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._thread.start()
+        return self
+
+    def safe_to_commit(self) -> bool:
+        """True while the lease is not lost and a renew succeeded within the deadline."""
+        return not self.lost.is_set() and self._silent_s() <= self.renew_deadline_s
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop renewing and wait for the thread (an in-flight renew ends within the deadline)."""
+        self._stop.set()
+        if self._started and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Renewer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _silent_s(self) -> float:
+        return self.clock() - self.last_renewed_at
+
+    def _run(self) -> None:
+        failing = False
+        while True:
+            if failing:
+                # retry a few times before the deadline, neither in a busy loop nor after it
+                wait = min(self.interval_s / 3, self.renew_deadline_s - self._silent_s())
+            else:
+                wait = self.interval_s - self._silent_s()
+            if self._stop.wait(max(wait, 0.0)):
+                return
+            outcome = self._renew_once()
+            if outcome is None:
+                return
+            failing = not outcome
+
+    def _renew_once(self) -> bool | None:
+        """True when renewed, False on a transient failure, None when the lease is lost."""
+        left = self.renew_deadline_s - self._silent_s()
+        if left <= 0:
+            self._lose(self._deadline_reason())
+            return None
+        sent_at = self.clock()
+        try:
+            lease = self.client.renew(self.lease, within_s=left)
+        except _DEFINITIVE as exc:
+            if not self._stop.is_set():
+                self._lose(f"{exc.slug}: {exc.detail}")
+            return None
+        except _TRANSIENT as exc:
+            log.warning("renew of lease %s failed: %s", self.lease.lease_id, exc)
+            if self._silent_s() > self.renew_deadline_s and not self._stop.is_set():
+                self._lose(self._deadline_reason())
+                return None
+            return False
+        except LakelockError as exc:
+            # Unauthorized, Forbidden, InvalidRequest: asking again cannot succeed
+            self._lose(f"{exc.slug}: {exc.detail}")
+            return None
+        except Exception as exc:
+            self._lose(f"renewer failed: {type(exc).__name__}: {exc}")
+            raise
+        # the service extended the lease no earlier than the request was sent
+        self.last_renewed_at = sent_at
+        self.lease = lease
+        self.renewals += 1
+        return True
+
+    def _deadline_reason(self) -> str:
+        return (
+            f"renew-deadline: no renew succeeded for {self._silent_s():.1f}s "
+            f"(deadline {self.renew_deadline_s:.1f}s)"
+        )
+
+    def _lose(self, reason: str) -> None:
+        with self._lock:
+            if self.lost.is_set():
+                return
+            self.lost_reason = reason
+            self.lost.set()
+        log.error("lease %s on %s lost: %s", self.lease.lease_id, self.lease.table, reason)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(reason)
+            except Exception:
+                log.exception("on_lost callback for lease %s failed", self.lease.lease_id)
+                raise

@@ -1,0 +1,343 @@
+"""LeaseClient and Renewer against a scripted transport (no service needed)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from service.client import Draining, Lease, LeaseClient, Renewer
+from service.errors import (
+    PROBLEM_TYPE_PREFIX,
+    LeaseExpired,
+    Locked,
+    MaintenanceHeld,
+    MaintenanceOff,
+    OutcomeUnknown,
+    ServerError,
+    Unavailable,
+)
+
+TABLE = "cat.db.events"
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def lease_json(**overrides: Any) -> dict[str, Any]:
+    body = {
+        "lease_id": "6f1c2d7e-0000-4000-8000-000000000001",
+        "table": TABLE,
+        "kind": "commit",
+        "holder": "ingest:test",
+        "request_id": "r1",
+        "token": None,
+        "ttl_s": 30.0,
+        "remaining_s": 30.0,
+        "held_s": 0.0,
+    }
+    body.update(overrides)
+    return body
+
+
+def problem(status: int, slug: str, **extra: Any) -> httpx.Response:
+    body = {"type": PROBLEM_TYPE_PREFIX + slug, "title": slug, "status": status, "detail": slug}
+    body.update(extra)
+    return httpx.Response(status, json=body, headers={"Content-Type": "application/problem+json"})
+
+
+class Recorder:
+    """A transport that answers from `handler` and keeps every request it saw."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.requests: list[httpx.Request] = []
+        self.at: list[float] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        self.at.append(time.monotonic())
+        return self.handler(request)
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [json.loads(r.content) for r in self.requests if r.content]
+
+
+def make_client(handler: Handler, **kwargs: Any) -> tuple[LeaseClient, Recorder]:
+    recorder = Recorder(handler)
+    http = httpx.Client(transport=httpx.MockTransport(recorder), base_url="http://lakelock.test")
+    kwargs.setdefault("backoff_s", 0.001)
+    kwargs.setdefault("max_backoff_s", 0.01)
+    return LeaseClient(http=http, **kwargs), recorder
+
+
+def scripted(*answers: httpx.Response | Exception) -> Handler:
+    """Answer with each of `answers` in turn, then repeat the last one."""
+    remaining = list(answers)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answer = remaining.pop(0) if len(remaining) > 1 else remaining[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    return handler
+
+
+def test_acquire_retries_reuse_one_request_id() -> None:
+    client, recorder = make_client(
+        scripted(
+            problem(503, "unavailable"),
+            httpx.ReadTimeout("slow"),
+            httpx.Response(201, json=lease_json()),
+        )
+    )
+    lease = client.acquire_commit(TABLE, holder="ingest:test", ttl_s=30)
+    ids = {body["request_id"] for body in recorder.bodies()}
+    assert len(recorder.requests) == 3
+    assert len(ids) == 1
+    assert lease.lease_id == lease_json()["lease_id"]
+
+
+def test_each_acquire_call_gets_its_own_request_id() -> None:
+    client, recorder = make_client(scripted(httpx.Response(201, json=lease_json())))
+    client.acquire_commit(TABLE, holder="h", ttl_s=30)
+    client.acquire_commit(TABLE, holder="h", ttl_s=30)
+    first, second = (body["request_id"] for body in recorder.bodies())
+    assert first != second
+
+
+def test_client_errors_are_not_retried() -> None:
+    client, recorder = make_client(scripted(problem(409, "maintenance-held")))
+    with pytest.raises(MaintenanceHeld):
+        client.acquire_maintenance(TABLE, holder="compactor", ttl_s=60)
+    assert len(recorder.requests) == 1
+
+
+def test_503_is_retried_then_raises_unavailable() -> None:
+    client, recorder = make_client(scripted(problem(503, "unavailable")), retries=3)
+    with pytest.raises(Unavailable):
+        client.tables()
+    assert len(recorder.requests) == 4
+
+
+def test_500_without_a_problem_body_raises_server_error() -> None:
+    client, _ = make_client(scripted(httpx.Response(502, text="bad gateway")), retries=1)
+    with pytest.raises(ServerError):
+        client.tables()
+
+
+def test_timeouts_that_never_end_raise_outcome_unknown() -> None:
+    client, recorder = make_client(scripted(httpx.ReadTimeout("no answer")), retries=2)
+    with pytest.raises(OutcomeUnknown):
+        client.acquire_commit(TABLE, holder="h", ttl_s=30)
+    assert len(recorder.requests) == 3
+
+
+def test_run_report_is_not_resent_after_a_timeout() -> None:
+    client, recorder = make_client(scripted(httpx.ReadTimeout("no answer")))
+    with pytest.raises(OutcomeUnknown):
+        client.report_run(TABLE, {"status": "ok"})
+    assert len(recorder.requests) == 1
+
+
+def test_retry_after_longer_than_the_backoff_is_honoured() -> None:
+    busy = problem(503, "unavailable")
+    busy.headers["Retry-After"] = "0.3"
+    client, _ = make_client(scripted(busy, httpx.Response(200, json={"tables": []})))
+    started = time.monotonic()
+    assert client.tables() == []
+    assert time.monotonic() - started >= 0.25
+
+
+@pytest.mark.parametrize(
+    ("slug", "expected"), [("locked", Locked), ("maintenance-off", MaintenanceOff)]
+)
+def test_problems_sharing_423_map_to_their_own_error(slug: str, expected: type) -> None:
+    client, _ = make_client(scripted(problem(423, slug, reason="paused", retry_after_s=2.0)))
+    with pytest.raises(expected) as caught:
+        client.acquire_commit(TABLE, holder="h", ttl_s=30)
+    assert type(caught.value) is expected
+    assert caught.value.retry_after_s == 2.0
+
+
+def test_locked_carries_the_reason() -> None:
+    client, _ = make_client(scripted(problem(423, "locked", reason="intent")))
+    with pytest.raises(Locked) as caught:
+        client.acquire_commit(TABLE, holder="h", ttl_s=30)
+    assert caught.value.extra["reason"] == "intent"
+
+
+def test_bearer_token_is_sent() -> None:
+    client, recorder = make_client(scripted(httpx.Response(200, json={"tables": []})), token="s3")
+    client.tables()
+    assert recorder.requests[0].headers["Authorization"] == "Bearer s3"
+
+
+def test_long_poll_read_timeout_outlasts_the_wait() -> None:
+    client, recorder = make_client(scripted(httpx.Response(201, json=lease_json())))
+    client.acquire_commit(TABLE, holder="h", ttl_s=30, wait_s=20)
+    timeout = recorder.requests[0].extensions["timeout"]
+    assert timeout["read"] > 20
+    assert recorder.bodies()[0]["wait_s"] == 20
+
+
+def test_maintenance_request_while_commits_drain_returns_draining_with_its_request_id() -> None:
+    body = {
+        "status": "draining",
+        "table": TABLE,
+        "intent": {"holder": "compactor", "request_id": "x", "remaining_s": 9.0},
+        "in_flight_commits": 2,
+        "retry_after_s": 1.5,
+    }
+    client, recorder = make_client(scripted(httpx.Response(202, json=body)))
+    answer = client.acquire_maintenance(TABLE, holder="compactor", ttl_s=60, request_id="run-1")
+    assert answer == Draining(TABLE, 2, 1.5, body["intent"], request_id="run-1")
+    assert recorder.bodies()[0]["request_id"] == "run-1"
+
+
+def test_maintenance_lease_renew_and_release_carry_its_token() -> None:
+    granted = lease_json(kind="maintenance", token=7, holder="compactor")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(200, json={"lease_id": granted["lease_id"], "released": True})
+        if request.url.path.endswith("/renew"):
+            return httpx.Response(200, json={"outcome": "ok", "lease": granted})
+        return httpx.Response(201, json=granted)
+
+    client, recorder = make_client(handler)
+    lease = client.acquire_maintenance(TABLE, holder="compactor", ttl_s=60)
+    assert isinstance(lease, Lease) and lease.token == 7
+    client.renew(lease)
+    client.release(lease)
+    renew, release = recorder.requests[1:]
+    assert json.loads(renew.content) == {"holder": "compactor", "token": 7}
+    assert release.url.params["token"] == "7"
+
+
+# -- Renewer ------------------------------------------------------------------------------------
+
+
+def renewing(answer: Callable[[], httpx.Response]) -> tuple[LeaseClient, Recorder]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path.endswith("/renew")
+        return answer()
+
+    return make_client(handler, retries=0)
+
+
+def short_lease(ttl_s: float = 0.3) -> Lease:
+    return Lease.from_json(lease_json(ttl_s=ttl_s, remaining_s=ttl_s))
+
+
+def test_renewer_renews_at_a_third_of_the_ttl() -> None:
+    lease = short_lease(0.3)
+    ok = lease_json(ttl_s=0.3, remaining_s=0.3)
+    client, recorder = renewing(lambda: httpx.Response(200, json={"outcome": "ok", "lease": ok}))
+    renewer = Renewer(client, lease)
+    time.sleep(0.75)
+    assert renewer.safe_to_commit()
+    renewer.stop()
+    gaps = [b - a for a, b in zip(recorder.at, recorder.at[1:], strict=False)]
+    assert len(recorder.at) >= 4
+    assert 0.08 <= statistics.median(gaps) <= 0.14
+    assert not renewer.lost.is_set()
+
+
+def test_renewer_loses_the_lease_when_the_service_says_expired() -> None:
+    calls: list[str] = []
+    client, recorder = renewing(lambda: problem(410, "expired"))
+    renewer = Renewer(client, short_lease(), on_lost=calls.append)
+    assert renewer.lost.wait(2.0)
+    renewer.stop()
+    assert calls == [renewer.lost_reason]
+    assert renewer.lost_reason is not None and renewer.lost_reason.startswith("expired")
+    assert not renewer.safe_to_commit()
+    assert len(recorder.requests) == 1  # a definitive refusal is not asked again
+
+
+def test_renewer_loses_the_lease_at_the_deadline_while_the_service_answers_503() -> None:
+    calls: list[str] = []
+    client, recorder = renewing(lambda: problem(503, "unavailable"))
+    renewer = Renewer(client, short_lease(), on_lost=calls.append)
+    assert renewer.lost.wait(2.0)
+    time.sleep(0.2)  # the thread has stopped: no second callback, no more renews
+    count = len(recorder.requests)
+    time.sleep(0.2)
+    renewer.stop()
+    assert len(calls) == 1
+    assert "renew-deadline" in calls[0]
+    assert len(recorder.requests) == count
+    assert 2 <= count <= 10  # retried before the deadline, but not in a busy loop
+    assert not renewer.safe_to_commit()
+
+
+def test_renewer_survives_a_transient_failure_before_the_deadline() -> None:
+    ok = {"outcome": "ok", "lease": lease_json(ttl_s=0.6, remaining_s=0.6)}
+    answers = [problem(503, "unavailable")]
+    client, _ = renewing(lambda: answers.pop() if answers else httpx.Response(200, json=ok))
+    renewer = Renewer(client, short_lease(0.6))
+    time.sleep(0.9)
+    renewer.stop()
+    assert not renewer.lost.is_set()
+    assert renewer.renewals >= 2
+
+
+def test_safe_to_commit_is_judged_by_the_clock_not_only_by_the_thread() -> None:
+    now = [100.0]
+    client, _ = renewing(lambda: problem(503, "unavailable"))
+    renewer = Renewer(client, short_lease(30.0), clock=lambda: now[0], start=False)
+    assert renewer.safe_to_commit()
+    now[0] += 21.0  # past the default deadline of 20 s, before any thread noticed
+    assert not renewer.safe_to_commit()
+    assert not renewer.lost.is_set()
+
+
+def test_a_refusal_arriving_after_stop_is_not_reported_as_a_loss() -> None:
+    """A renew in flight when the gate stops the renewer and releases is answered 410."""
+    calls: list[str] = []
+    answer_now = threading.Event()
+    in_flight = threading.Event()
+
+    def slow_expired() -> httpx.Response:
+        in_flight.set()
+        answer_now.wait(2.0)
+        return problem(410, "expired")
+
+    client, _ = renewing(slow_expired)
+    renewer = Renewer(client, short_lease(), on_lost=calls.append)
+    assert in_flight.wait(2.0)
+    stopper = threading.Thread(target=renewer.stop)
+    stopper.start()
+    time.sleep(0.05)
+    answer_now.set()
+    stopper.join(2.0)
+    assert calls == []
+    assert not renewer.lost.is_set()
+
+
+def test_client_against_the_service_maps_drain_and_refusals(lakelock_server: Any) -> None:
+    job = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
+    table = "cat.db.client_it"
+    commit = job.acquire_commit(table, holder="ingest:it", ttl_s=30)
+    first = job.acquire_maintenance(table, holder="compactor:it", ttl_s=30)
+    assert isinstance(first, Draining) and first.in_flight_commits == 1
+    with pytest.raises(Locked) as caught:
+        job.acquire_commit(table, holder="ingest:it", ttl_s=30)
+    assert caught.value.extra["reason"] == "intent"
+    job.release(commit)
+    job.release(commit)  # idempotent
+    maintenance = job.acquire_maintenance(
+        table, holder="compactor:it", ttl_s=30, request_id=first.request_id
+    )
+    assert isinstance(maintenance, Lease) and maintenance.token is not None
+    assert job.renew(maintenance).token == maintenance.token
+    job.release(maintenance)
+    with pytest.raises(LeaseExpired):
+        job.renew(maintenance)
+    job.close()
