@@ -222,7 +222,9 @@ def acquire_commit(table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDe
     ttl = timedelta(seconds=body.ttl_s)
     deadline = time.monotonic() + body.wait_s
     while True:
-        seen = rt.version(table)  # read before trying: a change after the try is not missed
+        # read before trying, so a change between the try and the wait is not missed; a call
+        # that will not wait does not need it
+        seen = rt.version(table) if body.wait_s else 0
         try:
             lease = rt.transact(
                 lambda conn: leases.acquire_commit(
@@ -250,7 +252,7 @@ def acquire_maintenance(table: TableName, body: AcquireBody, rt: RuntimeDep, _: 
     intent_ttl = timedelta(seconds=rt.settings.intent_ttl_s)
     deadline = time.monotonic() + body.wait_s
     while True:
-        seen = rt.version(table)
+        seen = rt.version(table) if body.wait_s else 0
         try:
             result = rt.transact(
                 lambda conn: leases.acquire_maintenance(
