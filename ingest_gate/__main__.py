@@ -1,0 +1,47 @@
+"""`python -m ingest_gate` / `lakelock-ingest`: run the streaming upsert job.
+
+    lakelock-ingest                                   # defaults: ./var/, local service
+    lakelock-ingest --config ingest.toml --policy proceed
+    lakelock-ingest --available-now --no-gate         # drain the landing folder once, no service
+
+Exit status: 0 when the query stopped as configured, 1 when it failed (the last batch's error is
+logged; a restart resumes from the checkpoint), 2 for a bad configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+
+from ingest_gate.config import ConfigError, config_from_args
+
+__all__ = ["main"]
+
+log = logging.getLogger("ingest_gate")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Wire config, session and query; wait for the configured bound."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        config = config_from_args(argv)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    from ingest_gate.job import run
+
+    handle = run(config)
+    try:
+        handle.wait()
+    except KeyboardInterrupt:
+        log.info("interrupted: stopping the query; it resumes from the checkpoint")
+        handle.stop()
+    except Exception:
+        log.exception("ingest query %s failed", handle.query_id)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""The streaming upsert job: source -> parse -> dead letters -> dedupe -> gate -> MERGE.
+
+    handle = run(load_config(), spark=spark)   # starts the query, returns at once
+    handle.wait()                              # until available-now, max_batches or run_for_s
+    handle.records                             # one BatchRecord per micro-batch
+    handle.stop()
+
+Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
+
+1. parse against the declared schema; bad records go to the dead-letter folder of the batch;
+2. keep the latest version of each key (ingest_gate.schema.dedupe_latest);
+3. skip the batch when a snapshot of the table already carries this query id and batch id: the
+   batch committed before a crash and is being replayed from the checkpoint;
+4. enter the gate (a commit lease; see ingest_gate.gate) and run the MERGE (ingest_gate.merge)
+   with the query id, batch id and lease id in the snapshot summary;
+5. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+
+A batch that raises fails the streaming query; a restart from the same checkpoint replays the
+batch, which step 3 and the MERGE's event-time guard make harmless. The query id (not the run
+id) survives restarts, so it identifies a batch across them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ingest_gate.merge import merge_sql
+from ingest_gate.schema import dedupe_latest, parse_events, split_valid, write_dead_letters
+from ingest_gate.snapshots import (
+    batch_properties,
+    find_batch_snapshot,
+    snapshot_summary,
+    with_commit_properties,
+)
+from ingest_gate.source import read_stream, with_source_position
+from ingest_gate.table import ensure_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ingest_gate.config import IngestConfig
+
+__all__ = [
+    "BatchHooks",
+    "BatchRecord",
+    "BatchWriter",
+    "IngestError",
+    "IngestRun",
+    "Ungated",
+    "make_gate",
+    "run",
+]
+
+log = logging.getLogger(__name__)
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread that runs the query
+
+
+class IngestError(Exception):
+    """The ingest job cannot run as configured; the message says what to fix."""
+
+
+class GateLike(Protocol):
+    def commit(self, table: str) -> contextlib.AbstractContextManager[Any]: ...
+
+
+@dataclass
+class BatchRecord:
+    """What one micro-batch did; `as_dict()` is the JSON log line.
+
+    outcome: committed | proceeded_without_lease | proceeded_after_lease_lost | ungated (the
+             MERGE ran) | empty (no valid rows) | replayed (committed before) | timed_out |
+             lease_lost | failed (nothing committed, the batch raised)
+    """
+
+    query_id: str
+    batch_id: int
+    rows_read: int = 0
+    bad_rows: int = 0
+    duplicates_dropped: int = 0
+    rows_in_merge: int = 0
+    rows_merged: int | None = None
+    gate_wait_s: float = 0.0
+    wait_reasons: list[str] = field(default_factory=list)
+    lease_calls_s: float = 0.0
+    lease_id: str | None = None
+    commit_s: float = 0.0
+    snapshot_id: int | None = None
+    dead_letter_path: str | None = None
+    outcome: str = "failed"
+    error: str | None = None
+    duration_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BatchHooks:
+    """Test seams around the MERGE of a batch; each gets the batch id and the gate pass.
+
+    `before_merge` runs inside the gate, before `check()` and the MERGE; `after_merge` after the
+    Iceberg commit and before the checkpoint commit (raising there simulates a crash).
+    """
+
+    before_merge: Callable[[int, Any], None] | None = None
+    after_merge: Callable[[int, Any], None] | None = None
+
+
+class _UngatedPass:
+    lease = None
+
+    def check(self) -> None:
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"waited_s": 0.0, "wait_reasons": [], "lease_calls_s": 0.0, "outcome": "ungated"}
+
+
+class Ungated:
+    """A gate that grants at once: for runs without a lakelock service (`--no-gate`). Commits
+    then rely on Iceberg's validation alone, and fail whenever compaction overlaps."""
+
+    @contextlib.contextmanager
+    def commit(self, table: str) -> Iterator[_UngatedPass]:
+        yield _UngatedPass()
+
+
+def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
+    """The gate of `config`: a lakelock `Gate` whose job groups cancel Spark work, or `Ungated`."""
+    if not config.gate_enabled:
+        log.warning("gate disabled: commits to %s are not coordinated", config.table)
+        return Ungated()
+    from ingest_gate.gate import Gate
+    from ingest_gate.spark import SparkJobGroups
+    from service.client import LeaseClient
+
+    client = LeaseClient(config.lakelock_url, token=config.lakelock_token)
+    return Gate(
+        client,
+        holder=config.holder,
+        ttl_s=config.lease_ttl_s,
+        max_hold_s=config.max_hold_s,
+        policy=config.policy,  # type: ignore[arg-type]  # validated by IngestConfig
+        poll_s=config.poll_s,
+        job_groups=SparkJobGroups(spark.sparkContext),
+    )
+
+
+class BatchWriter:
+    """The `foreachBatch` function. See the module docstring for the steps.
+
+    BatchWriter(config, gate=Ungated())                  # query id read from the running query
+    BatchWriter(config, gate=gate, query_id="q-1")       # called directly, e.g. to replay a batch
+    """
+
+    def __init__(
+        self,
+        config: IngestConfig,
+        *,
+        gate: GateLike,
+        query_id: str | None = None,
+        hooks: BatchHooks | None = None,
+        replay_guard: bool = True,
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self.query_id = query_id
+        self.hooks = hooks or BatchHooks()
+        self.replay_guard = replay_guard
+        self.records: list[BatchRecord] = []
+        # (batch id, step) of the batch being written, for operators and tests; None between
+        self.in_progress: tuple[int, str] | None = None
+        self.last_error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._recorded = threading.Condition(self._lock)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """Upsert one micro-batch.
+
+        Raises:
+            ingest_gate.gate.GateTimeout: no lease within max_hold_s under policy `fail`.
+            ingest_gate.gate.LeaseLost: the lease was lost before the commit under `fail`.
+            IngestError: the query id cannot be found.
+            pyspark.errors.PySparkException: Spark or Iceberg failed (e.g. a commit conflict).
+        """
+        started = time.monotonic()
+        spark = batch.sparkSession
+        record = BatchRecord(query_id=self._query_id(spark), batch_id=batch_id)
+        parsed = None
+        self.in_progress = (batch_id, "parse")
+        try:
+            parsed = parse_events(with_source_position(batch), required=self._required()).persist()
+            self._upsert(spark, parsed, record)
+        except BaseException as exc:
+            if record.outcome not in ("timed_out", "lease_lost"):
+                record.outcome = "failed"
+            record.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            self.last_error = exc
+            raise
+        finally:
+            self.in_progress = None
+            if parsed is not None:
+                parsed.unpersist()
+            record.duration_s = round(time.monotonic() - started, 3)
+            log.info(json.dumps(record.as_dict(), default=str))
+            with self._recorded:
+                self.records.append(record)
+                self._recorded.notify_all()
+
+    def wait_for(self, count: int, timeout: float | None = None) -> bool:
+        """Block until `count` batches were recorded; False on timeout."""
+        with self._recorded:
+            return self._recorded.wait_for(lambda: len(self.records) >= count, timeout)
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _required(self) -> tuple[str, ...]:
+        cfg = self.config
+        return tuple(dict.fromkeys([*cfg.key_columns, cfg.event_time_column]))
+
+    def _query_id(self, spark: SparkSession) -> str:
+        if self.query_id is not None:
+            return self.query_id
+        query_id = spark.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query_id:
+            raise IngestError(
+                "no streaming query id on this thread: run BatchWriter as a foreachBatch "
+                "function, or pass query_id="
+            )
+        return query_id
+
+    def _upsert(self, spark: SparkSession, parsed: DataFrame, record: BatchRecord) -> None:
+        from pyspark.sql import functions as F
+
+        cfg = self.config
+        counts = parsed.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count("reason").alias("bad"),
+        ).first()
+        record.rows_read, record.bad_rows = int(counts["rows"]), int(counts["bad"])
+        good, bad = split_valid(parsed)
+        if record.bad_rows:
+            # before the gate: dead letters are not the table's, and a replay overwrites them
+            record.dead_letter_path = write_dead_letters(
+                bad, cfg.dead_letter_path, query_id=record.query_id, batch_id=record.batch_id
+            )
+        deduped = dedupe_latest(
+            good, key_columns=cfg.key_columns, event_time_column=cfg.event_time_column
+        ).persist()
+        try:
+            record.rows_in_merge = deduped.count()
+            record.duplicates_dropped = record.rows_read - record.bad_rows - record.rows_in_merge
+            if record.rows_in_merge == 0:
+                record.outcome = "empty"
+                return
+            if self.replay_guard:
+                found = find_batch_snapshot(
+                    spark, cfg.table, query_id=record.query_id, batch_id=record.batch_id
+                )
+                if found is not None:
+                    # committed before a crash, replayed from the checkpoint: a second MERGE
+                    # would change no row but still add an empty snapshot
+                    record.snapshot_id = found
+                    record.outcome = "replayed"
+                    return
+            self._merge(spark, deduped, record)
+        finally:
+            deduped.unpersist()
+
+    def _merge(self, spark: SparkSession, deduped: DataFrame, record: BatchRecord) -> None:
+        cfg = self.config
+        view = f"lakelock_batch_{record.batch_id}"
+        deduped.createOrReplaceTempView(view)
+        statement = merge_sql(
+            target=cfg.table,
+            source=view,
+            key_columns=cfg.key_columns,
+            event_time_column=cfg.event_time_column,
+        )
+        gate_pass = None
+        self.in_progress = (record.batch_id, "gate")
+        try:
+            with self.gate.commit(cfg.table) as gate_pass:
+                self.in_progress = (record.batch_id, "merge")
+                self._note_gate(record, gate_pass)
+                if self.hooks.before_merge is not None:
+                    self.hooks.before_merge(record.batch_id, gate_pass)
+                gate_pass.check()
+                lease = gate_pass.lease
+                record.lease_id = None if lease is None else lease.lease_id
+                props = batch_properties(
+                    query_id=record.query_id, batch_id=record.batch_id, lease_id=record.lease_id
+                )
+                merge_started = time.monotonic()
+                with_commit_properties(spark, props, lambda: spark.sql(statement))
+                record.commit_s = round(time.monotonic() - merge_started, 3)
+        except BaseException as exc:
+            if gate_pass is None:
+                gate_pass = getattr(exc, "gate_pass", None)
+            if gate_pass is not None:
+                self._note_gate(record, gate_pass)
+            raise
+        finally:
+            spark.catalog.dropTempView(view)
+        self._note_gate(record, gate_pass)
+        if record.outcome == "lease_lost":
+            # the gate let the batch through (policy proceed), so the MERGE did commit
+            record.outcome = "proceeded_after_lease_lost"
+        record.snapshot_id = find_batch_snapshot(
+            spark, cfg.table, query_id=record.query_id, batch_id=record.batch_id
+        )
+        if record.snapshot_id is not None:
+            summary = snapshot_summary(spark, cfg.table, record.snapshot_id)
+            # merge-on-read: each inserted or updated row is one added record
+            record.rows_merged = int(summary.get("added-records", 0))
+        if self.hooks.after_merge is not None:
+            self.hooks.after_merge(record.batch_id, gate_pass)
+
+    @staticmethod
+    def _note_gate(record: BatchRecord, gate_pass: Any) -> None:
+        info = gate_pass.as_dict()
+        record.gate_wait_s = info.get("waited_s", 0.0)
+        record.wait_reasons = list(info.get("wait_reasons", []))
+        record.lease_calls_s = info.get("lease_calls_s", 0.0)
+        if info.get("outcome"):
+            record.outcome = info["outcome"]
+        lease = gate_pass.lease
+        if lease is not None:
+            record.lease_id = lease.lease_id
+
+
+class IngestRun:
+    """A running ingest query. See `run()`.
+
+    handle.query        # the StreamingQuery (its `id` is the query id of the snapshot summaries)
+    handle.records      # BatchRecords so far, oldest first
+    handle.wait()       # until the configured bound, then stop; raises if the query failed
+    handle.stop()
+    """
+
+    def __init__(self, query: StreamingQuery, writer: BatchWriter, config: IngestConfig) -> None:
+        self.query = query
+        self.writer = writer
+        self.config = config
+        self.started = time.monotonic()
+
+    @property
+    def records(self) -> list[BatchRecord]:
+        return list(self.writer.records)
+
+    @property
+    def query_id(self) -> str:
+        return str(self.query.id)
+
+    def stop(self) -> None:
+        """Stop the query (a running batch is interrupted; it is replayed on the next start)."""
+        self.query.stop()
+
+    def wait(self, timeout: float | None = None) -> list[BatchRecord]:
+        """Block until the query ends by itself (available-now), `max_batches` batches ran,
+        `run_for_s` passed or `timeout` passed; then stop it and return the records.
+
+        Raises:
+            The exception that failed the last batch (e.g. GateTimeout), when the query died of
+            it; else pyspark.errors.StreamingQueryException if the query failed.
+        """
+        from pyspark.errors import StreamingQueryException
+
+        cfg = self.config
+        deadlines = [t for t in (cfg.run_for_s, timeout) if t is not None]
+        deadline = self.started + min(deadlines) if deadlines else None
+        try:
+            while self.query.isActive:
+                if cfg.max_batches is not None and len(self.writer.records) >= cfg.max_batches:
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                try:
+                    self.query.awaitTermination(0.2 if left is None else min(0.2, left))
+                except StreamingQueryException:
+                    break  # raised below, as the batch's own error where there is one
+        finally:
+            self.stop()
+        self._raise_failure()
+        return self.records
+
+    def _raise_failure(self) -> None:
+        failure = self.query.exception()
+        if failure is None:
+            return
+        if self.writer.last_error is not None:
+            raise self.writer.last_error from failure
+        raise failure
+
+
+def run(
+    config: IngestConfig,
+    *,
+    spark: SparkSession | None = None,
+    gate: GateLike | None = None,
+    hooks: BatchHooks | None = None,
+) -> IngestRun:
+    """Create the table if missing and start the streaming query; returns at once.
+
+    `spark` lets tests and notebooks share a session; else one is built from `config.catalog`.
+    `gate` replaces the one built from config (`make_gate`).
+
+    Raises:
+        pyspark.errors.PySparkException: the table or the query cannot be set up.
+    """
+    if spark is None:
+        from ingest_gate.spark import build_session
+
+        spark = build_session(
+            config.catalog, app_name="lakelock-ingest", master=config.spark_master
+        )
+    ensure_table(spark, config.table, partition_columns=config.partition_columns)
+    if config.source == "files" and "://" not in config.landing_path:
+        # the file source refuses a missing folder; an empty one just has nothing yet
+        Path(config.landing_path).mkdir(parents=True, exist_ok=True)
+    writer = BatchWriter(
+        config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks
+    )
+    stream = read_stream(spark, config).writeStream.foreachBatch(writer)
+    stream = stream.option("checkpointLocation", config.checkpoint_path)
+    if config.available_now:
+        stream = stream.trigger(availableNow=True)
+    else:
+        interval_ms = max(int(config.trigger_interval_s * 1000), 1)
+        stream = stream.trigger(processingTime=f"{interval_ms} milliseconds")
+    query = stream.start()
+    log.info(
+        "ingest query %s (run %s) started: %s -> %s",
+        query.id,
+        query.runId,
+        config.landing_path if config.source == "files" else "kafka",
+        config.table,
+    )
+    return IngestRun(query, writer, config)

@@ -1,0 +1,100 @@
+"""The streaming sources: a landing folder of JSON-lines files, or a Kafka topic.
+
+    read_stream(spark, config)     # columns: raw, _source_file, _source_pos
+    kafka_reader_options(config)   # the options handed to spark.readStream.format("kafka")
+
+Both give one raw record per row in `raw` plus where it was read (ORDER_COLUMNS), which breaks
+ties between versions of a key with equal event time (see ingest_gate.schema).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ingest_gate.schema import ORDER_COLUMNS, RAW_COLUMN
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ingest_gate.config import IngestConfig
+
+__all__ = [
+    "KAFKA_DEFAULTS",
+    "file_reader_options",
+    "kafka_reader_options",
+    "read_stream",
+    "with_source_position",
+]
+
+KAFKA_DEFAULTS = {
+    # a first start reads what the topic still retains instead of skipping it
+    "startingOffsets": "earliest",
+    # offsets that vanished before they were read are lost events: stop rather than skip them
+    "failOnDataLoss": "true",
+}
+
+
+def kafka_reader_options(config: IngestConfig) -> dict[str, str]:
+    """KAFKA_DEFAULTS overridden by `config.kafka`, passed through as given.
+
+    Needs the `spark-sql-kafka-0-10` package on the cluster (`spark.jars.packages`).
+    """
+    return {**KAFKA_DEFAULTS, **dict(config.kafka)}
+
+
+def file_reader_options(config: IngestConfig) -> dict[str, str]:
+    """Options of the text source over the landing folder."""
+    options = {
+        # only finished files: the generator writes to a hidden temp name, then renames
+        "pathGlobFilter": "*.jsonl",
+    }
+    if config.max_files_per_trigger is not None:
+        options["maxFilesPerTrigger"] = str(config.max_files_per_trigger)
+    return options
+
+
+def read_stream(spark: SparkSession, config: IngestConfig) -> DataFrame:
+    """The configured source as a streaming DataFrame of raw records.
+
+    Raises:
+        pyspark.errors.PySparkException: the source cannot be set up (e.g. no Kafka package).
+    """
+    from pyspark.sql import functions as F
+
+    file_col, pos_col = ORDER_COLUMNS
+    if config.source == "kafka":
+        return (
+            spark.readStream.format("kafka")
+            .options(**kafka_reader_options(config))
+            .load()
+            .select(
+                F.col("value").cast("string").alias(RAW_COLUMN),
+                F.concat_ws(":", "topic", F.col("partition").cast("string")).alias(file_col),
+                F.col("offset").alias(pos_col),
+            )
+        )
+    return (
+        spark.readStream.format("text")
+        .options(**file_reader_options(config))
+        .load(config.landing_path)
+        .select(
+            F.col("value").alias(RAW_COLUMN),
+            # file names sort in write order (see ingest_gate.generate); the position within a
+            # file is added per batch (with_source_position): streaming plans refuse row ids
+            F.input_file_name().alias(file_col),
+        )
+    )
+
+
+def with_source_position(batch: DataFrame) -> DataFrame:
+    """`batch` with `_source_pos` when the source gave none (the file source).
+
+    The id increases with the row order of each partition, and a small file is read by one
+    partition in line order, so among the rows of one file a later line gets a larger id.
+    """
+    from pyspark.sql import functions as F
+
+    pos_col = ORDER_COLUMNS[1]
+    if pos_col in batch.columns:
+        return batch
+    return batch.withColumn(pos_col, F.monotonically_increasing_id())

@@ -1,0 +1,239 @@
+"""The upsert job on local Spark and the real Iceberg runtime, without the lease service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import snapshots, table_rows
+
+from ingest_gate.config import load_config
+from ingest_gate.generate import EventGenerator
+from ingest_gate.job import BatchHooks, BatchWriter, Ungated, run
+from ingest_gate.schema import dedupe_latest, parse_events, split_valid
+from ingest_gate.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
+from ingest_gate.spark import SparkJobGroups
+from ingest_gate.table import ensure_table
+
+pytestmark = pytest.mark.spark
+
+WAIT_S = 120  # generous bound for a handful of tiny batches on a shared 2-core machine
+
+
+class CrashAfterCommit(RuntimeError):
+    """Stands for the driver dying after the Iceberg commit, before the checkpoint commit."""
+
+
+def _config(tmp_path: Path, name: str, **overrides):
+    values = {
+        "table": f"local.db.{name}",
+        "landing_path": str(tmp_path / "landing"),
+        "dead_letter_path": str(tmp_path / "dead-letter"),
+        "checkpoint_path": str(tmp_path / "checkpoint"),
+        "available_now": True,
+        "max_files_per_trigger": 1,
+        "gate_enabled": False,
+    }
+    values.update(overrides)
+    return load_config(overrides=values)
+
+
+def _dead_letters(folder: Path) -> list[dict]:
+    return [
+        json.loads(line)
+        for part in sorted(folder.rglob("part-*.json"))
+        for line in part.read_text().splitlines()
+    ]
+
+
+def test_duplicates_within_and_across_batches_leave_one_latest_row_per_key(spark, tmp_path):
+    config = _config(tmp_path, "upsert")
+    gen = EventGenerator(seed=21, update_ratio=0.3, duplicate_ratio=0.2, late_update_ratio=0.15)
+    for _ in range(3):
+        gen.write_file(config.landing_path, 40)
+
+    records = run(config, spark=spark).wait(timeout=WAIT_S)
+
+    assert [r.outcome for r in records] == ["ungated"] * 3
+    assert table_rows(spark, config.table) == gen.expected_rows()
+    assert sum(r.duplicates_dropped for r in records) > 0
+    assert sum(r.rows_read for r in records) == 120
+
+
+def test_new_table_is_merge_on_read_v2_partitioned_by_dt_and_hr(spark, tmp_path):
+    ensure_table(spark, "local.db.created", partition_columns=("dt", "hr"))
+    props = {
+        r["key"]: r["value"] for r in spark.sql("SHOW TBLPROPERTIES local.db.created").collect()
+    }
+    assert props["format-version"] == "2"
+    for op in ("merge", "update", "delete"):
+        assert props[f"write.{op}.mode"] == "merge-on-read"
+    assert props["write.delete.granularity"] == "file"
+    partition_fields = spark.table("local.db.created.partitions").schema["partition"].dataType
+    assert partition_fields.fieldNames() == ["dt", "hr"]
+
+
+def test_each_commit_records_query_batch_and_lease_in_the_snapshot_summary(spark, tmp_path):
+    config = _config(tmp_path, "summary")
+    gen = EventGenerator(seed=3, update_ratio=0.0)
+    gen.write_file(config.landing_path, 10)
+    gen.write_file(config.landing_path, 10)
+
+    handle = run(config, spark=spark)
+    records = handle.wait(timeout=WAIT_S)
+
+    summaries = [s["summary"] for s in snapshots(spark, config.table)]
+    assert [(s[QUERY_ID], s[BATCH_ID], s[LEASE_ID]) for s in summaries] == [
+        (handle.query_id, "0", "none"),
+        (handle.query_id, "1", "none"),
+    ]
+    assert [r.snapshot_id for r in records] == [
+        s["snapshot_id"] for s in snapshots(spark, config.table)
+    ]
+    assert [r.rows_merged for r in records] == [10, 10]
+
+
+def test_bad_records_go_to_dead_letters_with_their_reason_and_good_rows_commit(spark, tmp_path):
+    config = _config(tmp_path, "deadletter")
+    gen = EventGenerator(seed=8, update_ratio=0.0)
+    good = gen.records(3)
+    bad = [
+        '{"event_id":"x1","user_',
+        '{"user_id":1,"event_time":"2024-05-01T10:00:00.000000Z","dt":"2024-05-01","hr":10}',
+        '{"event_id":"x3","user_id":"abc","event_time":"2024-05-01T10:00:00.000000Z",'
+        '"dt":"2024-05-01","hr":10}',
+        '{"event_id":"x4","event_time":"2024-05-01T10:00:00.000000Z","dt":"2024-13-01","hr":10}',
+        "[1, 2]",
+    ]
+    landing = Path(config.landing_path)
+    landing.mkdir(parents=True)
+    (landing / "events-1.jsonl").write_text("\n".join([good[0], *bad, *good[1:]]) + "\n")
+
+    records = run(config, spark=spark).wait(timeout=WAIT_S)
+
+    assert table_rows(spark, config.table) == gen.expected_rows()
+    assert (records[0].rows_read, records[0].bad_rows) == (8, 5)
+    letters = {d["raw"]: d["reason"] for d in _dead_letters(Path(config.dead_letter_path))}
+    assert letters == {
+        bad[0]: "unparseable JSON: not a JSON object",
+        bad[1]: "missing field event_id",
+        bad[2]: "wrong type for user_id: expected bigint",
+        bad[3]: "wrong type for dt: expected date",
+        bad[4]: "unparseable JSON: not a JSON object",
+    }
+
+
+def test_generated_bad_records_are_all_dead_lettered(spark, tmp_path):
+    config = _config(tmp_path, "deadletter_gen")
+    gen = EventGenerator(seed=13, bad_ratio=0.3)
+    gen.write_file(config.landing_path, 40)
+
+    records = run(config, spark=spark).wait(timeout=WAIT_S)
+
+    letters = _dead_letters(Path(config.dead_letter_path))
+    assert len(letters) == records[0].bad_rows == gen.by_kind["bad"] > 0
+    assert all(d["reason"] and d["batch_id"] == 0 for d in letters)
+    assert table_rows(spark, config.table) == gen.expected_rows()
+
+
+def _raw_batch(spark, lines):
+    return spark.createDataFrame([(line,) for line in lines], "raw string")
+
+
+def test_replayed_batch_changes_nothing(spark, tmp_path):
+    config = _config(tmp_path, "replay")
+    ensure_table(spark, config.table, partition_columns=config.partition_columns)
+    gen = EventGenerator(seed=5)
+    batch = _raw_batch(spark, gen.records(20))
+    writer = BatchWriter(config, gate=Ungated(), query_id="query-replay")
+
+    writer(batch, 0)
+    before = (table_rows(spark, config.table), snapshots(spark, config.table))
+    writer(batch, 0)
+
+    assert (table_rows(spark, config.table), snapshots(spark, config.table)) == before
+    assert [r.outcome for r in writer.records] == ["ungated", "replayed"]
+    assert writer.records[1].snapshot_id == writer.records[0].snapshot_id
+
+
+def test_replay_past_the_snapshot_guard_still_changes_no_row(spark, tmp_path):
+    """The event-time guard alone keeps a replay harmless, e.g. once expire_snapshots removed
+    the snapshot that the replay guard looks for."""
+    config = _config(tmp_path, "replay_unguarded")
+    ensure_table(spark, config.table, partition_columns=config.partition_columns)
+    gen = EventGenerator(seed=6, update_ratio=0.4)
+    first, second = gen.records(15), gen.records(15)
+    writer = BatchWriter(config, gate=Ungated(), query_id="q", replay_guard=False)
+    writer(_raw_batch(spark, first), 0)
+    writer(_raw_batch(spark, second), 1)
+    expected = table_rows(spark, config.table)
+
+    writer(_raw_batch(spark, first), 0)  # older versions of keys that batch 1 updated
+
+    assert table_rows(spark, config.table) == expected == gen.expected_rows()
+
+
+def test_restart_after_crash_between_iceberg_commit_and_checkpoint_loses_and_duplicates_nothing(
+    spark, tmp_path
+):
+    config = _config(tmp_path, "crash")
+    gen = EventGenerator(seed=9, update_ratio=0.4, duplicate_ratio=0.1)
+    for _ in range(3):
+        gen.write_file(config.landing_path, 15)
+
+    def crash_once(batch_id, gate_pass):
+        if batch_id == 1:
+            raise CrashAfterCommit("after the MERGE of batch 1")
+
+    first = run(config, spark=spark, hooks=BatchHooks(after_merge=crash_once))
+    with pytest.raises(CrashAfterCommit):
+        first.wait(timeout=WAIT_S)
+    assert [r.batch_id for r in first.records] == [0, 1]  # batch 1 committed to Iceberg
+
+    second = run(config, spark=spark)
+    records = second.wait(timeout=WAIT_S)
+
+    assert second.query_id == first.query_id  # the same query, resumed from its checkpoint
+    assert [(r.batch_id, r.outcome) for r in records] == [(1, "replayed"), (2, "ungated")]
+    assert table_rows(spark, config.table) == gen.expected_rows()
+    batch_ids = [s["summary"][BATCH_ID] for s in snapshots(spark, config.table)]
+    assert batch_ids == ["0", "1", "2"]
+
+
+def test_within_a_batch_a_tie_on_event_time_goes_to_the_record_written_later(spark):
+    def line(amount):
+        return json.dumps(
+            {
+                "event_id": "e1",
+                "user_id": 1,
+                "product_id": "p1",
+                "event_type": "click",
+                "event_time": "2024-05-01T10:00:00.000000Z",
+                "dt": "2024-05-01",
+                "hr": 10,
+                "amount": amount,
+            }
+        )
+
+    raw = spark.createDataFrame(
+        [
+            (line(1.0), "file:/l/events-2.jsonl", 0),
+            (line(2.0), "file:/l/events-1.jsonl", 5),
+            (line(3.0), "file:/l/events-2.jsonl", 1),
+        ],
+        "raw string, _source_file string, _source_pos long",
+    )
+    good, _ = split_valid(parse_events(raw, required=("event_id", "dt", "hr", "event_time")))
+    kept = dedupe_latest(good, key_columns=("event_id", "dt", "hr"), event_time_column="event_time")
+    assert [r["amount"] for r in kept.collect()] == [3.0]
+
+
+def test_job_group_is_restored_after_the_gate_leaves(spark):
+    sc = spark.sparkContext
+    sc.setJobGroup("stream-run", "the query's own group")
+    groups = SparkJobGroups(sc)
+    groups.set("lakelock-1")
+    assert sc.getLocalProperty("spark.jobGroup.id") == "lakelock-1"
+    groups.clear()
+    assert sc.getLocalProperty("spark.jobGroup.id") == "stream-run"
