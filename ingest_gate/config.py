@@ -1,7 +1,7 @@
 """The one configuration object of the ingest job.
 
 Defaults run with no file and no flags: a Hadoop catalog and every path under `./var/`, the
-landing-folder source, the lakelock service on 127.0.0.1:8000. A TOML file overrides defaults and
+landing-folder source, the lakelock service on 127.0.0.1:8737. A TOML file overrides defaults and
 flags override the file:
 
     IngestConfig()                                            # defaults
@@ -91,7 +91,7 @@ class IngestConfig:
     event_time_column: str = "event_time"
     partition_columns: tuple[str, ...] = ("dt", "hr")
     gate_enabled: bool = True
-    lakelock_url: str = "http://127.0.0.1:8000"
+    lakelock_url: str = "http://127.0.0.1:8737"
     lakelock_token: str | None = None
     holder: str = field(default_factory=_default_holder)
     lease_ttl_s: float = 30.0

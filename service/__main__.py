@@ -13,10 +13,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import uvicorn
+from uvicorn.supervisors import Multiprocess
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -64,54 +68,60 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "migrate" or args.migrate or settings.is_sqlite:
         # SQLite is the local default: a fresh file is migrated on start, so one command runs
-        migrate.upgrade(settings.database_url)
-        log.info("database at migration head", extra={"database": mask_url(settings.database_url)})
+        database = mask_url(settings.database_url)
+        try:
+            migrate.upgrade(settings.database_url)
+        except Exception:
+            # one JSON line with the traceback (not a bare one on stderr), then a failed exit
+            # so a one-off migration task is seen to fail and the deploy stops
+            log.exception("migration failed", extra={"database": database})
+            return 1
+        log.info("database at migration head", extra={"database": database})
         if args.command == "migrate":
             return 0
     return _serve(settings)
 
 
 def _serve(settings: Settings) -> int:
-    import uvicorn
+    from service.logs import logging_config
 
-    options = {
-        "host": settings.host,
-        "port": settings.port,
-        "proxy_headers": True,  # behind the load balancer: client address from X-Forwarded-For
-        "forwarded_allow_ips": "*",
-        "log_config": None,
-        "access_log": False,  # service.app logs one JSON line per request instead
-        "timeout_graceful_shutdown": settings.shutdown_grace_s,
-    }
+    config = uvicorn.Config(
+        "service.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        proxy_headers=True,  # behind the load balancer: client address from X-Forwarded-For
+        forwarded_allow_ips="*",
+        # each worker process configures its logging from this, not from main()
+        log_config=logging_config(settings.log_level, settings.log_format),
+        access_log=False,  # service.app logs one JSON line per request instead
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
+    )
     if settings.workers > 1:
-        # uvicorn's supervisor forwards SIGTERM to the workers; their long-polls answer at their
-        # deadline (at most LAKELOCK_MAX_WAIT_S). On ECS prefer one worker per task.
-        uvicorn.run("service.app:create_app", factory=True, workers=settings.workers, **options)
+        # the supervisor sends SIGTERM on to every worker, whose app wakes its own long-polls
+        # (service.app), and returns once they have all exited
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
         return 0
-
-    class GracefulServer(uvicorn.Server):
-        """On SIGTERM/SIGINT, first wake every pending long-poll so it answers now with the
-        current state, then let uvicorn stop accepting and finish in-flight requests."""
-
-        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            app = _find_fastapi(getattr(self.config, "loaded_app", None))
-            if app is not None and hasattr(app.state, "runtime"):
-                app.state.runtime.notifier.close()
-            super().handle_exit(sig, frame)
-
-    GracefulServer(uvicorn.Config("service.app:create_app", factory=True, **options)).run()
-    return 0
+    server = CleanExitServer(config)
+    server.run()
+    return 0 if server.started else 3
 
 
-def _find_fastapi(app: Any) -> Any:
-    """The FastAPI app under uvicorn's middleware wrappers."""
-    seen = 0
-    while app is not None and seen < 10:
-        if hasattr(app, "state") and hasattr(app, "router"):
-            return app
-        app = getattr(app, "app", None)
-        seen += 1
-    return None
+class CleanExitServer(uvicorn.Server):
+    """A uvicorn server whose process exits 0 after a graceful stop on SIGTERM or SIGINT.
+
+    uvicorn re-raises the signal it caught once it has shut down, so the process would die of
+    SIGTERM (status 143) although it stopped cleanly, and ECS would show every stop as a crash.
+    Pending long-polls are woken by the app itself (service.app), not here.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn's handle_exit, minus recording the signal for the re-raise
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
@@ -28,7 +31,7 @@ from service.api import router
 from service.db import is_unavailable, make_engine
 from service.errors import InvalidRequest, LakelockError, ServerError, Unavailable, to_problem
 from service.logs import mask_url
-from service.runtime import Runtime
+from service.runtime import Notifier, Runtime
 from service.settings import Settings, get_settings
 
 __all__ = ["create_app"]
@@ -69,11 +72,18 @@ def _http_problem(request: Request, exc: StarletteHTTPException) -> JSONResponse
 
 def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:
     if is_unavailable(exc):
-        log.warning("database unavailable: %s", type(exc.orig).__name__ if exc.orig else exc)
+        log.warning("database unavailable: %s", _reason(exc))
         return problem_response(
             request, Unavailable("the lock database cannot be reached; retry later")
         )
     return _server_fault(request, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's own message, e.g. `(2003, "Can't connect to MySQL server on 'db' ...")`:
+    it names the host, never the password, and leaves out the SQL that SQLAlchemy adds."""
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {orig or exc}"
 
 
 def _server_fault(request: Request, exc: Exception) -> JSONResponse:
@@ -145,7 +155,9 @@ class RequestContext:
                 "status": status,
                 "duration_ms": round(duration * 1000, 2),
                 "request_id": request_id,
-                "caller": state.get("caller"),
+                "caller": state.get("caller"),  # the token's name, never its secret
+                # the caller's address; behind the load balancer, from X-Forwarded-For
+                "client": (scope.get("client") or (None,))[0],
             },
         )
 
@@ -165,9 +177,45 @@ def _sweeper(runtime: Runtime, stop: threading.Event) -> None:
     while not stop.wait(runtime.settings.sweep_interval_s):
         try:
             runtime.sweep_once()
-        except Exception:
-            # the next tick tries again; a database outage must not kill the sweeper
-            log.exception("sweep failed")
+        except Exception as exc:
+            # the next tick tries again; a database outage must not kill the sweeper, nor
+            # write a traceback every tick while it lasts
+            if is_unavailable(exc):
+                log.warning("sweep skipped, database unavailable: %s", _reason(exc))
+            else:
+                log.exception("sweep failed")
+
+
+def _wake_long_polls_on_exit_signal(notifier: Notifier) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, wake every pending long-poll at once, then let the server's own
+    handler stop it; returns the function that puts the server's handlers back.
+
+    uvicorn waits for open connections to finish before it runs the lifespan shutdown, so a
+    long-poll woken only there would hold the stop for up to LAKELOCK_MAX_WAIT_S. Hooking the
+    handler here, not in `python -m service`, also covers worker processes uvicorn spawns.
+    Nothing is hooked outside the main thread (signals go to it alone) or when no server
+    handles the signal (a TestClient, a plain script).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if not callable(handler):
+            continue
+
+        def wake(sig: int, frame: FrameType | None, handler: Any = handler) -> None:
+            notifier.close()
+            handler(sig, frame)
+
+        previous[sig] = handler
+        signal.signal(sig, wake)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -193,10 +241,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             target=_sweeper, args=(runtime, stop), name="lakelock-sweeper", daemon=True
         )
         sweeper.start()
+        restore_signals = _wake_long_polls_on_exit_signal(runtime.notifier)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
         try:
             yield
         finally:
+            restore_signals()
             runtime.notifier.close()
             stop.set()
             sweeper.join(timeout=5)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from sqlalchemy import and_, insert, select, update
@@ -135,7 +136,7 @@ def _ttl(seconds: float) -> timedelta:
 # -- the table row ---------------------------------------------------------------------------
 
 
-def _lock_table(conn: Connection, table: str, at: datetime, *, create: bool = True) -> dict | None:
+def _lock_table(conn: Connection, table: str, *, create: bool = True) -> dict | None:
     """The table's row, locked for this transaction; created on first use."""
     query = select(tables_t).where(tables_t.c.name == table).with_for_update()
     row = conn.execute(query).mappings().first()
@@ -146,7 +147,8 @@ def _lock_table(conn: Connection, table: str, at: datetime, *, create: bool = Tr
             "maintenance": "enabled",
             "next_token": 1,
             "version": 1,
-            "created_at": at,
+            # the clock is read only here, on first use: most calls find the row
+            "created_at": now(conn),
         }
         # two first uses may race: the loser's insert is ignored and it locks the winner's row
         if conn.dialect.name == "sqlite":
@@ -255,7 +257,7 @@ _NO_INTENT = {
 
 
 def _locked_table(conn: Connection, table: str) -> tuple[dict, datetime]:
-    row = _lock_table(conn, table, now(conn))
+    row = _lock_table(conn, table)
     assert row is not None
     # read the clock after the lock is ours: a call that waited for the lock must not judge
     # expiry (or stamp a grant) with an instant from before the previous holder committed
@@ -658,9 +660,8 @@ def _end(
             .where(commit_leases_t.c.id == found.commit.id)
             .values(ended_at=at, end=end)
         )
-        found.commit = conn.execute(
-            select(commit_leases_t).where(commit_leases_t.c.id == found.commit.id)
-        ).one()
+        # the row is ours under the table lock: its new state is known without reading it back
+        found.commit = SimpleNamespace(**{**found.commit._asdict(), "ended_at": at, "end": end})
         _change(conn, found.row)
     else:
         _change(conn, found.row, maint_ended_at=at, maint_end=end)
@@ -832,6 +833,6 @@ def tables_due_for_sweep(conn: Connection) -> list[str]:
 
 def sweep(conn: Connection, *, table: str) -> None:
     """Mark what expired on `table` as ended, with its audit events (one transaction)."""
-    row = _lock_table(conn, table, now(conn), create=False)
+    row = _lock_table(conn, table, create=False)
     if row is not None:
         _sweep_row(conn, row, now(conn))

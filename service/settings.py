@@ -5,7 +5,7 @@
     LAKELOCK_AUTH=off        # local runs only; the service warns on every start
 
 `get_settings()` validates once and caches; a bad value stops start-up with a message naming the
-variable and the rule. Every setting is listed in the README's settings table.
+variable and the rule. Every setting is listed in docs/settings.md (`settings_table()`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Role", "ApiToken", "Settings", "SettingsError", "get_settings", "load_settings"]
+__all__ = [
+    "Role",
+    "ApiToken",
+    "Settings",
+    "SettingsError",
+    "get_settings",
+    "load_settings",
+    "settings_table",
+]
 
 Role = Literal["reader", "job", "operator"]
 ROLES: tuple[Role, ...] = ("reader", "job", "operator")
@@ -44,26 +52,97 @@ class SettingsError(ValueError):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LAKELOCK_", extra="ignore", frozen=True)
 
-    database_url: str = DEFAULT_SQLITE_URL
-    auth: Literal["on", "off"] = "on"
-    tokens: str = Field(default="", repr=False)
-    host: str = "127.0.0.1"
-    port: int = Field(default=8737, ge=1, le=65535)
-    workers: int = Field(default=1, ge=1, le=64)
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["json", "text"] = "json"
-    min_ttl_s: float = Field(default=1.0, gt=0)
-    max_ttl_s: float = Field(default=3600.0, gt=0)
-    max_wait_s: float = Field(default=60.0, ge=0, le=600)
-    intent_ttl_s: float = Field(default=30.0, gt=0, le=3600)
-    poll_interval_s: float = Field(default=0.05, gt=0, le=5)
-    sweep_interval_s: float = Field(default=1.0, gt=0, le=3600)
-    retry_after_s: float = Field(default=1.0, gt=0, le=600)
-    max_body_bytes: int = Field(default=65536, ge=1024)
-    db_pool_size: int = Field(default=40, ge=1, le=1000)
-    db_timeout_s: float = Field(default=5.0, gt=0, le=120)
-    runs_kept: int = Field(default=50, ge=1, le=10000)
-    shutdown_grace_s: float = Field(default=20.0, ge=0, le=600)
+    database_url: str = Field(
+        default=DEFAULT_SQLITE_URL,
+        description="The lock database: `mysql+pymysql://user:password@host:3306/db` (or "
+        "`mariadb+pymysql://`; `mysql://` means PyMySQL too) or `sqlite:///path` for local "
+        "runs. A secret: the password is masked in logs.",
+    )
+    auth: Literal["on", "off"] = Field(
+        default="on", description="`off` lets anyone do anything; local runs only."
+    )
+    tokens: str = Field(
+        default="",
+        repr=False,
+        description="Bearer tokens, `name:role:secret,...`; role `reader`, `job` or "
+        "`operator`; secrets of 8+ characters. Required when auth is on. A secret: logs name "
+        "the token only.",
+    )
+    host: str = Field(default="127.0.0.1", description="Listen address (`0.0.0.0` in the image).")
+    port: int = Field(default=8737, ge=1, le=65535, description="Listen port.")
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Server processes. Each has its own database pool; on ECS prefer one per "
+        "task and more tasks.",
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="`info` logs one line per request and per lease transition."
+    )
+    log_format: Literal["json", "text"] = Field(
+        default="json", description="`json`: one object per line on stderr; `text` for a terminal."
+    )
+    min_ttl_s: float = Field(default=1.0, gt=0, description="Shortest lease TTL a client may ask.")
+    max_ttl_s: float = Field(
+        default=3600.0, gt=0, description="Longest lease TTL a client may ask."
+    )
+    max_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=600,
+        description="Longest long-poll (`wait_s`, `wait`). Keep the load balancer's idle "
+        "timeout above it.",
+    )
+    intent_ttl_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="How long a maintenance intent lives unless its owner asks again.",
+    )
+    poll_interval_s: float = Field(
+        default=0.05,
+        gt=0,
+        le=5,
+        description="How often a long-poll re-reads its table's version, to see changes made "
+        "through other replicas.",
+    )
+    sweep_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="How often each replica ends expired leases and intents.",
+    )
+    retry_after_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=600,
+        description="`Retry-After` on 503 answers and on refusals that carry no estimate of their own.",
+    )
+    max_body_bytes: int = Field(
+        default=65536, ge=1024, description="Largest request body; larger ones get 413."
+    )
+    db_pool_size: int = Field(
+        default=40,
+        ge=1,
+        le=1000,
+        description="Database connections kept per process (as many again may open under load).",
+    )
+    db_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=120,
+        description="Database connect timeout; reads and writes time out after 4x this. Bounds "
+        "how long a call waits on an unreachable database before answering 503.",
+    )
+    runs_kept: int = Field(default=50, ge=1, le=10000, description="Run reports kept per table.")
+    shutdown_grace_s: float = Field(
+        default=20.0,
+        ge=0,
+        le=600,
+        description="On SIGTERM, how long in-flight requests may take before they are cut off "
+        "(pending long-polls answer at once). Keep the ECS `stopTimeout` above it.",
+    )
 
     @field_validator("database_url")
     @classmethod
@@ -141,3 +220,12 @@ def load_settings(**overrides: object) -> Settings:
 @lru_cache
 def get_settings() -> Settings:
     return load_settings()
+
+
+def settings_table() -> str:
+    """The Markdown table of every setting (docs/settings.md), from `Settings.model_fields`."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for name, field in Settings.model_fields.items():
+        default = "(empty)" if field.default == "" else f"`{field.default}`"
+        rows.append(f"| `LAKELOCK_{name.upper()}` | {default} | {field.description} |")
+    return "\n".join(rows) + "\n"
