@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -25,7 +20,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-ROOT = Path(__file__).resolve().parent.parent
+from service.local import LocalService, free_port
+
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
 TOKENS = {
@@ -130,80 +126,17 @@ def api(db_url: str, settings_overrides: dict[str, object]) -> Iterator[httpx.Cl
 
 # -- a real server process -------------------------------------------------------------------
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class ServerProcess:
-    """A `python -m service` process on loopback; stopped (SIGTERM) by `stop()`."""
-
-    url: str
-    db_url: str
-    process: subprocess.Popen
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-
-    @staticmethod
-    def token(role: str = "operator") -> str:
-        return TOKENS[role]
-
-    def headers(self, role: str = "operator") -> dict[str, str]:
-        return auth(role)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return self.process.returncode
+ServerProcess = LocalService
 
 
 def start_server(
-    db_url: str, log_dir: Path, *, port: int | None = None, **env_overrides: str
-) -> ServerProcess:
-    """Start the service as a process and wait until /readyz answers 200."""
+    db_url: str, log_dir: Path, *, port: int | None = None, **env: str
+) -> LocalService:
+    """Start the service as a process (the suite's tokens) and wait until /readyz answers."""
     port = port or free_port()
-    env = {
-        **os.environ,
-        "LAKELOCK_DATABASE_URL": db_url,
-        "LAKELOCK_TOKENS": TOKENS_ENV,
-        "LAKELOCK_AUTH": "on",
-        "LAKELOCK_HOST": "127.0.0.1",
-        "LAKELOCK_PORT": str(port),
-        "LAKELOCK_LOG_LEVEL": "warning",
-        **env_overrides,
-    }
-    log_path = log_dir / f"service-{port}.log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service"],
-        cwd=ROOT,
-        env=env,
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
+    return LocalService.start(
+        db_url=db_url, log_path=log_dir / f"service-{port}.log", port=port, tokens=TOKENS, **env
     )
-    server = ServerProcess(f"http://127.0.0.1:{port}", db_url, process, log_path, env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the service exited with {process.returncode}:\n{server.log()}")
-        try:
-            if httpx.get(server.url + "/readyz", timeout=1).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"the service did not become ready:\n{server.log()}")
 
 
 @pytest.fixture(scope="module")
