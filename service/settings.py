@@ -117,7 +117,8 @@ class Settings(BaseSettings):
         default=1.0,
         gt=0,
         le=600,
-        description="`Retry-After` on 503 answers and on refusals that carry no estimate of their own.",
+        description="`Retry-After` on 503 answers and on refusals without an estimate of "
+        "their own.",
     )
     max_body_bytes: int = Field(
         default=65536, ge=1024, description="Largest request body; larger ones get 413."

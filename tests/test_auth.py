@@ -1,5 +1,6 @@
 import pytest
-from conftest import auth
+
+from tests.conftest import auth
 
 TABLE = "/v1/tables/lake.db.events"
 CALLS = {

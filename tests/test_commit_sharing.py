@@ -1,4 +1,4 @@
-from helpers import commit, events, release, state
+from tests.helpers import commit, events, release, state
 
 
 def test_two_commit_leases_coexist(api):

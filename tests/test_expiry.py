@@ -1,4 +1,4 @@
-from helpers import backdate, commit, events, maintenance, renew, state
+from tests.helpers import backdate, commit, events, maintenance, renew, state
 
 
 def test_expired_commit_lease_is_never_live_again(api, db_url):

@@ -1,4 +1,4 @@
-from helpers import backdate, maintenance, release, renew, state
+from tests.helpers import backdate, maintenance, release, renew, state
 
 
 def test_tokens_increase_with_every_maintenance_grant(api):

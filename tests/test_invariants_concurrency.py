@@ -14,8 +14,9 @@ from datetime import datetime, timedelta
 
 import httpx
 import pytest
-from conftest import auth, start_server
-from invariants import History, RenewObservation, check, load_history
+
+from tests.conftest import auth, start_server
+from tests.invariants import History, RenewObservation, check, load_history
 
 pytestmark = pytest.mark.slow
 

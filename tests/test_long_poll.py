@@ -1,7 +1,7 @@
 import threading
 import time
 
-from helpers import commit, maintenance, release, state
+from tests.helpers import commit, maintenance, release, state
 
 
 def _in_thread(fn):

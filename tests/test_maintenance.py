@@ -1,5 +1,6 @@
 import pytest
-from helpers import backdate_intent, commit, events, maintenance, release, state, switch
+
+from tests.helpers import backdate_intent, commit, events, maintenance, release, state, switch
 
 
 def test_maintenance_is_granted_on_a_free_table_with_a_token(api):

@@ -1,5 +1,6 @@
-from helpers import backdate, commit, maintenance, release, renew
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.helpers import backdate, commit, maintenance, release, renew
 
 
 def _samples(api):

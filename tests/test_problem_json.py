@@ -1,5 +1,6 @@
 import pytest
-from helpers import commit, state
+
+from tests.helpers import commit, state
 
 BAD_TABLES = ["events", "a.b.c.d", "db.-events", "1db.events", "db.ev ents", "db." + "x" * 65]
 

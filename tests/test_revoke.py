@@ -1,4 +1,4 @@
-from helpers import commit, events, maintenance, renew, state
+from tests.helpers import commit, events, maintenance, renew, state
 
 
 def test_revoked_commit_lease_learns_it_at_next_renew(api):

@@ -1,4 +1,4 @@
-from conftest import auth
+from tests.conftest import auth
 
 
 def _report(api, outcome, **extra):
@@ -18,10 +18,10 @@ def test_run_reports_are_kept_and_served_newest_first(api):
 
 
 def test_only_the_last_runs_per_table_are_kept(db_url):
-    from conftest import make_settings
     from starlette.testclient import TestClient
 
     from service.app import create_app
+    from tests.conftest import make_settings
 
     with TestClient(create_app(make_settings(db_url, runs_kept=3)), headers=auth("job")) as api:
         for number in range(5):

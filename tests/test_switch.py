@@ -1,4 +1,4 @@
-from helpers import commit, events, maintenance, release, state, switch
+from tests.helpers import commit, events, maintenance, release, state, switch
 
 
 def test_paused_ingest_refuses_commit_leases(api):

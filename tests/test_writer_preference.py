@@ -1,7 +1,7 @@
 import threading
 import time
 
-from helpers import commit, maintenance, release
+from tests.helpers import commit, maintenance, release
 
 COMMIT_TTL_S = 3.0
 

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import snapshots, table_rows
 
 from ingest_gate.config import load_config
 from ingest_gate.gate import GateTimeout, LeaseLost
@@ -14,6 +13,7 @@ from ingest_gate.generate import EventGenerator
 from ingest_gate.job import BatchHooks, run
 from ingest_gate.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient
+from tests.spark.conftest import snapshots, table_rows
 
 pytestmark = pytest.mark.spark
 

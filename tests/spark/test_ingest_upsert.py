@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import snapshots, table_rows
 
 from ingest_gate.config import load_config
 from ingest_gate.generate import EventGenerator
@@ -15,6 +14,7 @@ from ingest_gate.schema import dedupe_latest, parse_events, split_valid
 from ingest_gate.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
 from ingest_gate.spark import SparkJobGroups
 from ingest_gate.table import ensure_table
+from tests.spark.conftest import snapshots, table_rows
 
 pytestmark = pytest.mark.spark
 

@@ -1,0 +1,529 @@
+"""Lease throughput: commit-lease acquire→release cycles through the service over HTTP, against
+the same two transitions run straight through SQLAlchemy (`db.run_transaction`) as the baseline.
+
+    python -m benchmarks.lease_throughput --clients 32 --seconds 10 --databases sqlite,mariadb
+
+For each database and scenario (`uncontended`: one table per client; `contended`: every client
+on one table) it makes a fresh, migrated database, then measures:
+
+    service   `python -m service` started here on a free loopback port; the clients are threads
+              of separate processes (`--client-processes`), one keep-alive connection each,
+              so the client's own CPU is not what is measured
+    baseline  `--clients` threads of one separate process calling `leases.acquire_commit` and
+              `leases.release` through `db.run_transaction`: the service minus HTTP
+
+It prints cycles/s and the p50/p99 latency of one cycle (acquire + release) per row, and the
+service/baseline ratios. Latencies are taken per request with `perf_counter` in the clients and
+merged; the first `--warmup` seconds are not counted. `--json` writes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Connection as Pipe
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MARIADB_URL",
+    "Result",
+    "fresh_database",
+    "running_service",
+    "percentile",
+    "main",
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+SCENARIOS = ("uncontended", "contended")
+TTL_S = 30.0
+
+
+# -- figures ---------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) by nearest rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+@dataclass
+class Result:
+    """One measured row: `mode` is `service` or `baseline`; latencies in milliseconds."""
+
+    database: str
+    scenario: str
+    mode: str
+    clients: int
+    seconds: float
+    cycles: int
+    errors: int
+    cycles_per_s: float
+    p50_ms: float
+    p99_ms: float
+    acquire_p50_ms: float
+    acquire_p99_ms: float
+    release_p50_ms: float
+    release_p99_ms: float
+    first_error: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _result(
+    database: str, scenario: str, mode: str, clients: int, window: float, merged: dict[str, Any]
+) -> Result:
+    cycle, acquire, release = merged["cycle"], merged["acquire"], merged["release"]
+    return Result(
+        database=database,
+        scenario=scenario,
+        mode=mode,
+        clients=clients,
+        seconds=window,
+        cycles=len(cycle),
+        errors=merged["errors"],
+        cycles_per_s=len(cycle) / window,
+        p50_ms=percentile(cycle, 0.50) * 1000,
+        p99_ms=percentile(cycle, 0.99) * 1000,
+        acquire_p50_ms=percentile(acquire, 0.50) * 1000,
+        acquire_p99_ms=percentile(acquire, 0.99) * 1000,
+        release_p50_ms=percentile(release, 0.50) * 1000,
+        release_p99_ms=percentile(release, 0.99) * 1000,
+        first_error=merged["first_error"],
+    )
+
+
+# -- databases -------------------------------------------------------------------------------
+
+
+@contextmanager
+def fresh_database(kind: str, *, mariadb_url: str, workdir: Path) -> Iterator[str]:
+    """A new database at the migration head; a MariaDB one is dropped afterwards.
+
+    `mariadb_url` names the server (and a database to connect to while creating ours)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from service import migrate
+
+    if kind == "sqlite":
+        url = f"sqlite:///{workdir / f'lakelock-{uuid.uuid4().hex[:8]}.db'}"
+        migrate.upgrade(url)
+        yield url
+        return
+    if kind != "mariadb":
+        raise ValueError(f"unknown database {kind!r}; use sqlite or mariadb")
+    name = f"lakelock_bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(mariadb_url)
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        url = make_url(mariadb_url).set(database=name).render_as_string(hide_password=False)
+        try:
+            migrate.upgrade(url)
+            yield url
+        finally:
+            with admin.begin() as conn:
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+    finally:
+        admin.dispose()
+
+
+# -- the service -----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=1) as answer:
+            return answer.status == 200
+    except OSError:  # not listening yet, or 503 while starting (HTTPError is an OSError)
+        return False
+
+
+@contextmanager
+def running_service(db_url: str, *, log_path: Path, **env: str) -> Iterator[str]:
+    """`python -m service` over `db_url` (auth off, loopback, free port) until the block ends;
+    yields its base URL once /readyz answers 200. `env` adds `LAKELOCK_*` variables."""
+    port = _free_port()
+    environ = {
+        **os.environ,
+        "LAKELOCK_DATABASE_URL": db_url,
+        "LAKELOCK_AUTH": "off",
+        "LAKELOCK_HOST": "127.0.0.1",
+        "LAKELOCK_PORT": str(port),
+        "LAKELOCK_LOG_LEVEL": "warning",
+        **env,
+    }
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "service"], cwd=ROOT, env=environ, stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not _ready(url):
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"the service exited with {process.returncode}; see {log_path}:\n"
+                    + log_path.read_text(errors="replace")[-4000:]
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the service did not get ready in 60 s; see {log_path}")
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+# -- load: one client thread -----------------------------------------------------------------
+
+
+class _Samples:
+    """Latencies of one client process, filled by its threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cycle: list[float] = []
+        self.acquire: list[float] = []
+        self.release: list[float] = []
+        self.errors = 0
+        self.first_error: str | None = None
+
+    def add(self, acquire: float, release: float) -> None:
+        with self.lock:
+            self.acquire.append(acquire)
+            self.release.append(release)
+            self.cycle.append(acquire + release)
+
+    def failed(self, message: str) -> None:
+        with self.lock:
+            self.errors += 1
+            self.first_error = self.first_error or message
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "cycle": self.cycle,
+            "acquire": self.acquire,
+            "release": self.release,
+            "errors": self.errors,
+            "first_error": self.first_error,
+        }
+
+
+Cycle = Callable[[str, str], tuple[float, float]]
+"""(table, request id) → (acquire seconds, release seconds); raises on a failed transition."""
+
+
+def _loop(cycle: Cycle, table: str, name: str, window: tuple[float, float], out: _Samples) -> None:
+    """Run cycles until the window's end (wall clock, shared by all processes); keep those that
+    started after its start and ended before its end."""
+    start, stop = window
+    n = 0
+    while True:
+        began = time.time()
+        if began >= stop:
+            return
+        n += 1
+        try:
+            acquire, release = cycle(table, f"{name}-{n}")
+        except Exception as exc:
+            # a failed cycle is counted and reported in the table, not hidden; the load goes on
+            out.failed(f"{type(exc).__name__}: {exc}")
+            continue
+        if began >= start and time.time() <= stop:
+            out.add(acquire, release)
+
+
+def _http_cycle(url: str) -> Cycle:
+    """One keep-alive connection; acquire a commit lease, then release it."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Content-Type": "application/json"}
+
+    def call(method: str, path: str, body: bytes | None, expect: int) -> dict[str, Any]:
+        conn.request(method, path, body=body, headers=headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        if answer.status != expect:
+            raise RuntimeError(f"{method} {path}: {answer.status} {data[:300]!r}")
+        return json.loads(data)
+
+    def cycle(table: str, request_id: str) -> tuple[float, float]:
+        body = json.dumps({"holder": "bench", "ttl_s": TTL_S, "request_id": request_id})
+        t0 = time.perf_counter()
+        lease = call("POST", f"/v1/tables/{table}/commit-leases", body.encode(), 201)
+        t1 = time.perf_counter()
+        call("DELETE", f"/v1/leases/{lease['lease_id']}", None, 200)
+        return t1 - t0, time.perf_counter() - t1
+
+    return cycle
+
+
+def _direct_cycle(engine: Any) -> Cycle:
+    """The same two transitions straight through SQLAlchemy, without HTTP."""
+    from datetime import timedelta
+
+    from service import leases
+    from service.db import run_transaction
+
+    ttl = timedelta(seconds=TTL_S)
+
+    def cycle(table: str, request_id: str) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        lease = run_transaction(
+            engine,
+            lambda conn: leases.acquire_commit(
+                conn, table=table, holder="bench", ttl=ttl, request_id=request_id
+            ),
+        )
+        t1 = time.perf_counter()
+        run_transaction(engine, lambda conn: leases.release(conn, lease_id=lease.lease_id))
+        return t1 - t0, time.perf_counter() - t1
+
+    return cycle
+
+
+# -- load: one client process ----------------------------------------------------------------
+
+
+def _client_process(target: str, mode: str, tables: list[str], pipe: Pipe) -> None:
+    """Threads, one per entry of `tables`, doing cycles in the window the parent sends."""
+    tag = uuid.uuid4().hex[:6]
+    if mode == "service":
+        cycles = [_http_cycle(target) for _ in tables]
+    else:
+        from service.db import make_engine
+
+        engine = make_engine(target, pool_size=max(len(tables), 5))
+        cycles = [_direct_cycle(engine)] * len(tables)
+    pipe.send("ready")
+    window = pipe.recv()
+    samples = _Samples()
+    threads = [
+        threading.Thread(target=_loop, args=(cycle, table, f"{tag}-{i}", window, samples))
+        for i, (cycle, table) in enumerate(zip(cycles, tables, strict=True))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    pipe.send(samples.as_dict())
+    pipe.close()
+
+
+def run_load(
+    target: str, mode: str, tables: list[str], *, processes: int, seconds: float, warmup: float
+) -> tuple[dict[str, Any], float]:
+    """Spread `tables` (one per client) over `processes`, run them in a common window, and
+    merge their samples. Returns the samples and the measured window in seconds."""
+    ctx = multiprocessing.get_context("spawn")
+    groups = [tables[i::processes] for i in range(processes)]
+    workers: list[tuple[Any, Pipe]] = []
+    for group in filter(None, groups):
+        ours, theirs = ctx.Pipe()
+        process = ctx.Process(target=_client_process, args=(target, mode, group, theirs))
+        process.start()
+        workers.append((process, ours))
+    try:
+        for process, pipe in workers:
+            if not pipe.poll(120):
+                raise RuntimeError(f"client process {process.pid} did not start")
+            pipe.recv()
+        start = time.time() + 0.2 + warmup
+        window = (start, start + seconds)
+        for _, pipe in workers:
+            pipe.send(window)
+        merged: dict[str, Any] = {
+            "cycle": [],
+            "acquire": [],
+            "release": [],
+            "errors": 0,
+            "first_error": None,
+        }
+        for process, pipe in workers:
+            if not pipe.poll(seconds + warmup + 180):
+                raise RuntimeError(f"client process {process.pid} did not finish")
+            part = pipe.recv()
+            for key in ("cycle", "acquire", "release"):
+                merged[key].extend(part[key])
+            merged["errors"] += part["errors"]
+            merged["first_error"] = merged["first_error"] or part["first_error"]
+        return merged, seconds
+    finally:
+        for process, _ in workers:
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+
+
+def tables_for(scenario: str, clients: int) -> list[str]:
+    if scenario == "contended":
+        return ["bench.db.hot"] * clients
+    return [f"bench.db.t{i:04d}" for i in range(clients)]
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> list[Result]:
+    results: list[Result] = []
+    service_env = {"LAKELOCK_WORKERS": str(args.workers)}
+    for database in args.databases:
+        for scenario in args.scenarios:
+            tables = tables_for(scenario, args.clients)
+            for mode in ("baseline", "service"):
+                with fresh_database(database, mariadb_url=args.mariadb_url, workdir=workdir) as url:
+                    if mode == "baseline":
+                        merged, window = run_load(
+                            url,
+                            mode,
+                            tables,
+                            processes=1,
+                            seconds=args.seconds,
+                            warmup=args.warmup,
+                        )
+                        config = {}
+                    else:
+                        log_path = workdir / f"service-{database}-{scenario}.log"
+                        with running_service(url, log_path=log_path, **service_env) as base:
+                            merged, window = run_load(
+                                base,
+                                mode,
+                                tables,
+                                processes=min(args.client_processes, args.clients),
+                                seconds=args.seconds,
+                                warmup=args.warmup,
+                            )
+                        config = {
+                            "workers": args.workers,
+                            "client_processes": args.client_processes,
+                        }
+                result = _result(database, scenario, mode, args.clients, window, merged)
+                result.config = config
+                results.append(result)
+                print(_row(result), flush=True)
+    return results
+
+
+def ratios(results: list[Result]) -> list[dict[str, Any]]:
+    """service/baseline per database and scenario: throughput and p99 ratios."""
+    out = []
+    by_key = {(r.database, r.scenario, r.mode): r for r in results}
+    for (database, scenario, mode), service in by_key.items():
+        baseline = by_key.get((database, scenario, "baseline"))
+        if mode != "service" or baseline is None or not baseline.cycles:
+            continue
+        out.append(
+            {
+                "database": database,
+                "scenario": scenario,
+                "throughput_ratio": service.cycles_per_s / baseline.cycles_per_s,
+                "p99_ratio": service.p99_ms / baseline.p99_ms,
+            }
+        )
+    return out
+
+
+_HEADER = (
+    f"{'database':<9} {'scenario':<12} {'mode':<9} {'clients':>7} {'cycles/s':>9} "
+    f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
+)
+
+
+def _row(r: Result) -> str:
+    return (
+        f"{r.database:<9} {r.scenario:<12} {r.mode:<9} {r.clients:>7} {r.cycles_per_s:>9.1f} "
+        f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.errors:>6}"
+        + (f"  first error: {r.first_error}" if r.first_error else "")
+    )
+
+
+def report(results: list[Result]) -> str:
+    """The ratios table (the rows were printed as they were measured)."""
+    lines = [f"{'database':<9} {'scenario':<12} {'throughput ratio':>16} {'p99 ratio':>10}"]
+    for ratio in ratios(results):
+        lines.append(
+            f"{ratio['database']:<9} {ratio['scenario']:<12} "
+            f"{ratio['throughput_ratio']:>16.2f} {ratio['p99_ratio']:>10.2f}"
+        )
+    return "\n".join(lines)
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.lease_throughput", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
+    p.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
+    p.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
+    p.add_argument("--databases", type=_csv, default=["sqlite", "mariadb"], help="sqlite,mariadb")
+    p.add_argument("--scenarios", type=_csv, default=list(SCENARIOS), help=",".join(SCENARIOS))
+    p.add_argument(
+        "--mariadb-url",
+        default=DEFAULT_MARIADB_URL,
+        help="server to use; a fresh database is created on it per row and dropped after",
+    )
+    p.add_argument("--workers", type=int, default=1, help="service worker processes")
+    p.add_argument(
+        "--client-processes", type=int, default=4, help="processes the HTTP clients run in"
+    )
+    p.add_argument("--json", type=Path, help="write every figure to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    for name in args.scenarios:
+        if name not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {name!r}; use {','.join(SCENARIOS)}")
+    print(_HEADER, flush=True)
+    with tempfile.TemporaryDirectory(prefix="lakelock-bench-") as tmp:
+        results = measure(args, Path(tmp))
+    print()
+    print(report(results))
+    if args.json:
+        payload = {
+            "argv": sys.argv[1:] if argv is None else argv,
+            "cpus": os.cpu_count(),
+            "results": [asdict(r) for r in results],
+            "ratios": ratios(results),
+        }
+        args.json.write_text(json.dumps(payload, indent=2))
+    return 1 if any(r.errors for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

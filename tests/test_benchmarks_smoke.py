@@ -1,0 +1,64 @@
+"""The benchmark scripts run end to end at a tiny setting (SQLite, 2 clients, about a second) and
+print the rows they promise. No figure is judged here: timing on a shared machine says nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def _run(module: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_lease_throughput_prints_service_baseline_and_ratio_rows(tmp_path: Path) -> None:
+    out = tmp_path / "throughput.json"
+    stdout = _run(
+        "benchmarks.lease_throughput",
+        *("--clients", "2", "--seconds", "1", "--warmup", "0.2", "--databases", "sqlite"),
+        *("--client-processes", "1", "--json", str(out)),
+    )
+    rows = [line.split() for line in stdout.splitlines()]
+    for scenario in ("uncontended", "contended"):
+        for mode in ("baseline", "service"):
+            assert any(row[:3] == ["sqlite", scenario, mode] for row in rows), stdout
+        assert any(row[:2] == ["sqlite", scenario] and len(row) == 4 for row in rows), stdout
+    figures = json.loads(out.read_text())
+    assert {(r["scenario"], r["mode"]) for r in figures["results"]} == {
+        (s, m) for s in ("uncontended", "contended") for m in ("baseline", "service")
+    }
+    assert all(r["errors"] == 0 and r["cycles"] > 0 for r in figures["results"])
+    assert {r["scenario"] for r in figures["ratios"]} == {"uncontended", "contended"}
+
+
+def test_long_poll_prints_both_paths(tmp_path: Path) -> None:
+    out = tmp_path / "long_poll.json"
+    stdout = _run(
+        "benchmarks.long_poll",
+        *("--clients", "2", "--trials", "2", "--seconds", "1", "--databases", "sqlite"),
+        *("--json", str(out)),
+    )
+    rows = [line.split() for line in stdout.splitlines()]
+    for path in ("same-process", "two-processes"):
+        assert any(row[:2] == ["sqlite", path] for row in rows), stdout
+    figures = json.loads(out.read_text())
+    assert [r["path"] for r in figures["results"]] == ["same-process", "two-processes"]
+    for result in figures["results"]:
+        assert result["failures"] == 0
+        assert len(result["delays_ms"]) == result["trials"] * 2
