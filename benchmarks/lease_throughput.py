@@ -24,13 +24,10 @@ import http.client
 import json
 import multiprocessing
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -149,58 +146,16 @@ def fresh_database(kind: str, *, mariadb_url: str, workdir: Path) -> Iterator[st
 # -- the service -----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=1) as answer:
-            return answer.status == 200
-    except OSError:  # not listening yet, or 503 while starting (HTTPError is an OSError)
-        return False
-
-
 @contextmanager
 def running_service(db_url: str, *, log_path: Path, **env: str) -> Iterator[str]:
     """`python -m service` over `db_url` (auth off, loopback, free port) until the block ends;
     yields its base URL once /readyz answers 200. `env` adds `LAKELOCK_*` variables."""
-    port = _free_port()
-    environ = {
-        **os.environ,
-        "LAKELOCK_DATABASE_URL": db_url,
-        "LAKELOCK_AUTH": "off",
-        "LAKELOCK_HOST": "127.0.0.1",
-        "LAKELOCK_PORT": str(port),
-        "LAKELOCK_LOG_LEVEL": "warning",
-        **env,
-    }
-    url = f"http://127.0.0.1:{port}"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "service"], cwd=ROOT, env=environ, stdout=log, stderr=log
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not _ready(url):
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"the service exited with {process.returncode}; see {log_path}:\n"
-                    + log_path.read_text(errors="replace")[-4000:]
-                )
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the service did not get ready in 60 s; see {log_path}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+    from service.local import LocalService
+
+    with LocalService.start(
+        db_url=db_url, log_path=log_path, **{"LAKELOCK_AUTH": "off", **env}
+    ) as svc:
+        yield svc.url
 
 
 # -- load: one client thread -----------------------------------------------------------------

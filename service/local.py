@@ -72,7 +72,7 @@ class LocalService:
             **env,
         }
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file: IO[bytes] = log_path.open("wb")
+        log_file: IO[bytes] = log_path.open("ab")
         process = subprocess.Popen(
             [sys.executable, "-m", "service"],
             cwd=ROOT,
