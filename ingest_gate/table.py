@@ -10,9 +10,10 @@ a micro-batch is cheap), file-scoped delete granularity (one delete file per dat
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingest_gate.merge import quote_identifier
 from ingest_gate.schema import EVENT_COLUMNS
@@ -20,7 +21,10 @@ from ingest_gate.schema import EVENT_COLUMNS
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TABLE_PROPERTIES", "create_table_sql", "ensure_table"]
+__all__ = ["TABLE_PROPERTIES", "create_table_sql", "ensure_table", "read_rows"]
+
+# how the generator writes event times (ingest_gate.generate.format_time), in Spark's pattern
+TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +73,16 @@ def ensure_table(spark: SparkSession, table: str, *, partition_columns: Sequence
                 actual.get(key),
                 wanted,
             )
+
+
+def read_rows(
+    spark: SparkSession, table: str, *, key_columns: Sequence[str] = ("event_id", "dt", "hr")
+) -> list[dict[str, Any]]:
+    """Every row of `table` as the JSON-shaped dict the generator wrote for it, sorted by key;
+    comparable with `EventGenerator.expected_rows()`."""
+    rows = spark.sql(
+        f"SELECT to_json(struct(*), map('timestampFormat', \"{TIMESTAMP_FORMAT}\")) AS j "
+        f"FROM {quote_identifier(table)}"
+    ).collect()
+    out = [json.loads(row["j"]) for row in rows]
+    return sorted(out, key=lambda r: tuple(r[k] for k in key_columns))

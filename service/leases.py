@@ -301,6 +301,18 @@ def _maintenance_view(row: dict, at: datetime) -> Lease:
     )
 
 
+def _repeated(view: Lease, request_id: str) -> Lease:
+    """The answer to an acquire repeated with `request_id`: its lease while live."""
+    if view.state != "live":
+        raise LeaseExpired(
+            f"the lease granted to request_id {request_id!r} is {view.state}; "
+            "acquire again with a new request_id",
+            lease_id=view.lease_id,
+            state=view.state,
+        )
+    return view
+
+
 # -- acquire ---------------------------------------------------------------------------------
 
 
@@ -327,15 +339,7 @@ def acquire_commit(
                 f"request_id {request_id!r} was used by another holder; send a new request_id",
                 field="request_id",
             )
-        view = _commit_view(earlier, at)
-        if view.state != "live":
-            raise LeaseExpired(
-                f"the lease granted to request_id {request_id!r} is {view.state}; "
-                "acquire again with a new request_id",
-                lease_id=view.lease_id,
-                state=view.state,
-            )
-        return view
+        return _repeated(_commit_view(earlier, at), request_id)
     if row["ingest"] == "paused":
         raise Locked(
             f"ingest on {table} is paused by {row['switch_by']}: {row['switch_reason']}",
@@ -411,15 +415,7 @@ def acquire_maintenance(
     """
     row, at = _locked_table(conn, table)
     if row["maint_request_id"] == request_id and row["maint_lease_id"] is not None:
-        view = _maintenance_view(row, at)
-        if view.state != "live":
-            raise LeaseExpired(
-                f"the lease granted to request_id {request_id!r} is {view.state}; "
-                "acquire again with a new request_id",
-                lease_id=view.lease_id,
-                state=view.state,
-            )
-        return view
+        return _repeated(_maintenance_view(row, at), request_id)
     if row["maintenance"] == "disabled":
         raise MaintenanceOff(
             f"maintenance on {table} is disabled by {row['switch_by']}: {row['switch_reason']}",

@@ -62,3 +62,13 @@ def test_long_poll_prints_both_paths(tmp_path: Path) -> None:
     for result in figures["results"]:
         assert result["failures"] == 0
         assert len(result["delays_ms"]) == result["trials"] * 2
+
+
+def test_gate_overhead_reports_median_and_p99(tmp_path: Path) -> None:
+    out = tmp_path / "gate.json"
+    stdout = _run("benchmarks.gate_overhead", "--passes", "5", "--json", str(out))
+    figures = json.loads(out.read_text())
+    assert json.loads(stdout.strip().splitlines()[-1]) == figures
+    assert figures["passes"] == 5
+    assert 0 < figures["lease_calls_p50_ms"] <= figures["overhead_p50_ms"]
+    assert figures["overhead_p50_ms"] <= figures["overhead_p99_ms"]

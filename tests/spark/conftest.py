@@ -14,16 +14,14 @@ new context in about a second, with its own catalog settings).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ingest_gate.spark import CatalogConfig, build_session
-
-TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"  # ingest_gate.generate.format_time
+from ingest_gate.table import read_rows
 
 
 def start_spark(warehouse: Path, *, app_name: str = "lakelock-tests", catalog: str = "local"):
@@ -55,16 +53,7 @@ def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any
     session.stop()
 
 
-def table_rows(
-    spark: Any, table: str, *, key_columns: Sequence[str] = ("event_id", "dt", "hr")
-) -> list[dict[str, Any]]:
-    """Every row of `table` as the dict the generator wrote for it, sorted by key."""
-    rows = spark.sql(
-        f"SELECT to_json(struct(*), map('timestampFormat', \"{TIMESTAMP_FORMAT}\")) AS j "
-        f"FROM {table}"
-    ).collect()
-    out = [json.loads(row["j"]) for row in rows]
-    return sorted(out, key=lambda r: tuple(r[k] for k in key_columns))
+table_rows = read_rows  # the tests' name for it
 
 
 def snapshots(spark: Any, table: str) -> list[dict[str, Any]]:

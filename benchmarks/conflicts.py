@@ -1,0 +1,263 @@
+"""Conflicts with and without lakelock: the same workload run twice, then compared.
+
+    python -m benchmarks.conflicts                      # ~3 min per mode
+    python -m benchmarks.conflicts --duration-s 40 --compact-every-s 3 --out var/conflicts-small
+
+Each mode runs demo.pipeline.Pipeline: continuous upserts with a short trigger interval and the
+compactor on a short schedule over the same (hot) partitions. `uncoordinated` first: the ingest
+gate grants at once and the compactor's lease always says yes, so both go straight to Iceberg;
+then `coordinated`: both through a lakelock service. For each mode:
+
+    failed streaming batches (and their Iceberg messages), failed compactions, compaction
+    success rate, data files at the end, ingest stall per compaction (p50/max), resume latency
+    (maintenance release -> next commit lease), end-to-end freshness (p50/p99)
+
+Definitions, chosen to mean the same in both modes:
+- ingest stall of a compaction run: the longest gap between two successive ingest commits that
+  overlaps the run's window (so it counts a gate wait and a failed-and-restarted batch alike),
+  next to the run's own duration;
+- freshness of a landing file: from the file's appearance to the commit of the first
+  successful batch that started after it (the file source lists files when a batch starts);
+- resume latency: from the service's audit trail (database clock), coordinated mode only.
+
+Writes `report.md` (a table per mode and the failure messages), `conflicts.png` (a timeline:
+commits, failed batches and compaction runs on a time axis) and `results.json` into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lease_throughput import percentile
+from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+
+__all__ = ["ModeFigures", "figures", "render_markdown", "render_timeline", "main"]
+
+ModeFigures = dict[str, Any]
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    return round(percentile(list(values), q), 3) if values else None
+
+
+def _stalls(result: PipelineResult) -> list[float]:
+    commits = sorted(b.ended_at for b in result.batches)
+    stalls = []
+    for start, end in result.compaction_windows:
+        gaps = [
+            b - a
+            for a, b in zip(commits, commits[1:], strict=False)
+            if a < end and b > start  # the gap overlaps the run
+        ]
+        stalls.append(max(gaps, default=end - start))
+    return stalls
+
+
+def _resume_latencies(result: PipelineResult) -> list[float]:
+    events = sorted(result.events, key=lambda e: e["id"])
+    latencies = []
+    released_at: datetime | None = None
+    for event in events:
+        at = datetime.fromisoformat(event["at"].removesuffix("Z"))
+        if event["kind"] == "maintenance" and event["event"] in (
+            "lease.released",
+            "lease.expired",
+            "lease.revoked",
+        ):
+            released_at = at
+        elif event["event"] == "lease.acquired" and event["kind"] == "commit" and released_at:
+            latencies.append((at - released_at).total_seconds())
+            released_at = None
+    return latencies
+
+
+def _freshness(result: PipelineResult) -> list[float]:
+    batches = sorted(result.batches, key=lambda b: b.started_at)
+    out = []
+    for written in result.files:
+        visible = next((b.ended_at for b in batches if b.started_at >= written.at), None)
+        if visible is not None:
+            out.append(visible - written.at)
+    return out
+
+
+def figures(result: PipelineResult) -> ModeFigures:
+    """The compared figures of one mode."""
+    runs = [r for r in result.compactions if r.outcome != "skipped"]
+    compacted = [r for r in runs if r.outcome == "compacted"]
+    failed = [r for r in runs if r.outcome != "compacted"]
+    stalls = _stalls(result)
+    durations = [end - start for start, end in result.compaction_windows]
+    resume = _resume_latencies(result)
+    fresh = _freshness(result)
+    return {
+        "mode": "coordinated" if result.options.coordinated else "uncoordinated",
+        "batches": len(result.batches),
+        "failed_batches": len(result.failed_batches),
+        "failed_batch_messages": sorted({f["error"][:200] for f in result.failed_batches}),
+        "compaction_runs": len(runs),
+        "failed_compactions": len(failed),
+        "failed_compaction_messages": sorted({(r.error or r.outcome)[:200] for r in failed}),
+        "compaction_success_rate": round(len(compacted) / len(runs), 3) if runs else None,
+        "data_files_at_end": result.data_files_now,
+        "stall_p50_s": _pct(stalls, 0.5),
+        "stall_max_s": round(max(stalls), 3) if stalls else None,
+        "compaction_duration_p50_s": _pct(durations, 0.5),
+        "resume_latency_p50_s": _pct(resume, 0.5),
+        "resume_latency_max_s": round(max(resume), 3) if resume else None,
+        "freshness_p50_s": _pct(fresh, 0.5),
+        "freshness_p99_s": _pct(fresh, 0.99),
+        "rows_correct": not result.verify(),
+        "timeline": {
+            "commits": [b.ended_at for b in result.batches],
+            "failed_batches": [f["at"] for f in result.failed_batches],
+            "compactions": [
+                [start, end, r.outcome]
+                for (start, end), r in zip(result.compaction_windows, runs, strict=False)
+            ],
+        },
+    }
+
+
+_ROWS = [
+    ("failed streaming batches", "failed_batches"),
+    ("failed compactions", "failed_compactions"),
+    ("compaction runs", "compaction_runs"),
+    ("compaction success rate", "compaction_success_rate"),
+    ("data files at the end", "data_files_at_end"),
+    ("ingest stall per compaction p50 (s)", "stall_p50_s"),
+    ("ingest stall per compaction max (s)", "stall_max_s"),
+    ("compaction duration p50 (s)", "compaction_duration_p50_s"),
+    ("resume latency p50 (s)", "resume_latency_p50_s"),
+    ("resume latency max (s)", "resume_latency_max_s"),
+    ("freshness p50 (s)", "freshness_p50_s"),
+    ("freshness p99 (s)", "freshness_p99_s"),
+    ("micro-batches committed", "batches"),
+    ("table correct at the end", "rows_correct"),
+]
+
+
+def render_markdown(modes: list[ModeFigures], *, command: str) -> str:
+    names = [m["mode"] for m in modes]
+    lines = [
+        "# Conflicts with and without lakelock",
+        "",
+        f"`{command}`",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "| --- |" + " ---: |" * len(names),
+    ]
+    for label, key in _ROWS:
+        values = ["n/a" if m[key] is None else str(m[key]) for m in modes]
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+    for mode in modes:
+        for what in ("failed_batch_messages", "failed_compaction_messages"):
+            if mode[what]:
+                lines += ["", f"{mode['mode']}, {what.replace('_', ' ')}:", ""]
+                lines += [f"- `{m}`" for m in mode[what]]
+    return "\n".join(lines) + "\n"
+
+
+def render_timeline(modes: list[ModeFigures], path: Path) -> None:
+    """A PNG: per mode, ingest commits, failed batches and compaction runs on a time axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(modes), 1, figsize=(11, 2.4 * len(modes)), squeeze=False)
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        t = mode["timeline"]
+        points = t["commits"] + t["failed_batches"] + [c[0] for c in t["compactions"]]
+        origin = min(points, default=0.0)
+        ax.scatter(
+            [c - origin for c in t["commits"]],
+            [1] * len(t["commits"]),
+            marker="|",
+            s=120,
+            color="tab:blue",
+            label="ingest commit",
+        )
+        ax.scatter(
+            [f - origin for f in t["failed_batches"]],
+            [1] * len(t["failed_batches"]),
+            marker="x",
+            s=60,
+            color="tab:red",
+            label="failed batch",
+        )
+        for start, end, outcome in t["compactions"]:
+            ok = outcome == "compacted"
+            ax.barh(
+                0,
+                end - start,
+                left=start - origin,
+                height=0.5,
+                color="tab:green" if ok else "tab:red",
+                alpha=0.7,
+            )
+        ax.set_yticks([0, 1], ["compaction", "ingest"])
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_title(
+            f"{mode['mode']}: {mode['failed_batches']} failed batches, "
+            f"{mode['failed_compactions']}/{mode['compaction_runs']} failed compactions"
+        )
+        ax.set_xlabel("seconds")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.conflicts", description=__doc__)
+    parser.add_argument("--duration-s", type=float, default=180.0, help="per mode")
+    parser.add_argument("--rate", type=float, default=200.0, help="events per second")
+    parser.add_argument("--trigger-interval-s", type=float, default=1.0)
+    parser.add_argument("--compact-every-s", type=float, default=8.0)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("var/conflicts"))
+    parser.add_argument(
+        "--modes", default="uncoordinated,coordinated", help="comma-separated, in run order"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    modes = []
+    for mode in args.modes.split(","):
+        if mode not in ("uncoordinated", "coordinated"):
+            raise SystemExit(f"unknown mode {mode!r}: use uncoordinated and/or coordinated")
+        print(f"== {mode}: {args.duration_s:g}s", flush=True)
+        options = PipelineOptions(
+            duration_s=args.duration_s,
+            workdir=args.out / mode,
+            rate=args.rate,
+            trigger_interval_s=args.trigger_interval_s,
+            compact_every_s=args.compact_every_s,
+            seed=args.seed,
+            coordinated=mode == "coordinated",
+            max_hold_s=300.0,
+        )
+        result = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True)).run()
+        modes.append(figures(result))
+    command = "python -m benchmarks.conflicts " + " ".join(argv or sys.argv[1:])
+    (args.out / "results.json").write_text(json.dumps(modes, indent=2) + "\n")
+    (args.out / "report.md").write_text(render_markdown(modes, command=command.strip()))
+    render_timeline(modes, args.out / "conflicts.png")
+    print((args.out / "report.md").read_text())
+    print(f"timeline: {args.out / 'conflicts.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,11 @@
+"""The maintenance side of lakelock: plan, take the maintenance lease, run Iceberg procedures.
+
+compactor.config     CompactorConfig / TableConfig, loaded from TOML; retention floors
+compactor.stats      TableStats from the table's metadata tables (the one Spark read)
+compactor.plan       plan(stats, config, now): what to run and why; pure
+compactor.lease      the maintenance lease, waiting through the drain
+compactor.procedure  the Iceberg actions, with lakelock's snapshot properties
+compactor.report     RunReport: one JSON line, and the service's run history
+compactor.run        run_table(): one table, one run, every path releasing the lease
+compactor.job        main(): wiring, `--once` and the scheduled mode
+"""

@@ -1,0 +1,247 @@
+"""The Iceberg maintenance procedures, through the Java actions API over py4j.
+
+    out = run_step(spark, table="local.db.events", step=step, properties={"lakelock.token": "7"})
+    out["rewritten_data_files"], out["added_data_files"], out["removed_delete_files"], ...
+
+`SparkActions` is used rather than `CALL <catalog>.system.<procedure>` because the actions that
+commit a snapshot (rewrite_data_files, rewrite_position_delete_files, rewrite_manifests) take
+`snapshotProperty(k, v)`, so lakelock's fencing token and lease id land in the snapshot summary;
+the procedures cannot set them. expire_snapshots and remove_orphan_files commit no snapshot, and
+use their actions too for one code path and typed results.
+
+A failed action raises ProcedureFailed carrying the Iceberg exception's message. Note that
+Iceberg's actions set their own Spark job group (`REWRITE-DATA-FILES-n`) around their jobs, so a
+caller that wants to cancel them must tag the thread (`SparkContext.addJobTag`) as well as set a
+job group: tags survive, groups do not (see compactor.run).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from compactor.plan import Step
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["ProcedureFailed", "run_step", "java_error_message", "parse_sort_order", "PROCEDURES"]
+
+_MAX_MESSAGE = 4000
+
+
+class ProcedureFailed(Exception):
+    """An Iceberg action failed; `message` is Iceberg's (root cause appended). Nothing of this
+    step was committed unless partial progress was enabled."""
+
+    def __init__(self, procedure: str, message: str) -> None:
+        super().__init__(f"{procedure} failed: {message}")
+        self.procedure = procedure
+        self.message = message
+
+
+def run_step(
+    spark: SparkSession, *, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    """Run one planned step on `table`; its outputs as plain numbers.
+
+    Raises:
+        ProcedureFailed: the action (or loading the table) failed, with Iceberg's message.
+        ValueError: an unknown procedure or a malformed sort order.
+    """
+    runner = PROCEDURES.get(step.procedure)
+    if runner is None:
+        raise ValueError(f"unknown procedure {step.procedure!r}; known: {sorted(PROCEDURES)}")
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import CapturedException
+
+    try:
+        return runner(spark, table, step, properties)
+    except Py4JJavaError as exc:
+        raise ProcedureFailed(step.procedure, java_error_message(exc.java_exception)) from exc
+    except CapturedException as exc:
+        raise ProcedureFailed(step.procedure, str(exc)[:_MAX_MESSAGE]) from exc
+
+
+def java_error_message(throwable: Any) -> str:
+    """`Class: message`, and the root cause's when it differs (a cancelled job, a
+    ValidationException wrapped in a RuntimeException)."""
+    top = f"{throwable.getClass().getName()}: {throwable.getMessage()}"
+    root = throwable
+    for _ in range(20):
+        cause = root.getCause()
+        if cause is None or cause.equals(root):
+            break
+        root = cause
+    if not root.equals(throwable):
+        below = f"{root.getClass().getName()}: {root.getMessage()}"
+        if below not in top:
+            top = f"{top} (caused by {below})"
+    return top[:_MAX_MESSAGE]
+
+
+def _rewrite_data_files(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    jtable = _load(spark, table)
+    action = _actions(spark).rewriteDataFiles(jtable)
+    if step.strategy == "sort":
+        order = _sort_order(spark, jtable, step.sort_order) if step.sort_order else None
+        action = action.sort(order) if order is not None else action.sort()
+    else:
+        action = action.binPack()
+    if step.where:
+        action = action.filter(_expression(spark, table, step.where))
+    action = _with(action, step.options, properties)
+    result = action.execute()
+    return {
+        "rewritten_data_files": int(result.rewrittenDataFilesCount()),
+        "added_data_files": int(result.addedDataFilesCount()),
+        "rewritten_bytes": int(result.rewrittenBytesCount()),
+        "failed_data_files": int(result.failedDataFilesCount()),
+        "removed_delete_files": int(result.removedDeleteFilesCount()),
+        "file_groups": len(list(result.rewriteResults())),
+    }
+
+
+def _rewrite_position_delete_files(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    jtable = _load(spark, table)
+    action = _actions(spark).rewritePositionDeletes(jtable)
+    if step.where:
+        action = action.filter(_expression(spark, table, step.where))
+    result = _with(action, step.options, properties).execute()
+    return {
+        "rewritten_delete_files": int(result.rewrittenDeleteFilesCount()),
+        "added_delete_files": int(result.addedDeleteFilesCount()),
+        "rewritten_delete_bytes": int(result.rewrittenBytesCount()),
+        "added_delete_bytes": int(result.addedBytesCount()),
+    }
+
+
+def _rewrite_manifests(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    jtable = _load(spark, table)
+    result = _with(_actions(spark).rewriteManifests(jtable), step.options, properties).execute()
+    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
+    return {
+        "rewritten_manifests": int(size(result.rewrittenManifests())),
+        "added_manifests": int(size(result.addedManifests())),
+    }
+
+
+def _expire_snapshots(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    if step.older_than is None or step.retain_last is None:
+        raise ValueError("expire_snapshots needs older_than and retain_last from the plan")
+    jtable = _load(spark, table)
+    action = (
+        _actions(spark)
+        .expireSnapshots(jtable)
+        .expireOlderThan(int(step.older_than.timestamp() * 1000))
+        .retainLast(int(step.retain_last))
+    )
+    for snapshot_id in step.snapshot_ids:
+        action = action.expireSnapshotId(int(snapshot_id))
+    for key, value in step.options.items():
+        action = action.option(key, value)
+    result = action.execute()
+    return {
+        "deleted_data_files": int(result.deletedDataFilesCount()),
+        "deleted_position_delete_files": int(result.deletedPositionDeleteFilesCount()),
+        "deleted_equality_delete_files": int(result.deletedEqualityDeleteFilesCount()),
+        "deleted_manifests": int(result.deletedManifestsCount()),
+        "deleted_manifest_lists": int(result.deletedManifestListsCount()),
+    }
+
+
+def _remove_orphan_files(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    if step.older_than is None:
+        raise ValueError("remove_orphan_files needs older_than from the plan")
+    jtable = _load(spark, table)
+    action = (
+        _actions(spark).deleteOrphanFiles(jtable).olderThan(int(step.older_than.timestamp() * 1000))
+    )
+    for key, value in step.options.items():
+        action = action.option(key, value)
+    result = action.execute()
+    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
+    return {"orphan_files": int(size(result.orphanFileLocations()))}
+
+
+PROCEDURES: Mapping[str, Callable[[SparkSession, str, Step, Mapping[str, str]], dict[str, Any]]] = {
+    "rewrite_data_files": _rewrite_data_files,
+    "rewrite_position_delete_files": _rewrite_position_delete_files,
+    "rewrite_manifests": _rewrite_manifests,
+    "expire_snapshots": _expire_snapshots,
+    "remove_orphan_files": _remove_orphan_files,
+}
+
+
+def _actions(spark: SparkSession) -> Any:
+    return spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+
+
+def _load(spark: SparkSession, table: str) -> Any:
+    # loaded fresh for every step: each action must plan against the latest snapshot
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, table
+    )
+
+
+def _with(action: Any, options: Mapping[str, str], properties: Mapping[str, str]) -> Any:
+    for key, value in options.items():
+        action = action.option(key, str(value))
+    for key, value in properties.items():
+        action = action.snapshotProperty(key, str(value))
+    return action
+
+
+def _expression(spark: SparkSession, table: str, where: str) -> Any:
+    """`where` (Spark SQL) as an Iceberg expression, as the `CALL` procedures convert it."""
+    converter = spark._jvm.org.apache.spark.sql.execution.datasources.SparkExpressionConverter
+    resolved = converter.collectResolvedSparkExpression(spark._jsparkSession, table, where)
+    return converter.convertToIcebergExpression(resolved)
+
+
+_SORT_FIELD = re.compile(
+    r"^\s*([A-Za-z_][A-Za-z0-9_.]*)(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*$", re.I
+)
+
+
+def parse_sort_order(text: str) -> list[tuple[str, str, str]]:
+    """`"id DESC NULLS LAST, dt"` as `[("id", "DESC", "NULLS_LAST"), ("dt", "ASC", "NULLS_FIRST")]`.
+
+    Nulls default as in Iceberg: first when ascending, last when descending.
+
+    Raises:
+        ValueError: a field is not `column [ASC|DESC] [NULLS FIRST|LAST]`.
+    """
+    fields = []
+    for part in text.split(","):
+        match = _SORT_FIELD.match(part)
+        if not match:
+            raise ValueError(
+                f"sort order field {part.strip()!r}: use column [ASC|DESC] [NULLS FIRST|LAST]"
+            )
+        column, direction, nulls = match.groups()
+        direction = (direction or "ASC").upper()
+        nulls = (nulls or ("FIRST" if direction == "ASC" else "LAST")).upper()
+        fields.append((column, direction, f"NULLS_{nulls}"))
+    return fields
+
+
+def _sort_order(spark: SparkSession, jtable: Any, text: str) -> Any:
+    iceberg = spark._jvm.org.apache.iceberg
+    builder = iceberg.SortOrder.builderFor(jtable.schema())
+    for column, direction, nulls in parse_sort_order(text):
+        builder = builder.sortBy(
+            column, getattr(iceberg.SortDirection, direction), getattr(iceberg.NullOrder, nulls)
+        )
+    return builder.build()

@@ -1,0 +1,118 @@
+"""What a run did: one JSON log line, and a report in the service's run history.
+
+    report = RunReport(table="local.db.events", run_uid="1f3a...", holder="compactor@host:42/1f3a")
+    report.outcome = Outcome.COMPACTED
+    publish(report, client=client)      # logs the line, POSTs /v1/tables/{table}/runs
+
+Outcomes:
+
+    compacted    the planned steps ran and committed
+    skipped      nothing done: below thresholds (`reason` says which), maintenance held or off,
+                 commit leases did not drain in time; no lease held, ingest untouched
+    refused      a retention setting is below its floor; nothing ran
+    unavailable  the service could not be reached or answered 5xx; nothing was compacted
+    lease_lost   the lease was lost or revoked mid-run; Spark jobs cancelled, no further commit
+    failed       a step or the planning failed; `error` holds the (Iceberg) message
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from service.client import LeaseClient
+from service.errors import LakelockError
+
+__all__ = ["Outcome", "RunReport", "publish", "EXIT_CODES"]
+
+log = logging.getLogger("compactor.report")
+
+
+class Outcome(StrEnum):
+    """How a run ended (see the module docstring)."""
+
+    COMPACTED = "compacted"
+    SKIPPED = "skipped"
+    REFUSED = "refused"
+    UNAVAILABLE = "unavailable"
+    LEASE_LOST = "lease_lost"
+    FAILED = "failed"
+
+
+# `run --once` exit status: 0 when the run did what it should, else non-zero
+EXIT_CODES = {
+    Outcome.COMPACTED: 0,
+    Outcome.SKIPPED: 0,
+    Outcome.FAILED: 1,
+    Outcome.LEASE_LOST: 1,
+    Outcome.UNAVAILABLE: 1,
+    Outcome.REFUSED: 2,
+}
+
+
+@dataclass
+class RunReport:
+    """Everything a run reports; `as_dict()` is the body sent to the service.
+
+    `run_uid` is the compactor's name for the run (in its holder, request id, Spark job group
+    and the `lakelock.run-uid` snapshot property); the service numbers stored reports `run_id`.
+    """
+
+    table: str
+    run_uid: str
+    holder: str
+    outcome: Outcome = Outcome.FAILED
+    reason: str | None = None
+    error: str | None = None
+    mode: str | None = None
+    where: str | None = None
+    plan_reasons: list[str] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
+    lease_id: str | None = None
+    token: int | None = None
+    lease_wait_s: float | None = None
+    hold_s: float | None = None
+    duration_s: float | None = None
+    started_at: str | None = None
+    snapshot_before: int | None = None
+    snapshot_after: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["outcome"] = str(self.outcome)
+        for key in ("lease_wait_s", "hold_s", "duration_s"):
+            if out[key] is not None:
+                out[key] = round(out[key], 3)
+        return out
+
+    def totals(self) -> dict[str, int]:
+        """Procedure outputs summed over the steps (`rewritten_data_files`, ...)."""
+        sums: dict[str, int] = {}
+        for step in self.steps:
+            for key, value in (step.get("output") or {}).items():
+                if isinstance(value, int):
+                    sums[key] = sums.get(key, 0) + value
+        return sums
+
+
+def publish(report: RunReport, *, client: LeaseClient | None) -> int | None:
+    """Log `report` as one JSON line and store it on the service; the run id, or None.
+
+    A report the service cannot take is logged at error level and not retried (the JSON line
+    remains the record); the run's outcome does not change because of it.
+    """
+    body = report.as_dict()
+    body["summary"] = report.totals()
+    log.info(json.dumps({"event": "compactor.run", **body}, sort_keys=True, default=str))
+    if client is None:
+        return None
+    try:
+        return client.report_run(report.table, body)
+    except LakelockError as exc:
+        log.error("could not store the report of run %s on the service: %s", report.run_uid, exc)
+        return None

@@ -1,0 +1,320 @@
+"""One maintenance run of one table: stats, plan, lease, procedures, report.
+
+    report = run_table(spark, client=client, config=table_config, holder="compactor@host:42")
+    report.outcome      # compacted | skipped | refused | unavailable | lease_lost | failed
+
+The order, and why:
+
+    stats, plan      before any lease: a healthy table is skipped without holding ingest
+    lease            acquire_maintenance waits through the drain (compactor.lease)
+    renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
+                     renew, revoke, or no renew within the deadline) it cancels our Spark jobs
+    steps            each one only while `renewer.safe_to_commit()` and a renew right before
+                     it succeeds (a revoke is seen then, not at the renewer's next tick);
+                     the Spark jobs carry our job group and a job tag of the same name. Iceberg's
+                     actions replace the job group with their own, the tag survives, so the
+                     cancel goes by tag (cancelJobsWithTag) and by group (for our own jobs)
+    release          in every path, also after a failure or a lost lease (idempotent)
+    report           one JSON line and the service's run history (compactor.report)
+
+What remains: a cancel that lands while an action is already inside its Iceberg commit cannot
+stop that commit. The run then reports `lease_lost` with the step's output, and Iceberg's own
+validation stays the last line (a conflicting ingest commit fails, it is not corrupted). For
+the same reason `partial-progress.enabled` is off by default: with it, file groups finished
+before the cancel are still committed by the action.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from compactor.config import RetentionRefused, TableConfig
+from compactor.lease import DrainTimeout, acquire_maintenance
+from compactor.plan import Plan, Step, plan
+from compactor.procedure import ProcedureFailed, run_step
+from compactor.report import Outcome, RunReport
+from compactor.stats import TableStats, collect_stats
+from service.client import Lease, LeaseClient, Renewer
+from service.errors import (
+    LakelockError,
+    LeaseExpired,
+    MaintenanceHeld,
+    MaintenanceOff,
+    NotFound,
+    NotOwner,
+    OutcomeUnknown,
+    ServerError,
+    StaleToken,
+    Unavailable,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["LeaseLost", "run_table", "default_holder", "utcnow"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """The maintenance lease was lost or revoked mid-run: stop, commit nothing more."""
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_holder() -> str:
+    """`compactor@<host>:<pid>`: who holds the lease, as the service's events show it."""
+    return f"compactor@{socket.gethostname()}:{os.getpid()}"
+
+
+def run_table(
+    spark: SparkSession,
+    *,
+    client: LeaseClient,
+    config: TableConfig,
+    holder: str | None = None,
+    run_uid: str | None = None,
+    now: Callable[[], datetime] = utcnow,
+    clock: Callable[[], float] = time.monotonic,
+    before_step: Callable[[Step], None] | None = None,
+) -> RunReport:
+    """Run maintenance on one table once; the report says how it ended.
+
+    Every failure of a step, of planning or of the service ends in the report (outcome and
+    `error`), not in an exception; the lease, when taken, is released on every path.
+    `before_step` is called with each step right before it runs (progress, tests).
+
+    Raises:
+        BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
+    """
+    run_uid = run_uid or uuid.uuid4().hex[:12]
+    report = RunReport(
+        table=config.name,
+        run_uid=run_uid,
+        holder=f"{holder or default_holder()}/{run_uid}",
+        started_at=now().isoformat(),
+    )
+    started = clock()
+    try:
+        _run(spark, client, config, report, now=now, clock=clock, before_step=before_step)
+    except Exception as exc:
+        # a fault outside the steps (a bug, Spark gone): the run failed, say why
+        log.exception("run %s on %s failed", run_uid, config.name)
+        report.outcome = Outcome.FAILED
+        report.error = report.error or f"{type(exc).__name__}: {exc}"
+    finally:
+        report.duration_s = clock() - started
+    return report
+
+
+def _run(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    report: RunReport,
+    *,
+    now: Callable[[], datetime],
+    clock: Callable[[], float],
+    before_step: Callable[[Step], None] | None,
+) -> None:
+    stats = _stats(spark, config, report)
+    if stats is None:
+        return
+    report.before = stats.totals().as_dict()
+    report.snapshot_before = stats.current_snapshot_id
+    try:
+        the_plan = plan(stats, config, now())
+    except RetentionRefused as exc:
+        log.error("%s", exc)
+        report.outcome, report.error = Outcome.REFUSED, str(exc)
+        return
+    report.mode, report.where = str(the_plan.mode), the_plan.where
+    report.plan_reasons = list(the_plan.reasons)
+    if not the_plan.run:
+        log.info("%s: skipped, below thresholds: %s", config.name, "; ".join(the_plan.reasons))
+        report.outcome, report.reason = Outcome.SKIPPED, "below_thresholds"
+        return
+
+    lease = _lease(client, config, report, clock=clock)
+    if lease is None:
+        return
+    held_at = clock()
+    try:
+        _steps(spark, client, config, the_plan, lease, report, before_step=before_step)
+    finally:
+        _release(client, lease)
+        report.hold_s = clock() - held_at
+    after = _stats(spark, config, report, after=True)
+    if after is not None:
+        report.after = after.totals().as_dict()
+        report.snapshot_after = after.current_snapshot_id
+
+
+def _stats(
+    spark: SparkSession, config: TableConfig, report: RunReport, *, after: bool = False
+) -> TableStats | None:
+    try:
+        return collect_stats(spark, table=config.name, small_file_bytes=config.small_file_bytes)
+    except Exception as exc:
+        from compactor.procedure import java_error_message
+
+        java = getattr(exc, "java_exception", None)
+        message = java_error_message(java) if java is not None else f"{type(exc).__name__}: {exc}"
+        if after:
+            # the run itself is over; its outcome stands, the numbers after are missing
+            log.error("%s: could not read the table after the run: %s", config.name, message)
+            return None
+        log.error("%s: could not read the table's metadata: %s", config.name, message)
+        report.outcome, report.error = Outcome.FAILED, message
+        return None
+
+
+def _lease(
+    client: LeaseClient, config: TableConfig, report: RunReport, *, clock: Callable[[], float]
+) -> Lease | None:
+    asked_at = clock()
+    try:
+        lease, waited = acquire_maintenance(
+            client,
+            table=config.name,
+            holder=report.holder,
+            ttl_s=config.lease.ttl.total_seconds(),
+            max_wait_s=config.lease.max_wait.total_seconds(),
+            request_id=f"compactor-{report.run_uid}",
+            clock=clock,
+        )
+    except (MaintenanceHeld, MaintenanceOff, DrainTimeout) as exc:
+        reason = {
+            MaintenanceHeld: "maintenance_held",
+            MaintenanceOff: "maintenance_off",
+            DrainTimeout: "drain_timeout",
+        }[type(exc)]
+        log.warning("%s: skipped (%s): %s", config.name, reason, exc)
+        report.outcome, report.reason, report.error = Outcome.SKIPPED, reason, str(exc)
+        report.lease_wait_s = clock() - asked_at
+        return None
+    except (Unavailable, OutcomeUnknown, ServerError) as exc:
+        # no lease we can trust: do not compact (one granted unseen expires after its TTL)
+        log.error("%s: lakelock service unavailable, not compacting: %s", config.name, exc)
+        report.outcome, report.error = Outcome.UNAVAILABLE, f"{exc.slug}: {exc}"
+        report.lease_wait_s = clock() - asked_at
+        return None
+    except LakelockError as exc:
+        log.error("%s: maintenance lease refused: %s", config.name, exc)
+        report.outcome, report.error = Outcome.FAILED, f"{exc.slug}: {exc}"
+        return None
+    report.lease_id, report.token, report.lease_wait_s = lease.lease_id, lease.token, waited
+    return lease
+
+
+def _steps(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    the_plan: Plan,
+    lease: Lease,
+    report: RunReport,
+    *,
+    before_step: Callable[[Step], None] | None,
+) -> None:
+    sc = spark.sparkContext
+    group = f"lakelock-compactor-{report.run_uid}"
+
+    def cancel(reason: str) -> None:
+        log.error("%s: lease lost (%s): cancelling Spark jobs of %s", config.name, reason, group)
+        sc.cancelJobsWithTag(group)
+        sc.cancelJobGroup(group)
+
+    deadline = config.lease.renew_deadline
+    renewer = Renewer(
+        client,
+        lease,
+        renew_deadline_s=None if deadline is None else deadline.total_seconds(),
+        on_lost=cancel,
+    )
+    properties = {
+        "lakelock.token": str(lease.token),
+        "lakelock.lease-id": lease.lease_id,
+        "lakelock.run-uid": report.run_uid,
+        "lakelock.mode": str(the_plan.mode),
+    }
+    # Iceberg's actions resolve helper catalogs through the JVM thread's active session, which
+    # a thread other than the one that built the session does not have
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    # job group and tag are thread-local: set here, in the thread that runs the actions
+    sc.setJobGroup(group, f"lakelock compaction of {config.name}", interruptOnCancel=True)
+    sc.addJobTag(group)
+    try:
+        for step in the_plan.steps:
+            if before_step is not None:
+                before_step(step)
+            _check(client, renewer, before=step.procedure)
+            step_started = time.monotonic()
+            try:
+                output = run_step(spark, table=config.name, step=step, properties=properties)
+            except ProcedureFailed as exc:
+                if renewer.lost.is_set():
+                    report.outcome = Outcome.LEASE_LOST
+                    report.error = f"lease lost ({renewer.lost_reason}); {exc}"
+                    log.error("%s: %s", config.name, report.error)
+                    return
+                log.error("%s: %s", config.name, exc)
+                report.outcome, report.error = Outcome.FAILED, exc.message
+                report.steps.append({**step.as_dict(), "error": exc.message})
+                return
+            entry = {
+                **step.as_dict(),
+                "output": output,
+                "duration_s": round(time.monotonic() - step_started, 3),
+            }
+            report.steps.append(entry)
+            log.info("%s: %s done: %s", config.name, step.procedure, output)
+            if renewer.lost.is_set():
+                # the action finished (and may have committed) after the lease was lost
+                entry["after_lease_lost"] = True
+                raise LeaseLost(renewer.lost_reason or "lost")
+        report.outcome = Outcome.COMPACTED
+    except LeaseLost as exc:
+        report.outcome = Outcome.LEASE_LOST
+        report.error = f"lease lost: {exc}"
+        log.error("%s: %s; no further step runs", config.name, report.error)
+    finally:
+        renewer.stop()
+        sc.removeJobTag(group)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+
+
+def _check(client: LeaseClient, renewer: Renewer, *, before: str) -> None:
+    """Raise LeaseLost unless the lease is still ours, asking the service itself: the renewer
+    learns of a revoke only at its next renew, up to a third of the TTL later."""
+    if not renewer.safe_to_commit():
+        reason = renewer.lost_reason or "no renew within the renew deadline"
+        raise LeaseLost(f"{reason} (before {before})")
+    try:
+        client.renew(renewer.lease)
+    except (NotFound, LeaseExpired, NotOwner, StaleToken) as exc:
+        raise LeaseLost(f"{exc.slug}: {exc.detail} (before {before})") from exc
+    except (Unavailable, OutcomeUnknown, ServerError) as exc:
+        # not a verdict: the renewer's deadline decides, as for any other failed renew
+        log.warning("confirming lease %s before %s failed: %s", renewer.lease.lease_id, before, exc)
+
+
+def _release(client: LeaseClient, lease: Lease) -> None:
+    try:
+        client.release(lease)
+    except LakelockError as exc:
+        # a revoked or expired lease may refuse the release; it is not live either way, and an
+        # unreachable service lets it expire after its TTL
+        log.warning("release of lease %s failed: %s", lease.lease_id, exc)
+    else:
+        log.info("released lease %s on %s", lease.lease_id, lease.table)

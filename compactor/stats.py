@@ -1,0 +1,228 @@
+"""What a table looks like now, read from its Iceberg metadata tables.
+
+    stats = collect_stats(spark, table="local.db.events", small_file_bytes=100 << 20)
+    stats.totals()                   # Totals over every partition
+    stats.partitions[0].small_files  # data files under small_file_bytes in that partition
+    stats.snapshots[-1].query_id     # `lakelock.query-id` of the newest snapshot, if any
+
+`collect_stats` is the only function here that touches Spark: it reads the `files` metadata
+table (data and delete files of the current snapshot, told apart by `content`: 0 data,
+1 position deletes, 2 equality deletes), `snapshots` and `refs`. The rest are plain values, so
+`compactor.plan` is tested without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "PartitionStats",
+    "SnapshotStats",
+    "TableStats",
+    "Totals",
+    "collect_stats",
+    "SUMMARY_PREFIX",
+]
+
+SUMMARY_PREFIX = "lakelock."
+
+
+@dataclass(frozen=True)
+class FileCounts:
+    """Data and delete files counted over some part of a table."""
+
+    data_files: int = 0
+    data_bytes: int = 0
+    data_records: int = 0
+    small_files: int = 0
+    position_delete_files: int = 0
+    equality_delete_files: int = 0
+    delete_bytes: int = 0
+    delete_records: int = 0
+
+    @property
+    def delete_files(self) -> int:
+        return self.position_delete_files + self.equality_delete_files
+
+
+_COUNTED = tuple(FileCounts.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class PartitionStats(FileCounts):
+    """Files of one partition in the current snapshot.
+
+    PartitionStats({"dt": "2024-05-01"}, data_files=40, small_files=38, position_delete_files=9)
+    """
+
+    partition: Mapping[str, Any] = field(default_factory=dict)
+
+    def __init__(self, partition: Mapping[str, Any] | None = None, **counts: int) -> None:
+        object.__setattr__(self, "partition", dict(partition or {}))
+        for name in _COUNTED:
+            object.__setattr__(self, name, counts.pop(name, 0))
+        if counts:
+            raise TypeError(f"unknown counts: {sorted(counts)}")
+
+
+@dataclass(frozen=True)
+class Totals(FileCounts):
+    """Sums over some partitions; what a report shows before and after a run.
+
+    Totals.of(stats.partitions).as_dict()
+    """
+
+    partitions: int = 0
+    # partitions holding at least this many small files (set by the planner's min-input-files)
+    max_small_files_in_partition: int = 0
+
+    @classmethod
+    def of(cls, partitions: Iterable[PartitionStats]) -> Totals:
+        parts = list(partitions)
+        return cls(
+            partitions=len(parts),
+            max_small_files_in_partition=max((p.small_files for p in parts), default=0),
+            **{name: sum(getattr(p, name) for p in parts) for name in _COUNTED},
+        )
+
+    @property
+    def avg_file_bytes(self) -> float:
+        return self.data_bytes / self.data_files if self.data_files else 0.0
+
+    @property
+    def delete_ratio(self) -> float:
+        """Delete files per data file (0 when there are no data files)."""
+        return self.delete_files / self.data_files if self.data_files else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(
+            delete_files=self.delete_files,
+            avg_file_bytes=round(self.avg_file_bytes, 1),
+            delete_ratio=round(self.delete_ratio, 4),
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class SnapshotStats:
+    """One snapshot: when, what, and the `lakelock.*` properties of its summary."""
+
+    snapshot_id: int
+    committed_at: datetime
+    operation: str = ""
+    summary: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def query_id(self) -> str | None:
+        """The streaming query that committed it (`lakelock.query-id`), if any."""
+        return self.summary.get("lakelock.query-id")
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's files per partition and its snapshots (oldest first)."""
+
+    table: str
+    partitions: tuple[PartitionStats, ...] = ()
+    snapshots: tuple[SnapshotStats, ...] = ()
+    current_snapshot_id: int | None = None
+    # the size under which `small_files` were counted
+    small_file_bytes: int = 0
+
+    def totals(self) -> Totals:
+        return Totals.of(self.partitions)
+
+    @property
+    def last_full_rewrite_at(self) -> datetime | None:
+        """When a snapshot of a `rewrite-all` run last committed (`lakelock.mode`)."""
+        times = [
+            s.committed_at
+            for s in self.snapshots
+            if s.summary.get("lakelock.mode") == "rewrite-all"
+        ]
+        return max(times, default=None)
+
+
+def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> TableStats:
+    """Read `table`'s metadata tables into a TableStats.
+
+    Raises:
+        pyspark.errors.AnalysisException: no such table (or not an Iceberg table).
+        py4j.protocol.Py4JJavaError: the catalog or the metadata could not be read.
+    """
+    files = spark.table(f"{table}.files")
+    partition = "to_json(partition)" if "partition" in files.columns else "'{}'"
+    rows = spark.sql(
+        f"""
+        SELECT {partition} AS partition, content,
+               count(*) AS files,
+               coalesce(sum(file_size_in_bytes), 0) AS bytes,
+               coalesce(sum(record_count), 0) AS records,
+               coalesce(sum(CASE WHEN file_size_in_bytes < {int(small_file_bytes)}
+                                 THEN 1 ELSE 0 END), 0) AS small
+        FROM {table}.files
+        GROUP BY 1, 2
+        """
+    ).collect()
+    partitions = _partitions(
+        (
+            json.loads(r["partition"] or "{}"),
+            r["content"],
+            r["files"],
+            r["bytes"],
+            r["records"],
+            r["small"],
+        )
+        for r in rows
+    )
+    snapshots = tuple(
+        SnapshotStats(
+            snapshot_id=int(r["snapshot_id"]),
+            committed_at=datetime.fromtimestamp(r["committed_ms"] / 1000, tz=UTC),
+            operation=r["operation"] or "",
+            summary={k: v for k, v in (r["summary"] or {}).items() if k.startswith(SUMMARY_PREFIX)},
+        )
+        for r in spark.sql(
+            # epoch millis: PySpark would turn a timestamp into the Python process's local time
+            f"SELECT snapshot_id, unix_millis(committed_at) AS committed_ms, operation, summary "
+            f"FROM {table}.snapshots "
+            "ORDER BY committed_at, snapshot_id"
+        ).collect()
+    )
+    main = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    return TableStats(
+        table=table,
+        partitions=partitions,
+        snapshots=snapshots,
+        current_snapshot_id=int(main[0]["snapshot_id"]) if main else None,
+        small_file_bytes=int(small_file_bytes),
+    )
+
+
+def _partitions(
+    rows: Iterable[tuple[dict[str, Any], int, int, int, int, int]],
+) -> tuple[PartitionStats, ...]:
+    """Fold (partition, content, files, bytes, records, small) rows into one entry a partition."""
+    by_key: dict[str, dict[str, Any]] = {}
+    for partition, content, files, size, records, small in rows:
+        key = json.dumps(partition, sort_keys=True)
+        entry = by_key.setdefault(key, {"partition": partition})
+        if content == 0:
+            entry.update(data_files=files, data_bytes=size, data_records=records, small_files=small)
+        elif content == 1:
+            entry["position_delete_files"] = files
+            entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
+            entry["delete_records"] = entry.get("delete_records", 0) + records
+        elif content == 2:
+            entry["equality_delete_files"] = files
+            entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
+            entry["delete_records"] = entry.get("delete_records", 0) + records
+    return tuple(PartitionStats(**by_key[k]) for k in sorted(by_key))

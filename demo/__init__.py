@@ -1,0 +1,1 @@
+"""The whole lakelock pipeline on one machine, on embedded defaults (`python -m demo`)."""

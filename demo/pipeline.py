@@ -1,0 +1,444 @@
+"""The whole pipeline on one machine: service, event generator, gated streaming upsert, compactor.
+
+    result = Pipeline(PipelineOptions(duration_s=120, workdir=Path("var/demo"))).run()
+    result.summary()            # the figures of demo-summary.json
+    result.verify()             # [] when every key holds its latest values
+
+What runs, all in this process except the service (a child process on SQLite):
+
+    generator   a thread writing JSON-lines files into the landing folder (duplicates, late
+                updates, bad records), `rate` events/s, one file every `file_interval_s`
+    ingest      the streaming upsert job (ingest_gate.job.run) on a shared local Spark session;
+                a batch that fails stops its query, and the pipeline restarts it from the
+                checkpoint, as a cluster's supervisor would, counting the failure
+    compactor   compactor.run.run_table every `compact_every_s`, on the same Spark session
+
+`coordinated=False` runs the same workload with both jobs ignoring lakelock (the ingest gate
+grants at once; the compactor's lease is a stand-in that always says yes): the baseline of
+benchmarks/conflicts.py. After `duration_s` the generator stops, the stream drains what is left
+(an available-now run from the same checkpoint), and everything started is stopped, also on
+Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
+from compactor.report import RunReport, publish
+from compactor.run import run_table
+from ingest_gate.config import IngestConfig
+from ingest_gate.generate import EventGenerator
+from ingest_gate.job import BatchHooks, BatchRecord, run
+from ingest_gate.spark import CatalogConfig, build_session
+from ingest_gate.table import read_rows
+from service.client import Lease, LeaseClient
+from service.local import LocalService
+
+__all__ = [
+    "PipelineOptions",
+    "Pipeline",
+    "PipelineResult",
+    "FileWritten",
+    "BatchSeen",
+    "UncoordinatedClient",
+]
+
+log = logging.getLogger("demo")
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """One run's knobs; the defaults are the demo's."""
+
+    duration_s: float = 120.0
+    workdir: Path = Path("var/demo")
+    table: str = "local.db.events"
+    rate: float = 200.0
+    file_interval_s: float = 1.0
+    trigger_interval_s: float = 2.0
+    compact_every_s: float = 20.0
+    seed: int = 1
+    update_ratio: float = 0.3
+    duplicate_ratio: float = 0.1
+    late_update_ratio: float = 0.05
+    bad_ratio: float = 0.01
+    coordinated: bool = True
+    lease_ttl_s: float = 20.0
+    max_hold_s: float = 120.0
+    spark_master: str = "local[2]"
+    progress_every_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class FileWritten:
+    path: str
+    records: int
+    at: float  # time.time() when the file appeared in the landing folder
+
+
+@dataclass(frozen=True)
+class BatchSeen:
+    """A batch's record; `ended_at` is when its MERGE committed (time.time()), `started_at`
+    that minus the batch's duration (it includes the gate wait)."""
+
+    record: BatchRecord
+    started_at: float
+    ended_at: float
+    query_run: int  # which start of the query (restarts after failures count up)
+
+
+@dataclass
+class PipelineResult:
+    options: PipelineOptions
+    generator: EventGenerator
+    files: list[FileWritten]
+    batches: list[BatchSeen]
+    failed_batches: list[dict[str, Any]]
+    compactions: list[RunReport]
+    compaction_windows: list[tuple[float, float]]
+    rows: list[dict[str, Any]]
+    data_files_now: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def verify(self) -> list[str]:
+        """What is wrong with the table, compared with what the generator wrote; [] if nothing."""
+        expected = {_key(r): r for r in self.generator.expected_rows()}
+        actual: dict[tuple[Any, ...], dict[str, Any]] = {}
+        problems: list[str] = []
+        for row in self.rows:
+            if _key(row) in actual:
+                problems.append(f"key {_key(row)} appears more than once")
+            actual[_key(row)] = row
+        missing = expected.keys() - actual.keys()
+        extra = actual.keys() - expected.keys()
+        if missing:
+            problems.append(f"{len(missing)} keys missing, e.g. {sorted(missing)[:3]}")
+        if extra:
+            problems.append(f"{len(extra)} unexpected keys, e.g. {sorted(extra)[:3]}")
+        stale = [k for k in expected.keys() & actual.keys() if expected[k] != actual[k]]
+        if stale:
+            k = sorted(stale)[0]
+            problems.append(
+                f"{len(stale)} keys do not hold their latest values, e.g. {k}: "
+                f"table {actual[k]} != expected {expected[k]}"
+            )
+        return problems
+
+    def max_ingest_wait_s(self) -> float:
+        return max((b.record.gate_wait_s for b in self.batches), default=0.0)
+
+    def summary(self) -> dict[str, Any]:
+        compacted = [r for r in self.compactions if r.outcome == "compacted"]
+        failed = [r for r in self.compactions if r.outcome in ("failed", "lease_lost")]
+        last = compacted[-1] if compacted else None
+        return {
+            "mode": "coordinated" if self.options.coordinated else "uncoordinated",
+            "duration_s": round(self.duration_s, 1),
+            "events_generated": sum(self.generator.by_kind.values()),
+            "distinct_keys_generated": len(self.generator.expected_rows()),
+            "bad_records": self.generator.by_kind.get("bad", 0),
+            "bad_records_dead_lettered": sum(b.record.bad_rows for b in self.batches),
+            "rows_in_table": len(self.rows),
+            "batches": len(self.batches),
+            "failed_batches": len(self.failed_batches),
+            "compactions": len(compacted),
+            "compaction_runs": len(self.compactions),
+            "failed_compactions": len(failed),
+            "data_files_before_last_compaction": (last.before or {}).get("data_files")
+            if last
+            else None,
+            "data_files_after_last_compaction": (last.after or {}).get("data_files")
+            if last
+            else None,
+            "data_files_now": self.data_files_now,
+            "max_ingest_wait_s": round(
+                max((b.record.gate_wait_s for b in self.batches), default=0), 3
+            ),
+            "warehouse": str((self.options.workdir / "warehouse").resolve()),
+            "table": self.options.table,
+            "landing": str((self.options.workdir / "landing").resolve()),
+        }
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["event_id"], row["dt"], row["hr"])
+
+
+class UncoordinatedClient:
+    """A stand-in for LeaseClient that grants every maintenance lease at once and never
+    refuses a renew: the compactor then runs as if lakelock did not exist."""
+
+    def acquire_maintenance(self, table: str, *, holder: str, ttl_s: float, **_: Any) -> Lease:
+        return Lease(
+            lease_id=str(uuid.uuid4()),
+            table=table,
+            kind="maintenance",
+            holder=holder,
+            request_id="uncoordinated",
+            token=0,
+            ttl_s=ttl_s,
+            remaining_s=ttl_s,
+        )
+
+    def renew(self, lease: Lease, **_: Any) -> Lease:
+        return lease
+
+    def release(self, lease: Lease) -> None:
+        return None
+
+    def report_run(self, table: str, report: dict[str, Any]) -> int:
+        return 0
+
+
+class Pipeline:
+    def __init__(
+        self, options: PipelineOptions, *, on_progress: Callable[[str], None] | None = None
+    ) -> None:
+        self.options = options
+        self.on_progress = on_progress or (lambda line: log.info("%s", line))
+        self.stop = threading.Event()
+        self.generator = EventGenerator(
+            seed=options.seed,
+            update_ratio=options.update_ratio,
+            duplicate_ratio=options.duplicate_ratio,
+            late_update_ratio=options.late_update_ratio,
+            bad_ratio=options.bad_ratio,
+        )
+        self.files: list[FileWritten] = []
+        self.batches: list[BatchSeen] = []
+        self.failed_batches: list[dict[str, Any]] = []
+        self.compactions: list[RunReport] = []
+        self.windows: list[tuple[float, float]] = []
+        self._query_run = 0
+        self._committed_at: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> Path:
+        return self.options.workdir / name
+
+    def _ingest_config(self, service: LocalService | None) -> IngestConfig:
+        o = self.options
+        return IngestConfig(
+            table=o.table,
+            catalog=CatalogConfig(warehouse=str(self._path("warehouse"))),
+            landing_path=str(self._path("landing")),
+            dead_letter_path=str(self._path("dead-letter")),
+            checkpoint_path=str(self._path("checkpoints/ingest")),
+            trigger_interval_s=o.trigger_interval_s,
+            gate_enabled=service is not None,
+            lakelock_url=service.url if service else "http://127.0.0.1:8737",
+            lakelock_token=service.token("job") if service else None,
+            holder="demo-ingest",
+            lease_ttl_s=o.lease_ttl_s,
+            max_hold_s=o.max_hold_s,
+            policy="fail",
+            poll_s=5.0,
+            spark_master=o.spark_master,
+        )
+
+    def _table_config(self) -> TableConfig:
+        # demo-sized thresholds: the files here are KBs, not the 128 MiB of a real table
+        return TableConfig(
+            name=self.options.table,
+            lease=LeaseConfig(
+                ttl=timedelta(seconds=self.options.lease_ttl_s), max_wait=timedelta(seconds=60)
+            ),
+            plan=PlanConfig(min_small_files=8, min_delete_files=8),
+            rewrite_data_files=RewriteDataFilesConfig(
+                options={
+                    "target-file-size-bytes": str(8 * 1024 * 1024),
+                    "min-input-files": "2",
+                    "max-concurrent-file-group-rewrites": "2",
+                    "partial-progress.enabled": "false",
+                }
+            ),
+        )
+
+    # -- the parts -----------------------------------------------------------------------------
+
+    def _generate(self) -> None:
+        landing = self._path("landing")
+        per_file = self.options.rate * self.options.file_interval_s
+        owed = 0.0
+        while not self.stop.wait(self.options.file_interval_s):
+            owed += per_file
+            count, owed = int(owed), owed - int(owed)
+            if count:
+                path = self.generator.write_file(landing, count)
+                self.files.append(FileWritten(str(path), count, time.time()))
+
+    def _hooks(self) -> BatchHooks:
+        def committed(batch_id: int, _pass: Any) -> None:
+            # right after the Iceberg commit: when the batch's rows became visible
+            self._committed_at[batch_id] = time.time()
+
+        return BatchHooks(after_merge=committed)
+
+    def _ingest(self, spark: Any, config: IngestConfig) -> None:
+        """Run the query until stopped; restart it from the checkpoint after a failed batch."""
+        while not self.stop.is_set():
+            self._query_run += 1
+            handle = run(config, spark=spark, hooks=self._hooks())
+            seen = 0
+            try:
+                while handle.query.isActive and not self.stop.is_set():
+                    handle.query.awaitTermination(0.5)
+                    seen = self._collect(handle, seen)
+            finally:
+                if handle.query.isActive:
+                    handle.stop()
+                self._collect(handle, seen)
+            failure = handle.query.exception()
+            if failure is not None:
+                last = handle.writer.records[-1] if handle.writer.records else None
+                self._failed(last.batch_id if last else None, (last and last.error) or failure)
+                time.sleep(1.0)
+
+    def _failed(self, batch_id: int | None, error: object) -> None:
+        message = str(error).split("\n")[0][:500]
+        self.failed_batches.append({"batch_id": batch_id, "at": time.time(), "error": message})
+        self.on_progress(f"ingest batch failed, restarting from checkpoint: {message[:160]}")
+
+    def _collect(self, handle: Any, seen: int) -> int:
+        records = handle.writer.records
+        for record in records[seen:]:
+            ended = self._committed_at.pop(record.batch_id, time.time())
+            if record.outcome != "failed":
+                with self._lock:
+                    self.batches.append(
+                        BatchSeen(record, ended - record.duration_s, ended, self._query_run)
+                    )
+        return len(records)
+
+    def _compact(self, spark: Any, client: Any) -> None:
+        config = self._table_config()
+        while not self.stop.wait(self.options.compact_every_s):
+            started = time.time()
+            report = run_table(spark, client=client, config=config, holder="demo-compactor")
+            publish(report, client=client)
+            self.compactions.append(report)
+            if report.outcome not in ("skipped",):
+                self.windows.append((started, time.time()))
+            files = f"{(report.before or {}).get('data_files')} -> "
+            files += f"{(report.after or {}).get('data_files')}"
+            error = f" ({report.error.splitlines()[0][:120]})" if report.error else ""
+            self.on_progress(
+                f"compaction {len(self.compactions)}: {report.outcome}{error}, data files {files}, "
+                f"lease wait {report.lease_wait_s or 0:.1f}s"
+            )
+
+    def _progress(self, started: float) -> None:
+        while not self.stop.wait(self.options.progress_every_s):
+            waits = [b.record.gate_wait_s for b in self.batches]
+            ok = sum(r.outcome == "compacted" for r in self.compactions)
+            self.on_progress(
+                f"t={time.monotonic() - started:5.0f}s  events={sum(f.records for f in self.files)}"
+                f"  batches={len(self.batches)} failed={len(self.failed_batches)}"
+                f"  compactions={ok}/{len(self.compactions)}"
+                f"  max ingest wait={max(waits, default=0):.1f}s"
+            )
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def run(self) -> PipelineResult:
+        o = self.options
+        if o.workdir.exists():
+            shutil.rmtree(o.workdir)
+        (o.workdir / "landing").mkdir(parents=True)
+        started = time.monotonic()
+        service = None
+        spark = None
+        threads: list[threading.Thread] = []
+        try:
+            if o.coordinated:
+                service = LocalService.start(
+                    db_url=f"sqlite:///{(o.workdir / 'lakelock.db').resolve()}",
+                    log_path=o.workdir / "service.log",
+                )
+                self.on_progress(f"lakelock service on {service.url} (SQLite)")
+            config = self._ingest_config(service)
+            spark = build_session(config.catalog, app_name="lakelock-demo", master=o.spark_master)
+            spark.sparkContext.setLogLevel("ERROR")
+            client: Any = (
+                LeaseClient(service.url, token=service.token("job"))
+                if service
+                else UncoordinatedClient()
+            )
+            # the table first, so the compactor never races the ingest job's CREATE TABLE
+            from ingest_gate.table import ensure_table
+
+            ensure_table(spark, o.table, partition_columns=config.partition_columns)
+            for target, args in (
+                (self._generate, ()),
+                (self._ingest, (spark, config)),
+                (self._compact, (spark, client)),
+                (self._progress, (started,)),
+            ):
+                thread = threading.Thread(target=target, args=args, daemon=True)
+                thread.start()
+                threads.append(thread)
+            deadline = started + o.duration_s
+            while time.monotonic() < deadline and all(t.is_alive() for t in threads):
+                time.sleep(0.2)
+            self.stop.set()
+            for thread in threads:
+                thread.join(timeout=600)
+            # drain what the last trigger did not see: one available-now run, same checkpoint
+            self._query_run += 1
+            drain = run(replace(config, available_now=True), spark=spark, hooks=self._hooks())
+            drain.query.awaitTermination(600)
+            self._collect(drain, 0)
+            if drain.query.exception() is not None:
+                self.failed_batches.append(
+                    {
+                        "batch_id": None,
+                        "at": time.time(),
+                        "error": str(drain.query.exception())[:500],
+                    }
+                )
+            rows = read_rows(spark, o.table)
+            data_files = spark.sql(f"SELECT count(*) AS n FROM {o.table}.data_files").first()["n"]
+            events = (
+                LeaseClient(service.url, token=service.token("reader")).events(
+                    table=o.table, limit=1000
+                )
+                if service
+                else []
+            )
+            return PipelineResult(
+                options=o,
+                generator=self.generator,
+                files=list(self.files),
+                batches=list(self.batches),
+                failed_batches=list(self.failed_batches),
+                compactions=list(self.compactions),
+                compaction_windows=list(self.windows),
+                rows=rows,
+                data_files_now=int(data_files),
+                events=events,
+                duration_s=time.monotonic() - started,
+            )
+        finally:
+            self.stop.set()
+            if spark is not None:
+                for query in spark.streams.active:
+                    query.stop()
+            for thread in threads:
+                thread.join(timeout=60)
+            if spark is not None:
+                spark.stop()
+            if service is not None:
+                service.stop()

@@ -1,0 +1,51 @@
+"""The conflicts benchmark at its small setting: both modes run, report and timeline written.
+No timings are asserted; the figures come from `python -m benchmarks.conflicts`."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_small_conflicts_benchmark_writes_a_consistent_report_and_timeline(tmp_path):
+    out = tmp_path / "conflicts"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.conflicts",
+            "--duration-s",
+            "25",
+            "--rate",
+            "100",
+            "--compact-every-s",
+            "4",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    modes = json.loads((out / "results.json").read_text())
+    assert [m["mode"] for m in modes] == ["uncoordinated", "coordinated"]
+    for mode in modes:
+        assert mode["failed_batches"] == len(mode["timeline"]["failed_batches"])
+        assert mode["compaction_runs"] == len(mode["timeline"]["compactions"])
+        assert mode["failed_compactions"] <= mode["compaction_runs"]
+        assert mode["batches"] == len(mode["timeline"]["commits"]) > 0
+        assert mode["rows_correct"] is True
+    coordinated = modes[1]
+    assert coordinated["failed_batches"] == 0 and coordinated["failed_compactions"] == 0
+    report = (out / "report.md").read_text()
+    assert "| failed streaming batches |" in report and "coordinated" in report
+    png = (out / "conflicts.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000

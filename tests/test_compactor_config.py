@@ -1,0 +1,112 @@
+"""The compactor's TOML config: durations, defaults and overrides, mistakes named."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta
+
+import pytest
+
+from compactor.config import ConfigError, config_from_dict, load_config, parse_duration
+from compactor.job import parse_args, resolve
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("10m", timedelta(minutes=10)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("7d", timedelta(days=7)),
+        ("2w", timedelta(weeks=2)),
+        (90, timedelta(seconds=90)),
+    ],
+)
+def test_durations_read_as_people_write_them(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["10", "ten minutes", "10x", "", "m10"])
+def test_malformed_durations_are_refused(text):
+    with pytest.raises(ConfigError, match="not a duration"):
+        parse_duration(text)
+
+
+def test_a_table_entry_overrides_the_defaults_key_by_key(tmp_path):
+    path = tmp_path / "compactor.toml"
+    path.write_text(
+        """
+        every = "10m"
+        [service]
+        url = "http://lakelock:8737"
+        [catalog]
+        name = "lake"
+        warehouse = "/data/wh"
+        [defaults.lease]
+        ttl = "2m"
+        [defaults.plan]
+        recent_days = 3
+        [defaults.rewrite_data_files]
+        options = { "min-input-files" = 8, "partial-progress.enabled" = false }
+        [[tables]]
+        name = "lake.db.events"
+        plan = { recent_days = 1, full_rewrite_at = "03:30" }
+        rewrite_data_files = { strategy = "sort", sort_order = "event_id DESC NULLS LAST" }
+        """
+    )
+
+    config = load_config(path)
+    events = config.table("lake.db.events")
+    other = config.table("lake.db.other")
+
+    assert config.every == timedelta(minutes=10)
+    assert config.service_url == "http://lakelock:8737"
+    assert config.catalog.name == "lake"
+    assert events.lease.ttl == timedelta(minutes=2)
+    assert events.plan.recent_days == 1
+    assert events.plan.full_rewrite_at == time(3, 30)
+    assert events.rewrite_data_files.strategy == "sort"
+    # options merge over the built-in defaults and become the strings Iceberg expects
+    options = events.rewrite_data_files.options
+    assert options["min-input-files"] == "8"
+    assert options["partial-progress.enabled"] == "false"
+    assert options["target-file-size-bytes"] == "134217728"
+    # an unlisted table gets the defaults
+    assert other.plan.recent_days == 3
+    assert other.rewrite_data_files.strategy == "binpack"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"tables": [{"name": "db.t", "plna": {}}]}, r"unknown key\(s\) \['plna'\]"),
+        ({"defaults": {"plan": {"min_small_file": 3}}}, "min_small_file"),
+        ({"tables": [{"name": "db.t", "rewrite_data_files": {"strategy": "zorder"}}]}, "binpack"),
+        ({"tables": [{"name": "t"}]}, "namespace.table"),
+        ({"tables": [{"name": "db.t", "lease": {"ttl": "soon"}}]}, "not a duration"),
+        ({"catalog": {"type": "nessie"}}, "catalog"),
+        (
+            {"tables": [{"name": "db.t", "rewrite_manifests": {"enabled": "yes"}}]},
+            "true or false",
+        ),
+    ],
+)
+def test_config_mistakes_are_named(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_command_line_overrides_the_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[service]\nurl = "http://a:1"\n[[tables]]\nname = "local.db.a"\n')
+
+    config, tables = resolve(
+        parse_args(["run", "--config", str(path), "--once", "--service-url", "http://b:2"])
+    )
+
+    assert config.service_url == "http://b:2"
+    assert [t.name for t in tables] == ["local.db.a"]
+
+
+def test_no_table_anywhere_is_an_error():
+    with pytest.raises(ConfigError, match="no table"):
+        resolve(parse_args(["plan"]))
