@@ -5,7 +5,7 @@
     LAKELOCK_AUTH=off        # local runs only; the service warns on every start
 
 `get_settings()` validates once and caches; a bad value stops start-up with a message naming the
-variable and the rule. Every setting is listed in docs/settings.md (`settings_table()`).
+variable and the rule. Every setting is listed in the README (`settings_table()`).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def get_settings() -> Settings:
 
 
 def settings_table() -> str:
-    """The Markdown table of every setting (docs/settings.md), from `Settings.model_fields`."""
+    """The Markdown table of every setting (in the README), from `Settings.model_fields`."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for name, field in Settings.model_fields.items():
         default = "(empty)" if field.default == "" else f"`{field.default}`"
