@@ -98,6 +98,7 @@ def figures(result: PipelineResult) -> ModeFigures:
     fresh = _freshness(result)
     return {
         "mode": "coordinated" if result.options.coordinated else "uncoordinated",
+        "ran_s": round(result.duration_s, 1),
         "batches": len(result.batches),
         "failed_batches": len(result.failed_batches),
         "failed_batch_messages": sorted({f["error"][:200] for f in result.failed_batches}),

@@ -22,13 +22,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from compactor.plan import Step
+from ingest_gate.spark import error_message
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ProcedureFailed", "run_step", "java_error_message", "parse_sort_order", "PROCEDURES"]
-
-_MAX_MESSAGE = 4000
+__all__ = ["ProcedureFailed", "run_step", "parse_sort_order", "PROCEDURES"]
 
 
 class ProcedureFailed(Exception):
@@ -59,26 +58,9 @@ def run_step(
     try:
         return runner(spark, table, step, properties)
     except Py4JJavaError as exc:
-        raise ProcedureFailed(step.procedure, java_error_message(exc.java_exception)) from exc
+        raise ProcedureFailed(step.procedure, error_message(exc)) from exc
     except CapturedException as exc:
-        raise ProcedureFailed(step.procedure, str(exc)[:_MAX_MESSAGE]) from exc
-
-
-def java_error_message(throwable: Any) -> str:
-    """`Class: message`, and the root cause's when it differs (a cancelled job, a
-    ValidationException wrapped in a RuntimeException)."""
-    top = f"{throwable.getClass().getName()}: {throwable.getMessage()}"
-    root = throwable
-    for _ in range(20):
-        cause = root.getCause()
-        if cause is None or cause.equals(root):
-            break
-        root = cause
-    if not root.equals(throwable):
-        below = f"{root.getClass().getName()}: {root.getMessage()}"
-        if below not in top:
-            top = f"{top} (caused by {below})"
-    return top[:_MAX_MESSAGE]
+        raise ProcedureFailed(step.procedure, error_message(exc)) from exc
 
 
 def _rewrite_data_files(

@@ -41,6 +41,7 @@ from compactor.plan import Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport
 from compactor.stats import TableStats, collect_stats
+from ingest_gate.spark import error_message
 from service.client import Lease, LeaseClient, Renewer
 from service.errors import (
     LakelockError,
@@ -110,7 +111,7 @@ def run_table(
         # a fault outside the steps (a bug, Spark gone): the run failed, say why
         log.exception("run %s on %s failed", run_uid, config.name)
         report.outcome = Outcome.FAILED
-        report.error = report.error or f"{type(exc).__name__}: {exc}"
+        report.error = report.error or error_message(exc)
     finally:
         report.duration_s = clock() - started
     return report
@@ -165,10 +166,7 @@ def _stats(
     try:
         return collect_stats(spark, table=config.name, small_file_bytes=config.small_file_bytes)
     except Exception as exc:
-        from compactor.procedure import java_error_message
-
-        java = getattr(exc, "java_exception", None)
-        message = java_error_message(java) if java is not None else f"{type(exc).__name__}: {exc}"
+        message = error_message(exc)
         if after:
             # the run itself is over; its outcome stands, the numbers after are missing
             log.error("%s: could not read the table after the run: %s", config.name, message)

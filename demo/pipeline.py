@@ -222,6 +222,7 @@ class Pipeline:
         self.windows: list[tuple[float, float]] = []
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
+        self.crashed: list[tuple[str, BaseException]] = []
         self._lock = threading.Lock()
 
     # -- paths ---------------------------------------------------------------------------------
@@ -289,13 +290,18 @@ class Pipeline:
 
     def _ingest(self, spark: Any, config: IngestConfig) -> None:
         """Run the query until stopped; restart it from the checkpoint after a failed batch."""
+        from pyspark.errors import StreamingQueryException
+
         while not self.stop.is_set():
             self._query_run += 1
             handle = run(config, spark=spark, hooks=self._hooks())
             seen = 0
             try:
                 while handle.query.isActive and not self.stop.is_set():
-                    handle.query.awaitTermination(0.5)
+                    try:
+                        handle.query.awaitTermination(0.5)
+                    except StreamingQueryException:
+                        break  # a batch failed: counted below, then the query restarts
                     seen = self._collect(handle, seen)
             finally:
                 if handle.query.isActive:
@@ -351,6 +357,19 @@ class Pipeline:
                 f"  max ingest wait={max(waits, default=0):.1f}s"
             )
 
+    def _guarded(self, target: Callable[..., None]) -> Callable[..., None]:
+        """`target`, but an exception ends the whole run (after cleanup) instead of one thread."""
+
+        def run_guarded(*args: Any) -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                log.exception("%s failed", target.__name__)
+                self.crashed.append((target.__name__.strip("_"), exc))
+                self.stop.set()
+
+        return run_guarded
+
     # -- the run -------------------------------------------------------------------------------
 
     def run(self) -> PipelineResult:
@@ -387,15 +406,18 @@ class Pipeline:
                 (self._compact, (spark, client)),
                 (self._progress, (started,)),
             ):
-                thread = threading.Thread(target=target, args=args, daemon=True)
+                thread = threading.Thread(target=self._guarded(target), args=args, daemon=True)
                 thread.start()
                 threads.append(thread)
             deadline = started + o.duration_s
-            while time.monotonic() < deadline and all(t.is_alive() for t in threads):
+            while time.monotonic() < deadline and not self.crashed:
                 time.sleep(0.2)
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=600)
+            if self.crashed:
+                name, error = self.crashed[0]
+                raise RuntimeError(f"the pipeline's {name} stopped with an error") from error
             # drain what the last trigger did not see: one available-now run, same checkpoint
             self._query_run += 1
             drain = run(replace(config, available_now=True), spark=spark, hooks=self._hooks())

@@ -41,6 +41,7 @@ from ingest_gate.snapshots import (
     with_commit_properties,
 )
 from ingest_gate.source import read_stream, with_source_position
+from ingest_gate.spark import error_message
 from ingest_gate.table import ensure_table
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class BatchWriter:
         except BaseException as exc:
             if record.outcome not in ("timed_out", "lease_lost"):
                 record.outcome = "failed"
-            record.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+            record.error = error_message(exc)
             self.last_error = exc
             raise
         finally:

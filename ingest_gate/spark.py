@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-__all__ = ["CatalogConfig", "SparkJobGroups", "bundled_iceberg_jar", "build_session"]
+__all__ = [
+    "error_message",
+    "CatalogConfig",
+    "SparkJobGroups",
+    "bundled_iceberg_jar",
+    "build_session",
+]
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -97,6 +103,9 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    if master and master.startswith("local"):
+        # a local driver talks to itself: bind loopback, not whatever the hostname resolves to
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = {
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
@@ -152,3 +161,30 @@ class SparkJobGroups:
     def cancel(self, group: str) -> None:
         """Cancel the running jobs of `group`; the statement running them raises."""
         self._sc.cancelJobGroup(group)
+
+
+_MAX_MESSAGE = 1000
+
+
+def error_message(exc: BaseException) -> str:
+    """One line for a report or a log: Iceberg's own message first.
+
+    A failure in the JVM arrives as a py4j error whose text starts with "An error occurred while
+    calling o123.sql" and wraps the real cause (a ValidationException inside a RuntimeException,
+    a cancelled job): this gives the innermost cause, then the outer exception it came in.
+    """
+    throwable = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    if throwable is None:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:_MAX_MESSAGE]
+    outer = f"{throwable.getClass().getName()}: {throwable.getMessage()}"
+    root = throwable
+    for _ in range(20):
+        cause = root.getCause()
+        if cause is None or cause.equals(root):
+            break
+        root = cause
+    message = outer
+    if not root.equals(throwable):
+        inner = f"{root.getClass().getName()}: {root.getMessage()}"
+        message = f"{inner} (in {outer})"
+    return " ".join(message.split())[:_MAX_MESSAGE]
