@@ -24,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -77,6 +78,13 @@ def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:
             request, Unavailable("the lock database cannot be reached; retry later")
         )
     return _server_fault(request, exc)
+
+
+def _pool_exhausted(request: Request, exc: PoolTimeout) -> JSONResponse:
+    log.warning("no database connection free within the pool timeout: %s", exc)
+    return problem_response(
+        request, Unavailable("the lock database is not answering in time; retry later")
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -265,6 +273,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _validation_problem)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_problem)  # type: ignore[arg-type]
     app.add_exception_handler(DBAPIError, _database_problem)  # type: ignore[arg-type]
+    app.add_exception_handler(PoolTimeout, _pool_exhausted)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _server_fault)
     app.add_middleware(RequestContext, max_body_bytes=settings.max_body_bytes)
     return app

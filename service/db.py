@@ -177,6 +177,9 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
+        # every connection busy (a stuck database): give up like an unreachable one, with a 503,
+        # instead of SQLAlchemy's default 30 s wait and a 500
+        pool_timeout=timeout_s,
         pool_pre_ping=True,
         pool_recycle=1800,
         # READ COMMITTED: after locking the table row, every later read sees the latest commits,
@@ -184,8 +187,10 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
         isolation_level="READ COMMITTED",
         connect_args={
             "connect_timeout": max(1, int(timeout_s)),
-            "read_timeout": max(1, int(timeout_s * 4)),
-            "write_timeout": max(1, int(timeout_s * 4)),
+            # PyMySQL applies the read timeout to the handshake too: a silent network answers
+            # 503 after connect + read timeouts. Our statements take milliseconds.
+            "read_timeout": max(1, int(timeout_s * 2)),
+            "write_timeout": max(1, int(timeout_s * 2)),
         },
     )
 

@@ -133,8 +133,9 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         le=120,
-        description="Database connect timeout; reads and writes time out after 4x this. Bounds "
-        "how long a call waits on an unreachable database before answering 503.",
+        description="Database connect timeout, and the wait for a free pooled connection; reads "
+        "and writes time out after 2x this. Bounds how long a call waits on an unreachable "
+        "or stuck database before answering 503.",
     )
     runs_kept: int = Field(default=50, ge=1, le=10000, description="Run reports kept per table.")
     shutdown_grace_s: float = Field(

@@ -178,3 +178,26 @@ def test_the_logs_of_an_outage_do_not_show_the_database_password(server, proxy: 
     log = server.log()
     assert "database unavailable" in log
     assert password not in log
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, object]:
+    return {"db_pool_size": 1, "db_timeout_s": 1.0}
+
+
+def test_every_pooled_connection_busy_answers_503_not_a_hang(api, db_url):
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite serialises in the file, not in a connection pool")
+    engine = api.app.state.runtime.engine
+    held = [engine.connect() for _ in range(2)]  # pool_size 1 + overflow 1: all of them
+    try:
+        response = api.post(
+            "/v1/tables/lake.db.events/commit-leases", json={"holder": "h", "ttl_s": 30}
+        )
+        assert response.status_code == 503
+        assert response.json()["type"] == "urn:lakelock:unavailable"
+        assert "Retry-After" in response.headers
+    finally:
+        for conn in held:
+            conn.close()
+    assert api.get("/v1/tables/lake.db.events").status_code == 200
