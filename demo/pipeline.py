@@ -171,6 +171,14 @@ class PipelineResult:
         }
 
 
+def _between_batches(handle: Any, timeout_s: float = 60.0) -> None:
+    """Wait (bounded) until no batch is running, so stopping the query does not interrupt a
+    MERGE mid-write (harmless, the batch is replayed, but Spark logs the abort loudly)."""
+    deadline = time.monotonic() + timeout_s
+    while handle.writer.in_progress is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["event_id"], row["dt"], row["hr"])
 
@@ -305,6 +313,7 @@ class Pipeline:
                     seen = self._collect(handle, seen)
             finally:
                 if handle.query.isActive:
+                    _between_batches(handle)
                     handle.stop()
                 self._collect(handle, seen)
             failure = handle.query.exception()
