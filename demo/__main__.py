@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _positive(parser, args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    # py4j logs each call that Ctrl-C cuts short at ERROR, with a traceback; the demo says it
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     options = PipelineOptions(
         duration_s=args.duration_s,
         workdir=args.workdir,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import signal
 import threading
 import time
 import uuid
@@ -171,6 +172,18 @@ class PipelineResult:
         }
 
 
+def _stop_queries(spark: Any) -> None:
+    for query in spark.streams.active:
+        query.stop()
+
+
+def _cleanup(what: str, step: Callable[[], object]) -> None:
+    try:
+        step()
+    except Exception as exc:
+        log.warning("could not %s: %s", what, exc)
+
+
 def _between_batches(handle: Any, timeout_s: float = 60.0) -> None:
     """Wait (bounded) until no batch is running, so stopping the query does not interrupt a
     MERGE mid-write (harmless, the batch is replayed, but Spark logs the abort loudly)."""
@@ -231,6 +244,7 @@ class Pipeline:
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
         self.crashed: list[tuple[str, BaseException]] = []
+        self.interrupted = False
         self._lock = threading.Lock()
 
     # -- paths ---------------------------------------------------------------------------------
@@ -366,6 +380,21 @@ class Pipeline:
                 f"  max ingest wait={max(waits, default=0):.1f}s"
             )
 
+    def _handle_ctrl_c(self) -> None:
+        """The first Ctrl-C asks for an orderly stop (the batch in flight finishes, the jobs
+        release their leases, then Spark and the service stop); a second one interrupts at once.
+        Replaces PySpark's handler, which cancels every job from inside the signal handler."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def on_interrupt(_signum: int, _frame: Any) -> None:
+            self.interrupted = True
+            self.stop.set()
+            self.on_progress("stopping (Ctrl-C again to interrupt at once)")
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        signal.signal(signal.SIGINT, on_interrupt)
+
     def _guarded(self, target: Callable[..., None]) -> Callable[..., None]:
         """`target`, but an exception ends the whole run (after cleanup) instead of one thread."""
 
@@ -400,6 +429,7 @@ class Pipeline:
             config = self._ingest_config(service)
             spark = build_session(config.catalog, app_name="lakelock-demo", master=o.spark_master)
             spark.sparkContext.setLogLevel("ERROR")
+            self._handle_ctrl_c()
             client: Any = (
                 LeaseClient(service.url, token=service.token("job"))
                 if service
@@ -419,11 +449,13 @@ class Pipeline:
                 thread.start()
                 threads.append(thread)
             deadline = started + o.duration_s
-            while time.monotonic() < deadline and not self.crashed:
+            while time.monotonic() < deadline and not self.stop.is_set():
                 time.sleep(0.2)
             self.stop.set()
             for thread in threads:
                 thread.join(timeout=600)
+            if self.interrupted:
+                raise KeyboardInterrupt
             if self.crashed:
                 name, error = self.crashed[0]
                 raise RuntimeError(f"the pipeline's {name} stopped with an error") from error
@@ -433,13 +465,8 @@ class Pipeline:
             drain.query.awaitTermination(600)
             self._collect(drain, 0)
             if drain.query.exception() is not None:
-                self.failed_batches.append(
-                    {
-                        "batch_id": None,
-                        "at": time.time(),
-                        "error": str(drain.query.exception())[:500],
-                    }
-                )
+                last = drain.writer.records[-1] if drain.writer.records else None
+                self._failed(last.batch_id if last else None, (last and last.error) or "drain")
             rows = read_rows(spark, o.table)
             data_files = spark.sql(f"SELECT count(*) AS n FROM {o.table}.data_files").first()["n"]
             events = (
@@ -463,13 +490,14 @@ class Pipeline:
                 duration_s=time.monotonic() - started,
             )
         finally:
+            # stop everything, in order, even when one step fails (after Ctrl-C the Spark
+            # gateway may already be gone): each failure is logged, and the next step runs
             self.stop.set()
             if spark is not None:
-                for query in spark.streams.active:
-                    query.stop()
+                _cleanup("stop the streaming queries", lambda: _stop_queries(spark))
             for thread in threads:
                 thread.join(timeout=60)
             if spark is not None:
-                spark.stop()
+                _cleanup("stop Spark", spark.stop)
             if service is not None:
-                service.stop()
+                _cleanup("stop the lakelock service", service.stop)

@@ -79,6 +79,9 @@ class LocalService:
             env=full_env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
+            # its own process group: a Ctrl-C in the terminal reaches the parent only, which
+            # then stops the service last, after its jobs have released their leases
+            start_new_session=True,
         )
         log_file.close()  # the child has its own descriptor
         service = cls(f"http://127.0.0.1:{port}", db_url, process, log_path, tokens, full_env)

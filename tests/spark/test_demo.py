@@ -60,3 +60,53 @@ def test_short_demo_runs_the_pipeline_and_its_checks_pass(tmp_path):
     assert summary["compactions"] >= 1 and summary["failed_compactions"] == 0
     assert "check passed" in done.stdout
     assert Path(summary["landing"]).is_dir() and Path(summary["warehouse"]).is_dir()
+
+
+def _children(pid: int) -> set[int]:
+    """Direct child processes of `pid` (Linux /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found.update(int(c) for c in (task / "children").read_text().split())
+    return found
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
+    import signal
+    import time
+
+    import httpx
+
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "demo", "--duration-s", "300", "--workdir", str(tmp_path / "w")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        service_url, children = None, set()
+        for line in demo.stdout:
+            if line.startswith("lakelock service on "):
+                service_url = line.split()[3]
+            if "batches=" in line and "batches=0 " not in line:
+                children = _children(demo.pid)  # the service and the Spark JVM
+                break
+        assert service_url and len(children) >= 2, "the pipeline should be running"
+        demo.send_signal(signal.SIGINT)
+        rest = demo.communicate(timeout=180)[0]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, rest
+    assert "everything started was stopped" in rest
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in children)
+    with pytest.raises(httpx.TransportError):  # refused: the service is gone
+        httpx.get(service_url + "/healthz", timeout=2)
