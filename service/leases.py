@@ -373,27 +373,20 @@ def acquire_commit(
     }
     conn.execute(insert(commit_leases_t).values(**values))
     _change(conn, row)
-    audit.record(
+    return _granted(
         conn,
-        at=at,
-        table=table,
-        event="lease.acquired",
-        lease_id=lease_id,
-        kind="commit",
-        holder=holder,
-        request_id=request_id,
-        ttl_s=ttl.total_seconds(),
-    )
-    return Lease(
-        lease_id=lease_id,
-        table=table,
-        kind="commit",
-        holder=holder,
-        request_id=request_id,
-        token=None,
-        ttl_s=ttl.total_seconds(),
-        remaining_s=ttl.total_seconds(),
-        held_s=0.0,
+        Lease(
+            lease_id=lease_id,
+            table=table,
+            kind="commit",
+            holder=holder,
+            request_id=request_id,
+            token=None,
+            ttl_s=ttl.total_seconds(),
+            remaining_s=ttl.total_seconds(),
+            held_s=0.0,
+        ),
+        at,
     )
 
 
@@ -489,19 +482,24 @@ def acquire_maintenance(
         next_token=token + 1,
         **_NO_INTENT,
     )
+    return _granted(conn, _maintenance_view(row, at), at)
+
+
+def _granted(conn: Connection, lease: Lease, at: datetime) -> Lease:
+    """Audit a grant; every grant, of either kind, is one `lease.acquired` event."""
     audit.record(
         conn,
         at=at,
-        table=table,
+        table=lease.table,
         event="lease.acquired",
-        lease_id=lease_id,
-        kind="maintenance",
-        holder=holder,
-        token=token,
-        request_id=request_id,
-        ttl_s=ttl.total_seconds(),
+        lease_id=lease.lease_id,
+        kind=lease.kind,
+        holder=lease.holder,
+        token=lease.token,
+        request_id=lease.request_id,
+        ttl_s=lease.ttl_s,
     )
-    return _maintenance_view(row, at)
+    return lease
 
 
 # -- one lease by id -------------------------------------------------------------------------
