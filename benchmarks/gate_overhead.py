@@ -20,9 +20,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.lease_throughput import fresh_database, percentile, running_service
+from benchmarks.lease_throughput import percentile, running_service
 from ingest_gate.gate import Gate
 from service.client import LeaseClient
+from service.local import fresh_database
 
 __all__ = ["measure", "main"]
 

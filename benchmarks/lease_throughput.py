@@ -36,10 +36,11 @@ from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 from typing import Any
 
+from service.local import LocalService, fresh_database
+
 __all__ = [
     "DEFAULT_MARIADB_URL",
     "Result",
-    "fresh_database",
     "running_service",
     "percentile",
     "main",
@@ -110,39 +111,6 @@ def _result(
 # -- databases -------------------------------------------------------------------------------
 
 
-@contextmanager
-def fresh_database(kind: str, *, mariadb_url: str, workdir: Path) -> Iterator[str]:
-    """A new database at the migration head; a MariaDB one is dropped afterwards.
-
-    `mariadb_url` names the server (and a database to connect to while creating ours)."""
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    from service import migrate
-
-    if kind == "sqlite":
-        url = f"sqlite:///{workdir / f'lakelock-{uuid.uuid4().hex[:8]}.db'}"
-        migrate.upgrade(url)
-        yield url
-        return
-    if kind != "mariadb":
-        raise ValueError(f"unknown database {kind!r}; use sqlite or mariadb")
-    name = f"lakelock_bench_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(mariadb_url)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        url = make_url(mariadb_url).set(database=name).render_as_string(hide_password=False)
-        try:
-            migrate.upgrade(url)
-            yield url
-        finally:
-            with admin.begin() as conn:
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-    finally:
-        admin.dispose()
-
-
 # -- the service -----------------------------------------------------------------------------
 
 
@@ -150,7 +118,6 @@ def fresh_database(kind: str, *, mariadb_url: str, workdir: Path) -> Iterator[st
 def running_service(db_url: str, *, log_path: Path, **env: str) -> Iterator[str]:
     """`python -m service` over `db_url` (auth off, loopback, free port) until the block ends;
     yields its base URL once /readyz answers 200. `env` adds `LAKELOCK_*` variables."""
-    from service.local import LocalService
 
     with LocalService.start(
         db_url=db_url, log_path=log_path, **{"LAKELOCK_AUTH": "off", **env}

@@ -33,12 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lease_throughput import (
-    DEFAULT_MARIADB_URL,
-    fresh_database,
-    percentile,
-    running_service,
-)
+from benchmarks.lease_throughput import DEFAULT_MARIADB_URL, percentile, running_service
+from service.local import fresh_database
 
 __all__ = ["Result", "trial", "main"]
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
-from service.local import LocalService, free_port
+from service.local import LocalService, free_port, fresh_database
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
@@ -49,25 +47,19 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def mariadb_session_url() -> Iterator[str]:
+def mariadb_session_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not MARIADB_URL:
         if os.environ.get("LAKELOCK_REQUIRE_MARIADB"):
             pytest.fail("LAKELOCK_REQUIRE_MARIADB is set but LAKELOCK_TEST_MARIADB_URL is not")
         pytest.skip("LAKELOCK_TEST_MARIADB_URL is not set")
-    from service import migrate
-
-    base = make_url(MARIADB_URL)
-    name = f"lakelock_test_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base)
     # an unreachable MariaDB fails here, loudly: it is never a skip
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    url = base.set(database=name).render_as_string(hide_password=False)
-    migrate.upgrade(url)
-    yield url
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-    admin.dispose()
+    with fresh_database(
+        "mariadb",
+        mariadb_url=MARIADB_URL,
+        workdir=tmp_path_factory.getbasetemp(),
+        prefix="lakelock_test",
+    ) as url:
+        yield url
 
 
 def _empty_mariadb(url: str) -> None:

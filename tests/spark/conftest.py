@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from ingest_gate.config import IngestConfig, load_config
 from ingest_gate.spark import CatalogConfig, build_session
 from ingest_gate.table import read_rows
 
@@ -63,3 +64,24 @@ def snapshots(spark: Any, table: str) -> list[dict[str, Any]]:
         "ORDER BY committed_at"
     ).collect()
     return [row.asDict() for row in rows]
+
+
+def ingest_config(tmp_path: Path, server: Any, name: str, **overrides: Any) -> IngestConfig:
+    """An ingest job config for table `local.db.<name>`, gated by `server`, its folders
+    under `tmp_path`; tiny batches (one file each) so tests see every commit."""
+    values = {
+        "table": f"local.db.{name}",
+        "landing_path": str(tmp_path / "landing"),
+        "dead_letter_path": str(tmp_path / "dead-letter"),
+        "checkpoint_path": str(tmp_path / "checkpoint"),
+        "max_files_per_trigger": 1,
+        "trigger_interval_s": 1.0,
+        "lakelock_url": server.url,
+        "lakelock_token": server.token("job"),
+        "holder": f"ingest-test-{name}",
+        "lease_ttl_s": 3.0,
+        "poll_s": 1.0,
+        "max_hold_s": 60.0,
+    }
+    values.update(overrides)
+    return load_config(overrides=values)

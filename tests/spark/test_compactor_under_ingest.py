@@ -17,11 +17,11 @@ from compactor.config import (
 )
 from compactor.report import Outcome
 from compactor.run import run_table
-from ingest_gate.config import load_config
 from ingest_gate.generate import EventGenerator
 from ingest_gate.job import run
 from ingest_gate.table import read_rows
 from service.client import LeaseClient
+from tests.spark.conftest import ingest_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -34,22 +34,16 @@ def test_five_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
 ):
     table = "local.db.soak"
     landing = tmp_path / "landing"
-    ingest = load_config(
-        overrides={
-            "table": table,
-            "landing_path": str(landing),
-            "dead_letter_path": str(tmp_path / "dead-letter"),
-            "checkpoint_path": str(tmp_path / "checkpoint"),
-            "max_files_per_trigger": 1,
-            "trigger_interval_s": 0.5,
-            "lakelock_url": lakelock_server.url,
-            "lakelock_token": lakelock_server.token("job"),
-            "holder": "ingest-soak",
-            "lease_ttl_s": 10.0,
-            "poll_s": 0.5,
-            "max_hold_s": 120.0,
-            "policy": "fail",
-        }
+    ingest = ingest_config(
+        tmp_path,
+        lakelock_server,
+        "soak",
+        trigger_interval_s=0.5,
+        holder="ingest-soak",
+        lease_ttl_s=10.0,
+        poll_s=0.5,
+        max_hold_s=120.0,
+        policy="fail",
     )
     compaction = TableConfig(
         table,

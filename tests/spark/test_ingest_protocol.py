@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from ingest_gate.config import load_config
 from ingest_gate.gate import GateTimeout, LeaseLost
 from ingest_gate.generate import EventGenerator
 from ingest_gate.job import BatchHooks, run
 from ingest_gate.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient
-from tests.spark.conftest import snapshots, table_rows
+from tests.spark.conftest import ingest_config, snapshots, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -24,25 +22,6 @@ WAIT_S = 120  # generous bound for a handful of tiny batches on a shared 2-core 
 def operator(lakelock_server):
     with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
         yield client
-
-
-def _config(tmp_path: Path, server, name: str, **overrides):
-    values = {
-        "table": f"local.db.{name}",
-        "landing_path": str(tmp_path / "landing"),
-        "dead_letter_path": str(tmp_path / "dead-letter"),
-        "checkpoint_path": str(tmp_path / "checkpoint"),
-        "max_files_per_trigger": 1,
-        "trigger_interval_s": 1.0,
-        "lakelock_url": server.url,
-        "lakelock_token": server.token("job"),
-        "holder": f"ingest-test-{name}",
-        "lease_ttl_s": 3.0,
-        "poll_s": 1.0,
-        "max_hold_s": 60.0,
-    }
-    values.update(overrides)
-    return load_config(overrides=values)
 
 
 def _maintenance(operator: LeaseClient, table: str, ttl_s: float = 60.0) -> Lease:
@@ -67,7 +46,7 @@ def _commit_times_ms(spark, table: str) -> list[int]:
 def test_no_ingest_commit_while_a_maintenance_lease_is_held(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = _config(tmp_path, lakelock_server, "proto_maint")
+    config = ingest_config(tmp_path, lakelock_server, "proto_maint")
     gen = EventGenerator(seed=31, update_ratio=0.3)
     for _ in range(2):
         gen.write_file(config.landing_path, 10)
@@ -101,7 +80,7 @@ def test_no_ingest_commit_while_a_maintenance_lease_is_held(
 
 
 def test_paused_ingest_commits_nothing_until_resumed(spark, tmp_path, lakelock_server, operator):
-    config = _config(tmp_path, lakelock_server, "proto_pause")
+    config = ingest_config(tmp_path, lakelock_server, "proto_pause")
     gen = EventGenerator(seed=32)
     gen.write_file(config.landing_path, 10)
     operator.set_switch(config.table, ingest="paused", reason="test: pause ingest")
@@ -138,7 +117,7 @@ def _revoke_and_wait_until_lost(operator: LeaseClient):
 def test_revoked_lease_keeps_the_batch_from_committing_and_a_restart_recovers(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = _config(tmp_path, lakelock_server, "proto_revoke", available_now=True)
+    config = ingest_config(tmp_path, lakelock_server, "proto_revoke", available_now=True)
     gen = EventGenerator(seed=33)
     gen.write_file(config.landing_path, 10)
 
@@ -158,7 +137,7 @@ def test_revoked_lease_keeps_the_batch_from_committing_and_a_restart_recovers(
 def test_revoked_lease_under_policy_proceed_commits_anyway(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = _config(
+    config = ingest_config(
         tmp_path, lakelock_server, "proto_revoke_proceed", available_now=True, policy="proceed"
     )
     gen = EventGenerator(seed=34)
@@ -175,7 +154,7 @@ def test_revoked_lease_under_policy_proceed_commits_anyway(
 def test_max_hold_under_policy_fail_fails_the_query_without_committing(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = _config(
+    config = ingest_config(
         tmp_path, lakelock_server, "proto_hold_fail", available_now=True, max_hold_s=2.0
     )
     EventGenerator(seed=35).write_file(config.landing_path, 5)
@@ -194,7 +173,7 @@ def test_max_hold_under_policy_fail_fails_the_query_without_committing(
 def test_max_hold_under_policy_proceed_commits_without_a_lease(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = _config(
+    config = ingest_config(
         tmp_path,
         lakelock_server,
         "proto_hold_proceed",
