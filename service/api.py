@@ -1,28 +1,34 @@
 """The HTTP routes: parse, run one protocol call in one transaction, translate the answer.
 
-Routes are plain `def` (PyMySQL blocks), run in the threadpool. A long-poll (`wait_s`) loops
-"try once, then wait for the table's version to move", so each try is its own short
-transaction and no lock is held while waiting. The protocol is in service.leases.
+Routes are `async`: each protocol call runs on a worker thread (`Runtime.transact`), and a
+long-poll (`wait_s`, `wait`) loops "try once, then park until the table's version moves", so
+each try is its own short transaction, no lock is held and no thread is taken while waiting.
+The protocol is in service.leases; which statuses each route answers is declared with it
+(`responses=`), so openapi.json is the contract.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
-import time
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from sqlalchemy import delete, insert, select, text
+from sqlalchemy import delete, insert, select
 
 from service import audit, leases, migrate
 from service.auth import JobDep, OperatorDep, ReaderDep
 from service.db import now, runs_t
 from service.errors import InvalidRequest, Locked, Refused, Unavailable
-from service.runtime import Runtime
+from service.runtime import ClientGone, Runtime
 from service.schemas import (
+    HOLDER_PATTERN,
+    MAX_TOKEN,
+    REQUEST_ID_PATTERN,
+    TABLE_PATTERN,
     AcquireBody,
     LeaseId,
     RenewBody,
@@ -35,12 +41,43 @@ from service.schemas import (
     state_out,
 )
 
-__all__ = ["router", "RuntimeDep"]
+__all__ = ["router", "RuntimeDep", "problems"]
 
 router = APIRouter()
 
+PROBLEM = "application/problem+json"
 
-def _runtime(request: Request) -> Runtime:
+_WHY = {
+    401: "no bearer token, or an unknown one",
+    403: "the token's role may not do this",
+    404: "no such lease or table",
+    409: "refused by the protocol: another holder, or a maintenance lease is held",
+    410: "the lease expired or was released; acquire again",
+    412: "stale fencing token: a newer holder exists; stop writing",
+    413: "the body is too large",
+    415: "the body is not JSON (send content-type: application/json)",
+    422: "a field broke a rule; the detail names it",
+    423: "locked: ingest paused, maintenance held or draining, or maintenance disabled",
+    503: "the lock database cannot be reached (Retry-After)",
+}
+
+
+def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for problem+json answers with these statuses."""
+    return {
+        status: {
+            "description": _WHY[status],
+            "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }
+
+
+_READ = problems(401, 403, 422, 503)
+_WRITE = problems(401, 403, 413, 415, 422, 503)
+
+
+async def _runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
@@ -66,23 +103,27 @@ def _retry_header(seconds: float | None, rt: Runtime) -> dict[str, str]:
     return {"Retry-After": str(max(1, math.ceil(value)))}
 
 
+def _clock() -> float:
+    return asyncio.get_running_loop().time()
+
+
 # -- health ----------------------------------------------------------------------------------
 
 
 @router.get("/healthz", tags=["health"])
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     """The process is up (liveness); says nothing about the database."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", tags=["health"])
-def readyz(rt: RuntimeDep) -> dict[str, Any]:
+@router.get("/readyz", tags=["health"], responses=problems(503))
+async def readyz(rt: RuntimeDep) -> dict[str, Any]:
     """The database answers and its schema is at the migration head (readiness)."""
-    if rt.notifier.closing.is_set():
+    if rt.changes.closing.is_set():
         raise Unavailable("shutting down", retry_after_s=rt.settings.retry_after_s)
+
     try:
-        rt.read(lambda conn: conn.execute(text("SELECT 1")).scalar())
-        revision = migrate.current(rt.engine)
+        revision = await rt.read(migrate.revision_of)
     except Exception as exc:
         raise Unavailable(
             f"the lock database cannot be reached: {type(exc).__name__}",
@@ -97,43 +138,56 @@ def readyz(rt: RuntimeDep) -> dict[str, Any]:
     return {"status": "ready", "migration": revision}
 
 
-@router.get("/metrics", tags=["health"])
-def metrics(rt: RuntimeDep, _: ReaderDep) -> Response:
+@router.get(
+    "/metrics",
+    tags=["health"],
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **_READ},
+)
+async def metrics(rt: RuntimeDep, _: ReaderDep) -> Response:
     return PlainTextResponse(rt.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 # -- tables ----------------------------------------------------------------------------------
 
 
-@router.get("/v1/tables", tags=["tables"])
-def list_tables(rt: RuntimeDep, _: ReaderDep) -> dict[str, Any]:
-    return {"tables": [state_out(s) for s in rt.read(leases.list_tables)]}
+@router.get("/v1/tables", tags=["tables"], responses=_READ)
+async def list_tables(rt: RuntimeDep, _: ReaderDep) -> dict[str, Any]:
+    return {"tables": [state_out(s) for s in await rt.read(leases.list_tables)]}
 
 
-@router.get("/v1/tables/{table}", tags=["tables"])
-def get_table(
+@router.get("/v1/tables/{table}", tags=["tables"], responses={**_READ, **problems(404)})
+async def get_table(
     table: TableName,
     rt: RuntimeDep,
     _: ReaderDep,
+    request: Request,
     wait: Annotated[float, Query(ge=0, description="long-poll up to this many seconds")] = 0.0,
-    since: Annotated[int | None, Query(ge=0, description="answer once version > since")] = None,
+    since: Annotated[
+        int | None, Query(ge=0, le=MAX_TOKEN, description="answer once version > since")
+    ] = None,
 ) -> dict[str, Any]:
     _check_ttl(rt, None, wait)
-    deadline = time.monotonic() + wait
+    until = _clock() + wait
     while True:
-        state = rt.read(lambda conn: leases.table_state(conn, table=table))
-        if since is None or state.version > since or time.monotonic() >= deadline:
+        state = await rt.read(lambda conn: leases.table_state(conn, table=table))
+        if since is None or state.version > since or _clock() >= until:
             return state_out(state)
-        if rt.notifier.closing.is_set():
+        if rt.changes.closing.is_set():
             return state_out(state)
-        rt.wait_for_change(table, seen=state.version, deadline=deadline)
+        try:
+            await rt.wait_for_change(
+                table, seen=state.version, until=until, is_disconnected=request.is_disconnected
+            )
+        except ClientGone:
+            return state_out(state)
 
 
-@router.put("/v1/tables/{table}/switch", tags=["tables"])
-def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep) -> Any:
+@router.put("/v1/tables/{table}/switch", tags=["tables"], responses=_WRITE)
+async def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep) -> Any:
     if body.ingest is None and body.maintenance is None:
         raise InvalidRequest("send ingest and/or maintenance with the reason", field="ingest")
-    state = rt.transact(
+    state = await rt.transact(
         lambda conn: leases.set_switch(
             conn,
             table=table,
@@ -146,8 +200,17 @@ def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: Operator
     return state_out(state)
 
 
-@router.get("/v1/tables/{table}/runs", tags=["runs"])
-def list_runs(
+def _decoded_report(report: str) -> dict[str, Any]:
+    try:
+        decoded = json.loads(report)
+    except (ValueError, RecursionError):
+        # a report stored before the depth rule: one bad row must not hide the others
+        return {"error": "this report cannot be decoded"}
+    return decoded if isinstance(decoded, dict) else {"report": decoded}
+
+
+@router.get("/v1/tables/{table}/runs", tags=["runs"], responses=_READ)
+async def list_runs(
     table: TableName,
     rt: RuntimeDep,
     _: ReaderDep,
@@ -164,16 +227,18 @@ def list_runs(
             {
                 "run_id": row.id,
                 "reported_at": row.reported_at.isoformat() + "Z",
-                **json.loads(row.report),
+                **_decoded_report(row.report),
             }
             for row in rows
         ]
 
-    return {"runs": rt.read(read)}
+    return {"runs": await rt.read(read)}
 
 
-@router.post("/v1/tables/{table}/runs", status_code=201, tags=["runs"])
-def report_run(table: TableName, body: RunBody, rt: RuntimeDep, who: JobDep) -> dict[str, Any]:
+@router.post("/v1/tables/{table}/runs", status_code=201, tags=["runs"], responses=_WRITE)
+async def report_run(
+    table: TableName, body: RunBody, rt: RuntimeDep, who: JobDep
+) -> dict[str, Any]:
     report = body.model_dump(mode="json")
     encoded = json.dumps(report, sort_keys=True, default=str)
 
@@ -210,51 +275,72 @@ def report_run(table: TableName, body: RunBody, rt: RuntimeDep, who: JobDep) -> 
         )
         return int(run_id)
 
-    return {"run_id": rt.transact(store)}
+    return {"run_id": await rt.transact(store)}
 
 
 # -- leases ----------------------------------------------------------------------------------
 
 
-@router.post("/v1/tables/{table}/commit-leases", status_code=201, tags=["leases"])
-def acquire_commit(table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep) -> Any:
+@router.post(
+    "/v1/tables/{table}/commit-leases",
+    status_code=201,
+    tags=["leases"],
+    responses={**_WRITE, **problems(410, 423)},
+)
+async def acquire_commit(
+    table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
+) -> Any:
     _check_ttl(rt, body.ttl_s, body.wait_s)
     ttl = timedelta(seconds=body.ttl_s)
-    deadline = time.monotonic() + body.wait_s
+    until = _clock() + body.wait_s
     while True:
         # read before trying, so a change between the try and the wait is not missed; a call
         # that will not wait does not need it
-        seen = rt.version(table) if body.wait_s else 0
+        seen = await rt.version(table) if body.wait_s else 0
         try:
-            lease = rt.transact(
+            lease = await rt.transact(
                 lambda conn: leases.acquire_commit(
                     conn, table=table, holder=body.holder, ttl=ttl, request_id=body.request_id
                 )
             )
             return lease_out(lease)
         except Locked as exc:
-            if time.monotonic() >= deadline or rt.notifier.closing.is_set():
+            if _clock() >= until or rt.changes.closing.is_set():
                 rt.metrics.denials.labels("commit", exc.extra.get("reason", "")).inc()
                 raise
             retry = exc.retry_after_s
-            rt.wait_for_change(
-                table,
-                seen=seen,
-                deadline=deadline,
-                retry_at=None if retry is None else time.monotonic() + retry,
-            )
+            try:
+                await rt.wait_for_change(
+                    table,
+                    seen=seen,
+                    until=until if retry is None else min(until, _clock() + retry),
+                    is_disconnected=request.is_disconnected,
+                )
+            except ClientGone:
+                raise exc from None
 
 
-@router.post("/v1/tables/{table}/maintenance-lease", status_code=201, tags=["leases"])
-def acquire_maintenance(table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep) -> Any:
+@router.post(
+    "/v1/tables/{table}/maintenance-lease",
+    status_code=201,
+    tags=["leases"],
+    responses={
+        202: {"description": "draining: an intent is open; ask again with the same request_id"},
+        **_WRITE,
+        **problems(409, 410, 423),
+    },
+)
+async def acquire_maintenance(
+    table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
+) -> Any:
     _check_ttl(rt, body.ttl_s, body.wait_s)
     ttl = timedelta(seconds=body.ttl_s)
     intent_ttl = timedelta(seconds=rt.settings.intent_ttl_s)
-    deadline = time.monotonic() + body.wait_s
+    until = _clock() + body.wait_s
     while True:
-        seen = rt.version(table) if body.wait_s else 0
+        seen = await rt.version(table) if body.wait_s else 0
         try:
-            result = rt.transact(
+            result = await rt.transact(
                 lambda conn: leases.acquire_maintenance(
                     conn,
                     table=table,
@@ -269,31 +355,65 @@ def acquire_maintenance(table: TableName, body: AcquireBody, rt: RuntimeDep, _: 
             raise
         if isinstance(result, leases.Lease):
             return lease_out(result)
-        if time.monotonic() >= deadline or rt.notifier.closing.is_set():
-            return JSONResponse(
-                draining_out(result),
-                status_code=202,
-                headers=_retry_header(result.retry_after_s, rt),
-            )
-        # the intent is kept open by asking again before it expires
-        rt.wait_for_change(
-            table,
-            seen=seen,
-            deadline=deadline,
-            retry_at=time.monotonic() + rt.settings.intent_ttl_s / 3,
+        answer = JSONResponse(
+            draining_out(result), status_code=202, headers=_retry_header(result.retry_after_s, rt)
         )
+        if _clock() >= until or rt.changes.closing.is_set():
+            return answer
+        # asking again before the intent expires keeps it open; once the client is gone the
+        # intent is left to expire, so a compactor that died holds ingest no longer than that
+        try:
+            await rt.wait_for_change(
+                table,
+                seen=seen,
+                until=min(until, _clock() + rt.settings.intent_ttl_s / 3),
+                is_disconnected=request.is_disconnected,
+            )
+        except ClientGone:
+            return answer
 
 
-@router.get("/v1/leases/{lease_id}", tags=["leases"])
-def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Any:
-    return lease_out(rt.transact(lambda conn: leases.lease_state(conn, lease_id=str(lease_id))))
+@router.delete(
+    "/v1/tables/{table}/intents/{request_id}",
+    tags=["leases"],
+    responses={**_READ, **problems(409)},
+)
+async def withdraw_intent(
+    table: TableName,
+    request_id: Annotated[str, Path(pattern=REQUEST_ID_PATTERN)],
+    holder: Annotated[
+        str,
+        Query(
+            pattern=HOLDER_PATTERN, max_length=255, description="the holder that opened the intent"
+        ),
+    ],
+    rt: RuntimeDep,
+    _: JobDep,
+) -> dict[str, Any]:
+    """Withdraw the intent a maintenance request opened (a compactor giving up the drain):
+    commit leases are granted again at once. Withdrawing one that is gone is not an error."""
+    withdrawn = await rt.transact(
+        lambda conn: leases.withdraw_intent(conn, table=table, request_id=request_id, holder=holder)
+    )
+    return {"table": table, "request_id": request_id, "withdrawn": withdrawn}
 
 
-@router.post("/v1/leases/{lease_id}/renew", tags=["leases"])
-def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Any:
+@router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})
+async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Any:
+    return lease_out(
+        await rt.transact(lambda conn: leases.lease_state(conn, lease_id=str(lease_id)))
+    )
+
+
+@router.post(
+    "/v1/leases/{lease_id}/renew",
+    tags=["leases"],
+    responses={**_WRITE, **problems(404, 409, 410, 412)},
+)
+async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Any:
     _check_ttl(rt, body.ttl_s)
     ttl = None if body.ttl_s is None else timedelta(seconds=body.ttl_s)
-    lease = rt.transact(
+    lease = await rt.transact(
         lambda conn: leases.renew(
             conn, lease_id=str(lease_id), holder=body.holder, ttl=ttl, token=body.token
         )
@@ -302,21 +422,48 @@ def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Any:
     return {"outcome": "ok", "lease": lease_out(lease)}
 
 
-@router.delete("/v1/leases/{lease_id}", tags=["leases"])
-def release(
+@router.delete(
+    "/v1/leases/{lease_id}",
+    tags=["leases"],
+    responses={**_READ, **problems(404, 409, 412)},
+)
+async def release(
     lease_id: LeaseId,
     rt: RuntimeDep,
-    _: JobDep,
-    token: Annotated[int | None, Query(ge=1, description="a maintenance lease's token")] = None,
+    who: JobDep,
+    holder: Annotated[
+        str | None,
+        Query(
+            pattern=HOLDER_PATTERN,
+            max_length=255,
+            description="the lease's holder (operators may leave it out)",
+        ),
+    ] = None,
+    token: Annotated[
+        int | None, Query(ge=1, le=MAX_TOKEN, description="a maintenance lease's token")
+    ] = None,
 ) -> Any:
-    lease = rt.transact(lambda conn: leases.release(conn, lease_id=str(lease_id), token=token))
+    lease = await rt.transact(
+        lambda conn: leases.release(
+            conn,
+            lease_id=str(lease_id),
+            actor=who.name,
+            holder=holder,
+            token=token,
+            operator=who.role == "operator",
+        )
+    )
     out = lease_out(lease)
     return {"lease_id": str(lease_id), "state": out["state"], "released": True, "lease": out}
 
 
-@router.post("/v1/leases/{lease_id}/revoke", tags=["leases"])
-def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: OperatorDep) -> Any:
-    lease = rt.transact(
+@router.post(
+    "/v1/leases/{lease_id}/revoke",
+    tags=["leases"],
+    responses={**_WRITE, **problems(404)},
+)
+async def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: OperatorDep) -> Any:
+    lease = await rt.transact(
         lambda conn: leases.revoke(conn, lease_id=str(lease_id), reason=body.reason, actor=who.name)
     )
     return lease_out(lease)
@@ -325,11 +472,12 @@ def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: OperatorDep
 # -- events ----------------------------------------------------------------------------------
 
 
-@router.get("/v1/events", tags=["events"])
-def events(
+@router.get("/v1/events", tags=["events"], responses=_READ)
+async def events(
     rt: RuntimeDep,
     _: ReaderDep,
-    table: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9_.]{1,194}$")] = None,
+    table: Annotated[str | None, Query(pattern=TABLE_PATTERN, max_length=194)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
-    return {"events": rt.read(lambda conn: audit.recent(conn, table=table, limit=limit))}
+    name = None if table is None else table.lower()
+    return {"events": await rt.read(lambda conn: audit.recent(conn, table=name, limit=limit))}

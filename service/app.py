@@ -8,6 +8,7 @@ anything else is a 500, logged with its traceback.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import signal
@@ -19,9 +20,9 @@ from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
 
-import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -30,9 +31,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api import router
 from service.db import is_unavailable, make_engine
-from service.errors import InvalidRequest, LakelockError, ServerError, Unavailable, to_problem
+from service.errors import (
+    PROBLEM_TYPE_PREFIX,
+    InvalidRequest,
+    LakelockError,
+    ServerError,
+    Unavailable,
+    to_problem,
+)
 from service.logs import mask_url
-from service.runtime import Notifier, Runtime
+from service.runtime import Changes, Runtime
 from service.settings import Settings, get_settings
 
 __all__ = ["create_app"]
@@ -42,8 +50,10 @@ request_log = logging.getLogger("lakelock.request")
 PROBLEM = "application/problem+json"
 
 
-def problem_response(request: Request, exc: LakelockError) -> JSONResponse:
-    headers = {}
+def problem_response(
+    request: Request, exc: LakelockError, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    headers = dict(headers or {})
     if exc.retry_after_s is not None or exc.status in (423, 503):
         runtime = getattr(request.app.state, "runtime", None)
         default = runtime.settings.retry_after_s if runtime else 1.0
@@ -63,12 +73,21 @@ def _validation_problem(request: Request, exc: RequestValidationError) -> JSONRe
     return problem_response(request, InvalidRequest(detail, errors=errors))
 
 
+_HTTP_SLUGS = {
+    404: "no-route",
+    405: "method-not-allowed",
+    413: "too-large",
+    415: "unsupported-media-type",
+}
+
+
 def _http_problem(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     error = LakelockError(str(exc.detail))
     error.status = exc.status_code  # type: ignore[misc]
-    error.slug = {404: "no-route", 405: "method-not-allowed"}.get(exc.status_code, "http-error")  # type: ignore[misc]
+    error.slug = _HTTP_SLUGS.get(exc.status_code, "http-error")  # type: ignore[misc]
     error.title = str(exc.detail)  # type: ignore[misc]
-    return problem_response(request, error)
+    # keep the headers the router set: a 405 names the methods it allows (Allow)
+    return problem_response(request, error, headers=exc.headers)
 
 
 def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:
@@ -130,6 +149,8 @@ class RequestContext:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await self._too_large()(scope, receive, send_with_id)
+        elif _sends_body(headers) and not _is_json(headers.get(b"content-type", b"")):
+            await self._not_json()(scope, receive, send_with_id)
         else:
             received = 0
 
@@ -170,13 +191,44 @@ class RequestContext:
         )
 
     def _too_large(self) -> JSONResponse:
-        error = InvalidRequest(f"the body is over {self.max_body_bytes} bytes; send less")
-        body = to_problem(error) | {"status": 413}
-        return JSONResponse(body, status_code=413, media_type=PROBLEM)
+        return _plain_problem(413, "too-large", f"the body is over {self.max_body_bytes} bytes")
+
+    @staticmethod
+    def _not_json() -> JSONResponse:
+        return _plain_problem(
+            415,
+            "unsupported-media-type",
+            "the body must be JSON: send content-type: application/json",
+        )
 
 
-class _BodyTooLarge(Exception):
-    """The body grew past the limit while being read (no or a false Content-Length)."""
+def _sends_body(headers: dict[bytes, bytes]) -> bool:
+    length = headers.get(b"content-length", b"0")
+    return (length.isdigit() and int(length) > 0) or b"transfer-encoding" in headers
+
+
+def _is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";")[0].strip().lower()
+    return media == b"application/json" or media.endswith(b"+json")
+
+
+def _plain_problem(status: int, slug: str, detail: str) -> JSONResponse:
+    """A problem answered by the middleware, before any route or handler ran."""
+    error = LakelockError(detail)
+    body = to_problem(error) | {
+        "type": PROBLEM_TYPE_PREFIX + slug,
+        "title": detail,
+        "status": status,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM)
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    """The body grew past the limit while being read (no or a false Content-Length). An HTTP
+    exception, so FastAPI's body parsing lets it through as itself (a 413), not as a 400."""
+
+    def __init__(self) -> None:
+        super().__init__(413, "the body is too large; send less")
 
 
 def _sweeper(runtime: Runtime, stop: threading.Event) -> None:
@@ -194,7 +246,7 @@ def _sweeper(runtime: Runtime, stop: threading.Event) -> None:
                 log.exception("sweep failed")
 
 
-def _wake_long_polls_on_exit_signal(notifier: Notifier) -> Callable[[], None]:
+def _wake_long_polls_on_exit_signal(notifier: Changes) -> Callable[[], None]:
     """On SIGTERM/SIGINT, wake every pending long-poll at once, then let the server's own
     handler stop it; returns the function that puts the server's handlers back.
 
@@ -240,22 +292,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         runtime = Runtime(settings, engine)
         app.state.runtime = runtime
-        # long-polls hold a worker thread while they wait; leave room for them
-        anyio.to_thread.current_default_thread_limiter().total_tokens = max(
-            100, settings.db_pool_size * 2
-        )
+        runtime.changes.bind(asyncio.get_running_loop())
+        poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
         stop = threading.Event()
         sweeper = threading.Thread(
             target=_sweeper, args=(runtime, stop), name="lakelock-sweeper", daemon=True
         )
         sweeper.start()
-        restore_signals = _wake_long_polls_on_exit_signal(runtime.notifier)
+        restore_signals = _wake_long_polls_on_exit_signal(runtime.changes)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
         try:
             yield
         finally:
             restore_signals()
-            runtime.notifier.close()
+            runtime.changes.close()
+            poller.cancel()
             stop.set()
             sweeper.join(timeout=5)
             engine.dispose()
@@ -276,4 +327,64 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(PoolTimeout, _pool_exhausted)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _server_fault)
     app.add_middleware(RequestContext, max_body_bytes=settings.max_body_bytes)
+    app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app
+
+
+_PROBLEM_SCHEMA = {
+    "type": "object",
+    "description": "RFC 9457 problem details; clients map `type` back to an error class. "
+    "Extra members (reason, blocking_holder, retry_after_s, outcome, field, errors, ...) "
+    "depend on the type.",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string", "examples": ["urn:lakelock:locked"]},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string", "description": "what to fix or do next"},
+        "instance": {"type": "string"},
+    },
+    "additionalProperties": True,
+}
+
+_OPEN = {"/healthz", "/readyz", "/openapi.json"}
+
+
+def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
+    """openapi.json, with what FastAPI cannot know: problem+json errors, the bearer scheme,
+    and the bounds this service was configured with."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
+    for unused in ("HTTPValidationError", "ValidationError"):
+        components["schemas"].pop(unused, None)
+    components["securitySchemes"] = {
+        "bearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "a secret from LAKELOCK_TOKENS; roles reader < job < operator",
+        }
+    }
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            if path not in _OPEN and settings.auth == "on":
+                operation["security"] = [{"bearer": []}]
+            for parameter in operation.get("parameters", []):
+                if parameter["name"] in ("wait", "wait_s"):
+                    parameter["schema"]["maximum"] = settings.max_wait_s
+    bodies = components["schemas"]
+    for name in ("AcquireBody", "RenewBody"):
+        ttl = bodies.get(name, {}).get("properties", {}).get("ttl_s")
+        if ttl is not None:
+            target = next((o for o in ttl.get("anyOf", []) if o.get("type") == "number"), ttl)
+            target.pop("exclusiveMinimum", None)
+            target.update(minimum=settings.min_ttl_s, maximum=settings.max_ttl_s)
+    wait = bodies.get("AcquireBody", {}).get("properties", {}).get("wait_s")
+    if wait is not None:
+        wait["maximum"] = settings.max_wait_s
+    app.openapi_schema = schema
+    return schema

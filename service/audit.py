@@ -2,8 +2,9 @@
 expiry, revoke, intent and switch change.
 
 `record()` runs in the caller's transaction, so an event exists exactly when its change does.
-Each recorded event is also appended to `conn.info["lakelock.recorded"]` when the caller put a
-list there, so metrics and logs can follow the committed transitions without another query.
+Each recorded event is also appended to `service.db.recorded_events` when the caller
+(`db.run_transaction`) set it, so metrics and logs follow the committed transitions without
+another query.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 
-from service.db import events_t
+from service.db import events_t, recorded_events
 
 __all__ = ["EVENTS", "record", "recent", "last_for_lease"]
 
@@ -27,6 +28,7 @@ EVENTS = (
     "lease.revoked",
     "intent.opened",
     "intent.expired",
+    "intent.withdrawn",
     "switch.set",
     "run.reported",
 )
@@ -61,7 +63,7 @@ def record(
         "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None,
     }
     conn.execute(insert(events_t).values(**row))
-    recorded = conn.info.get("lakelock.recorded")
+    recorded = recorded_events.get()
     if recorded is not None:
         recorded.append({**row, "detail": detail})
 

@@ -213,11 +213,26 @@ class LeaseClient:
 
         Raises:
             NotFound: unknown lease id.
+            NotOwner: the lease is another holder's.
             StaleToken: a maintenance lease released with another token.
             OutcomeUnknown, Unavailable, ServerError.
         """
-        params = {"token": lease.token} if lease.token is not None else None
+        params: dict[str, Any] = {"holder": lease.holder}
+        if lease.token is not None:
+            params["token"] = lease.token
         self._call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
+
+    def withdraw_intent(self, table: str, *, request_id: str, holder: str) -> bool:
+        """Withdraw the intent a maintenance request opened (give up draining); True when one
+        was open. Commit leases are granted again at once.
+
+        Raises:
+            NotOwner: the intent is another holder's. OutcomeUnknown, Unavailable, ServerError.
+        """
+        answer = self._call(
+            "DELETE", f"/v1/tables/{table}/intents/{request_id}", params={"holder": holder}
+        )
+        return bool(answer.json()["withdrawn"])
 
     def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:
         """Force-release a lease (operator); its holder learns it at its next renew.

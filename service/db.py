@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -44,6 +45,7 @@ __all__ = [
     "make_engine",
     "run_transaction",
     "is_unavailable",
+    "recorded_events",
 ]
 
 metadata = MetaData()
@@ -180,17 +182,20 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
         # every connection busy (a stuck database): give up like an unreachable one, with a 503,
         # instead of SQLAlchemy's default 30 s wait and a 500
         pool_timeout=timeout_s,
-        pool_pre_ping=True,
+        # no ping per checkout: it costs a round trip on every call, and on a silent network
+        # it doubles the time to a 503. A connection found dead on first use is replaced and
+        # the transaction retried (run_transaction), the whole pool invalidated with it.
         pool_recycle=1800,
         # READ COMMITTED: after locking the table row, every later read sees the latest commits,
         # not a snapshot taken before the lock was granted (REPEATABLE READ's default)
         isolation_level="READ COMMITTED",
         connect_args={
             "connect_timeout": max(1, int(timeout_s)),
-            # PyMySQL applies the read timeout to the handshake too: a silent network answers
-            # 503 after connect + read timeouts. Our statements take milliseconds.
-            "read_timeout": max(1, int(timeout_s * 2)),
-            "write_timeout": max(1, int(timeout_s * 2)),
+            # PyMySQL applies the read timeout to the handshake too: on a silent network a call
+            # answers 503 after connect + read timeout, 2x LAKELOCK_DB_TIMEOUT_S at most. Our
+            # statements take milliseconds.
+            "read_timeout": max(1, int(timeout_s)),
+            "write_timeout": max(1, int(timeout_s)),
         },
     )
 
@@ -198,6 +203,12 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
 _MYSQL_RETRYABLE = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back
 
 T = TypeVar("T")
+
+recorded_events: ContextVar[list[dict[str, Any]] | None] = ContextVar(
+    "lakelock_recorded_events", default=None
+)
+"""The audit events the running transaction recorded (set by run_transaction, appended to by
+service.audit.record), so metrics and logs follow committed transitions without a query."""
 
 
 def _is_retryable(exc: DBAPIError) -> bool:
@@ -225,27 +236,33 @@ def run_transaction(
 
     A `LakelockError` raised by `fn` is a refusal decided by the protocol: the transaction still
     commits what `fn` recorded before deciding (ended expired leases, a `lease.renew_failed`
-    event), then the error is raised. Any other exception rolls everything back. A deadlock or
-    lock timeout rolled back by the database is retried, since nothing of it was kept.
+    event), then the error is raised. Any other exception rolls everything back. Retried, since
+    nothing of the attempt was kept: a deadlock or lock timeout rolled back by the database,
+    and a connection found dead before the commit was sent (the pool is refreshed with it). A
+    connection lost during the commit is not retried: the outcome is unknown, the caller gets
+    the error (a 503; clients retry acquires with the same request id).
     `on_commit` gets the audit events the committed transaction recorded.
     """
     for attempt in range(1, attempts + 1):
         recorded: list[dict[str, Any]] = []
         refusal: LakelockError | None = None
+        committing = False
+        context = recorded_events.set(recorded)
         try:
             with engine.begin() as conn:
-                conn.info["lakelock.recorded"] = recorded
                 try:
                     result = fn(conn)
                 except LakelockError as exc:
                     refusal = exc
-                finally:
-                    conn.info.pop("lakelock.recorded", None)
+                committing = True
         except DBAPIError as exc:
-            if attempt == attempts or not _is_retryable(exc):
+            lost_before_commit = exc.connection_invalidated and not committing
+            if attempt == attempts or not (_is_retryable(exc) or lost_before_commit):
                 raise
             time.sleep(0.005 * attempt)
             continue
+        finally:
+            recorded_events.reset(context)
         if on_commit is not None and recorded:
             on_commit(recorded)
         if refusal is not None:

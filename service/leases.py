@@ -70,6 +70,8 @@ __all__ = [
     "lease_state",
     "table_state",
     "table_version",
+    "table_versions",
+    "withdraw_intent",
     "list_tables",
     "sweep",
     "tables_due_for_sweep",
@@ -405,8 +407,17 @@ def acquire_maintenance(
         MaintenanceOff: an operator disabled maintenance on the table.
         MaintenanceHeld: another maintenance lease or another holder's intent is live.
         LeaseExpired: this request id was granted a lease that has ended since.
+        InvalidRequest: this request id belongs to another holder.
     """
     row, at = _locked_table(conn, table)
+    if request_id in (row["maint_request_id"], row["intent_request_id"]):
+        owner = row["maint_holder" if row["maint_request_id"] == request_id else "intent_holder"]
+        if owner != holder:
+            # another holder's lease (and fencing token) must not be handed out by its id
+            raise InvalidRequest(
+                f"request_id {request_id!r} was used by another holder; send a new request_id",
+                field="request_id",
+            )
     if row["maint_request_id"] == request_id and row["maint_lease_id"] is not None:
         return _repeated(_maintenance_view(row, at), request_id)
     if row["maintenance"] == "disabled":
@@ -420,8 +431,7 @@ def acquire_maintenance(
             blocking_holder=row["maint_holder"],
             retry_after_s=_seconds(row["maint_expires_at"] - at),
         )
-    ours = row["intent_request_id"] == request_id or row["intent_holder"] == holder
-    if _intent_live(row, at) and not ours:
+    if _intent_live(row, at) and row["intent_holder"] != holder:
         raise MaintenanceHeld(
             f"{row['intent_holder']} is already draining {table} for maintenance",
             blocking_holder=row["intent_holder"],
@@ -588,15 +598,12 @@ def renew(
     if isinstance(found, dict):
         outcome = _replaced_state(found)
         if outcome == "revoked":
-            raise NotOwner(f"lease {lease_id} was revoked; stop writing", outcome="not_owner")
+            raise _revoked(found)
         raise LeaseExpired(f"lease {lease_id} is {outcome}; acquire again", outcome="expired")
     view = found.view()
     failure: Exception | None = None
     if view.state == "revoked":
-        failure = NotOwner(
-            f"lease {lease_id} was revoked by an operator; stop writing, do not commit",
-            outcome="not_owner",
-        )
+        failure = _revoked(audit.last_for_lease(conn, lease_id) or {"lease_id": lease_id})
     elif view.state != "live":
         failure = LeaseExpired(
             f"lease {lease_id} is {view.state}; acquire a new one", outcome="expired"
@@ -643,6 +650,19 @@ def renew(
     return found.view()
 
 
+def _revoked(event: dict[str, Any]) -> NotOwner:
+    """The answer to a renew of a lease someone else ended, naming who and why."""
+    by = event.get("actor") or "an operator"
+    reason = (event.get("detail") or {}).get("reason")
+    return NotOwner(
+        f"lease {event['lease_id']} was revoked by {by}"
+        + (f" ({reason})" if reason else "")
+        + "; stop writing, do not commit",
+        outcome="not_owner",
+        ended_by=by,
+    )
+
+
 def _end(
     conn: Connection, found: _Found, end: LeaseEnd, *, actor: str | None = None, **detail: Any
 ) -> Lease:
@@ -676,29 +696,56 @@ def _end(
     return view
 
 
-def release(conn: Connection, *, lease_id: str, token: int | None = None) -> Lease | dict:
+def release(
+    conn: Connection,
+    *,
+    lease_id: str,
+    actor: str,
+    holder: str | None = None,
+    token: int | None = None,
+    operator: bool = False,
+) -> Lease | dict:
     """End a lease; releasing an ended lease answers its state again (idempotent).
+
+    The holder releases its own lease: `holder` must be the lease's and, for a maintenance
+    lease, `token` its token. An operator may end any lease without them; that is a revoke
+    (audited as `lease.revoked` by `actor`), so the holder hears `not_owner` at its next renew.
 
     Raises:
         NotFound: no lease has this id.
+        NotOwner: `holder` is not the lease's holder.
         StaleToken: a maintenance lease released with a token that is not its own.
-        InvalidRequest: a maintenance lease released without its token.
+        InvalidRequest: no holder sent (and not an operator), or no token for a maintenance lease.
     """
     found = _find(conn, lease_id)
     if isinstance(found, dict):
         return lease_state(conn, lease_id=lease_id)
-    if found.kind == "maintenance":
+    view = found.view()
+    by_holder = holder is not None and holder == view.holder
+    if not by_holder and not operator:
+        if holder is None:
+            raise InvalidRequest(
+                f"releasing a lease needs its holder: DELETE /v1/leases/{lease_id}?holder=<holder>",
+                field="holder",
+            )
+        raise NotOwner(
+            f"lease {lease_id} is held by {view.holder}, not {holder}; not released",
+            outcome="not_owner",
+        )
+    if by_holder and found.kind == "maintenance":
         if token is None:
             raise InvalidRequest(
-                "releasing a maintenance lease needs its token: DELETE /v1/leases/{id}?token=N",
+                "releasing a maintenance lease needs its token: "
+                f"DELETE /v1/leases/{lease_id}?holder=<holder>&token=<token>",
                 field="token",
             )
         if token != found.token:
             raise StaleToken(f"token {token} is not lease {lease_id}'s; not released")
-    view = found.view()
     if view.state != "live":
         return view
-    return _end(conn, found, "released")
+    if by_holder:
+        return _end(conn, found, "released", actor=actor)
+    return _end(conn, found, "revoked", actor=actor, reason="released by an operator")
 
 
 def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease | dict:
@@ -778,12 +825,21 @@ def _state(conn: Connection, row: dict, at: datetime) -> TableState:
 
 
 def table_state(conn: Connection, *, table: str) -> TableState:
-    """The table's state now; a table never used answers its defaults (and is not created).
-    Read-only: expired leases are left out here, and ended by the next sweep."""
+    """The table's state now. Read-only: expired leases are left out here, and ended by the
+    next sweep.
+
+    Raises:
+        NotFound: the table never had a lease, an intent or a switch (a typo looks like one).
+    """
     at = now(conn)
     row = conn.execute(select(tables_t).where(tables_t.c.name == table)).mappings().first()
     if row is None:
-        return TableState(table, 0, "running", "enabled", None, None, None, None, None, [], 1)
+        raise NotFound(
+            f"no table {table} is known: it never had a lease, an intent or a switch. Check "
+            "the name (GET /v1/tables lists the known ones); acquiring a lease or setting the "
+            "switch on it makes it known",
+            table=table,
+        )
     return _state(conn, dict(row), at)
 
 
@@ -791,6 +847,49 @@ def table_version(conn: Connection, *, table: str) -> int:
     """The table's state version (0 for a table never used): a cheap check for long-polls."""
     version = conn.execute(select(tables_t.c.version).where(tables_t.c.name == table)).scalar()
     return int(version or 0)
+
+
+def table_versions(conn: Connection, tables: list[str]) -> dict[str, int]:
+    """The state versions of `tables` in one query (0 for a table never used)."""
+    rows = conn.execute(
+        select(tables_t.c.name, tables_t.c.version).where(tables_t.c.name.in_(tables))
+    )
+    found = {name: int(version) for name, version in rows}
+    return {table: found.get(table, 0) for table in tables}
+
+
+def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: str) -> bool:
+    """Close the open intent of maintenance request `request_id` (a compactor that gives up
+    draining); True when one was open. Commit leases are granted again at once.
+
+    Raises:
+        NotOwner: the intent is another holder's.
+    """
+    row = _lock_table(conn, table, create=False)
+    if row is None:
+        return False
+    at = now(conn)
+    _sweep_row(conn, row, at)
+    if row["intent_request_id"] != request_id or not _intent_live(row, at):
+        return False
+    if row["intent_holder"] != holder:
+        raise NotOwner(
+            f"the intent {request_id!r} on {table} is {row['intent_holder']}'s, not {holder}'s",
+            outcome="not_owner",
+        )
+    opened = row["intent_opened_at"]
+    _change(conn, row, **_NO_INTENT)
+    audit.record(
+        conn,
+        at=at,
+        table=table,
+        event="intent.withdrawn",
+        kind="maintenance",
+        holder=holder,
+        request_id=request_id,
+        open_s=_seconds(at - opened),
+    )
+    return True
 
 
 def list_tables(conn: Connection) -> list[TableState]:

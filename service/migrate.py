@@ -14,6 +14,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.engine import Connection
 
 __all__ = ["alembic_config", "upgrade", "downgrade", "head", "current", "is_at_head"]
 
@@ -43,7 +44,12 @@ def head() -> str:
 
 def current(engine: Engine) -> str | None:
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return revision_of(conn)
+
+
+def revision_of(conn: Connection) -> str | None:
+    """The migration the database behind `conn` is at (None before the first)."""
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 def is_at_head(engine: Engine) -> bool:

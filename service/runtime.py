@@ -1,19 +1,29 @@
-"""What one service process shares between requests: settings, engine, metrics, the notifier.
+"""What one service process shares between requests: settings, engine, metrics, long-poll waits.
 
-`Runtime.transact(fn)` is how a route runs one protocol call: one transaction
-(`db.run_transaction`), then the committed transitions are counted, logged and announced to the
-long-polls waiting in this process. Long-polls in other replicas see them by polling the
-table's version (`LAKELOCK_POLL_INTERVAL_S`).
+Routes are `async`; the database is reached through `Runtime.transact(fn)` (one protocol call
+in one transaction, `db.run_transaction`) and `Runtime.read(fn)`, each run on a worker thread
+from a pool sized like the database pool, so a burst of calls queues for a connection instead
+of piling up threads. A long-poll holds no thread while it waits: it parks on an asyncio event
+that is set
+
+    at once          when a transaction committed in this process changes its table
+    within a tick    when another replica changed it: one task per process reads the versions
+                     of every table someone waits on, in one query every
+                     LAKELOCK_POLL_INTERVAL_S, however many wait
+    at shutdown      every waiter answers with what it has
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
@@ -22,36 +32,99 @@ from service.db import run_transaction
 from service.metrics import Metrics
 from service.settings import Settings
 
-__all__ = ["Notifier", "Runtime"]
+__all__ = ["Changes", "ClientGone", "Runtime"]
 
 log = logging.getLogger("lakelock.lease")
 T = TypeVar("T")
 
+# how often a parked long-poll checks that its client is still there
+_DISCONNECT_CHECK_S = 0.5
 
-class Notifier:
-    """Wakes this process's long-polls on a state change, and all of them at shutdown."""
+
+class ClientGone(Exception):
+    """The client of a long-poll disconnected: stop working for it (an intent is no longer
+    kept open on behalf of a compactor that died)."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    seen: int
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Changes:
+    """Parks long-polls until their table's version moves. See the module docstring."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
+        self._waiters: dict[str, set[_Waiter]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.closing = threading.Event()
 
-    def notify(self) -> None:
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
 
-    def wait(self, timeout: float) -> None:
-        with self._cond:
-            seen = self._generation
-            self._cond.wait_for(
-                lambda: self._generation != seen or self.closing.is_set(), max(timeout, 0.0)
-            )
+    @property
+    def watched(self) -> list[str]:
+        return [table for table, waiters in self._waiters.items() if waiters]
+
+    def changed(self, tables: set[str]) -> None:
+        """Wake the waiters of `tables`; safe from any thread."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake, tables, None)
+
+    def versions_read(self, versions: dict[str, int]) -> None:
+        """The poller's reading: wake each waiter whose table moved past what it saw."""
+        for table, version in versions.items():
+            for waiter in list(self._waiters.get(table, ())):
+                if version != waiter.seen:
+                    waiter.event.set()
 
     def close(self) -> None:
-        """Shutdown: every pending long-poll answers now with what it has."""
+        """Shutdown: every parked long-poll answers now with what it has (any thread)."""
         self.closing.set()
-        self.notify()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake, None, None)
+
+    def _wake(self, tables: set[str] | None, _: Any) -> None:
+        for table, waiters in self._waiters.items():
+            if tables is None or table in tables:
+                for waiter in waiters:
+                    waiter.event.set()
+
+    async def wait(
+        self,
+        table: str,
+        *,
+        seen: int,
+        until: float,
+        is_disconnected: Callable[[], Any] | None = None,
+    ) -> None:
+        """Park until `table`'s version moves past `seen`, the loop clock passes `until`, or
+        the process shuts down.
+
+        Raises:
+            ClientGone: the client disconnected meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(seen)
+        self._waiters.setdefault(table, set()).add(waiter)
+        try:
+            while not self.closing.is_set() and not waiter.event.is_set():
+                left = until - loop.time()
+                if left <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), min(left, _DISCONNECT_CHECK_S))
+                except TimeoutError:
+                    pass
+                if is_disconnected is not None and await is_disconnected():
+                    raise ClientGone()
+        finally:
+            waiters = self._waiters.get(table)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[table]
 
 
 class Runtime:
@@ -59,7 +132,9 @@ class Runtime:
         self.settings = settings
         self.engine = engine
         self.metrics = Metrics()
-        self.notifier = Notifier()
+        self.changes = Changes()
+        # one worker thread per pooled connection: more would only queue inside the pool
+        self.db_limiter = anyio.CapacityLimiter(settings.db_pool_size)
 
     def _committed(self, events: list[dict[str, Any]]) -> None:
         self.metrics.observe_events(events)
@@ -76,35 +151,67 @@ class Runtime:
                     "actor": event["actor"],
                 },
             )
-        self.notifier.notify()
+        self.changes.changed({event["table_name"] for event in events})
 
-    def transact(self, fn: Callable[[Connection], T]) -> T:
+    # -- blocking calls, for worker threads (the sweeper, tests) ------------------------------
+
+    def transact_sync(self, fn: Callable[[Connection], T]) -> T:
         return run_transaction(self.engine, fn, on_commit=self._committed)
 
-    def read(self, fn: Callable[[Connection], T]) -> T:
+    def read_sync(self, fn: Callable[[Connection], T]) -> T:
         with self.engine.connect() as conn:
             return fn(conn)
 
-    def version(self, table: str) -> int:
-        return self.read(lambda conn: leases.table_version(conn, table=table))
+    # -- the same, awaited from routes --------------------------------------------------------
 
-    def wait_for_change(
-        self, table: str, *, seen: int, deadline: float, retry_at: float | None = None
+    async def transact(self, fn: Callable[[Connection], T]) -> T:
+        """Run one protocol call in one transaction on a worker thread."""
+        return await anyio.to_thread.run_sync(self.transact_sync, fn, limiter=self.db_limiter)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run read-only `fn` on a worker thread."""
+        return await anyio.to_thread.run_sync(self.read_sync, fn, limiter=self.db_limiter)
+
+    async def version(self, table: str) -> int:
+        return await self.read(lambda conn: leases.table_version(conn, table=table))
+
+    async def wait_for_change(
+        self,
+        table: str,
+        *,
+        seen: int,
+        until: float,
+        is_disconnected: Callable[[], Any] | None = None,
     ) -> None:
-        """Block until `table`'s version moves past `seen`, `retry_at` or `deadline` passes,
-        or the process shuts down; whichever comes first."""
-        poll = self.settings.poll_interval_s
-        while not self.notifier.closing.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0 or (retry_at is not None and time.monotonic() >= retry_at):
-                return
-            self.notifier.wait(min(poll, left))
-            if self.version(table) != seen:
-                return
+        """Park until `table` changes past version `seen` or the loop clock passes `until`.
+
+        Raises:
+            ClientGone: the client disconnected meanwhile.
+        """
+        await self.changes.wait(table, seen=seen, until=until, is_disconnected=is_disconnected)
+
+    async def poll_versions(self) -> None:
+        """Forever: every poll interval, one read of the versions of the tables waited on, so
+        changes made through other replicas wake this process's long-polls."""
+        interval = self.settings.poll_interval_s
+        while not self.changes.closing.is_set():
+            await asyncio.sleep(interval)
+            tables = self.changes.watched
+            if not tables:
+                continue
+            try:
+                versions = await self.read(lambda conn, t=tables: leases.table_versions(conn, t))
+            except Exception as exc:
+                # a database outage: wake the waiters, whose own next try answers 503
+                log.warning("version poll failed: %s: %s", type(exc).__name__, exc)
+                self.changes.changed(set(tables))
+                await asyncio.sleep(interval * 10)
+                continue
+            self.changes.versions_read(versions)
 
     def sweep_once(self) -> int:
-        """End what expired on every table; returns how many tables it swept."""
-        due = self.read(leases.tables_due_for_sweep)
+        """End what expired on every table; returns how many tables it swept (blocking)."""
+        due = self.read_sync(leases.tables_due_for_sweep)
         for table in due:
-            self.transact(lambda conn, table=table: leases.sweep(conn, table=table))
+            self.transact_sync(lambda conn, table=table: leases.sweep(conn, table=table))
         return len(due)

@@ -6,17 +6,19 @@ field instead of a silent default.
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from service.leases import Draining, Lease, TableState
 
 __all__ = [
     "TABLE_PATTERN",
+    "REQUEST_ID_PATTERN",
+    "HOLDER_PATTERN",
+    "MAX_TOKEN",
     "TableName",
     "LeaseId",
     "AcquireBody",
@@ -37,22 +39,32 @@ TableName = Annotated[
     Path(
         pattern=TABLE_PATTERN,
         max_length=194,
-        description="Iceberg identifier namespace.table or catalog.namespace.table",
+        description="Iceberg identifier namespace.table or catalog.namespace.table; compared "
+        "case-insensitively (Spark's default), answered in lower case",
         examples=["lake.db.events"],
     ),
+    AfterValidator(str.lower),
 ]
-"""`namespace.table` or `catalog.namespace.table`; each part an identifier of at most 64 chars."""
+"""`namespace.table` or `catalog.namespace.table`; each part an identifier of at most 64 chars.
+
+Its canonical form is lower case, on every backend: Spark resolves Iceberg identifiers
+case-insensitively, so `lake.db.Events` and `lake.db.events` are one table and one lock."""
 
 LeaseId = Annotated[uuid.UUID, Path(description="a lease id as granted (a UUID)")]
 
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+MAX_TOKEN = 2**63 - 1  # a fencing token is a signed 64-bit integer in the database
+MAX_REPORT_DEPTH = 16
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
 
 
-Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[\x20-\x7e]+$")]
+HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
+Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
+Token = Annotated[int, Field(ge=1, le=MAX_TOKEN, description="a maintenance lease's token")]
 
 
 class AcquireBody(_Body):
@@ -60,22 +72,17 @@ class AcquireBody(_Body):
     ttl_s: float = Field(gt=0, description="lease time to live; renew at a third of it")
     request_id: str = Field(
         default_factory=lambda: uuid.uuid4().hex,
-        description="repeat it on a retry to get the same lease back",
+        pattern=REQUEST_ID_PATTERN,
+        description="1-128 letters, digits and . _ : -; repeat it on a retry to get the same "
+        "lease back",
     )
     wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait up to this long")
-
-    @field_validator("request_id")
-    @classmethod
-    def _request_id(cls, value: str) -> str:
-        if not _REQUEST_ID.match(value):
-            raise ValueError("must be 1-128 characters of letters, digits and . _ : -")
-        return value
 
 
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
-    token: int | None = Field(default=None, ge=1, description="required for maintenance leases")
+    token: Token | None = Field(default=None, description="required for maintenance leases")
 
 
 class RevokeBody(_Body):
@@ -93,6 +100,24 @@ class RunBody(_Body):
 
     outcome: str = Field(min_length=1, max_length=32)
     holder: str | None = Field(default=None, max_length=255)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shallow(cls, value: Any) -> Any:
+        # a report is a few levels deep; a deeply nested one could not be read back
+        if _depth(value) > MAX_REPORT_DEPTH:
+            raise ValueError(
+                f"the report is nested more than {MAX_REPORT_DEPTH} levels deep; flatten it"
+            )
+        return value
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deep `value` nests, giving up (with a depth over the limit) past the limit."""
+    if level > MAX_REPORT_DEPTH or not isinstance(value, dict | list):
+        return level
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, level + 1) for child in children), default=level + 1)
 
 
 def lease_out(lease: Lease | dict[str, Any]) -> dict[str, Any]:

@@ -95,10 +95,12 @@ class Settings(BaseSettings):
         "timeout above it.",
     )
     intent_ttl_s: float = Field(
-        default=30.0,
+        default=5.0,
         gt=0,
         le=3600,
-        description="How long a maintenance intent lives unless its owner asks again.",
+        description="How long a maintenance intent lives unless its owner asks again. A "
+        "waiting maintenance request keeps its intent open while its client is connected, so "
+        "this bounds how long a compactor that died while draining holds ingest.",
     )
     poll_interval_s: float = Field(
         default=0.05,

@@ -32,8 +32,17 @@ def state(api: httpx.Client, table: str = "lake.db.events") -> dict[str, Any]:
     return response.json()
 
 
-def release(api: httpx.Client, lease: dict[str, Any]):
-    params = {"token": lease["token"]} if lease.get("token") else {}
+def unknown(api: httpx.Client, table: str = "lake.db.events") -> bool:
+    """True when the service answers that `table` never had a lease, intent or switch."""
+    response = api.get(f"/v1/tables/{table}")
+    return response.status_code == 404 and response.json()["type"] == "urn:lakelock:not-found"
+
+
+def release(api: httpx.Client, lease: dict[str, Any], **params: Any):
+    """Release as the lease's holder (with its token for a maintenance lease)."""
+    params = {"holder": lease["holder"], **params}
+    if lease.get("token") and "token" not in params:
+        params["token"] = lease["token"]
     return api.delete(f"/v1/leases/{lease['lease_id']}", params=params)
 
 

@@ -106,7 +106,7 @@ def replay(history: History) -> list[str]:
                     maintenance = None
             elif name == "intent.opened":
                 intent = e["holder"]
-            elif name == "intent.expired":
+            elif name in ("intent.expired", "intent.withdrawn"):
                 intent = None
             elif name == "switch.set":
                 paused = e["detail"]["after"]["ingest"] == "paused"

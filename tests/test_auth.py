@@ -38,6 +38,9 @@ ALLOWED = {
 @pytest.mark.parametrize("call", sorted(CALLS))
 def test_each_role_can_do_exactly_what_it_may(api, role, call):
     method, path, body = CALLS[call]
+    if call == "read state":
+        # a table is known once it had a lease (the client sends the operator token)
+        assert api.post(TABLE + "/commit-leases", json={"holder": "h", "ttl_s": 30}).is_success
     response = api.request(method, path, json=body, headers=auth(role))
     if call in ALLOWED[role]:
         assert response.status_code < 400, response.text

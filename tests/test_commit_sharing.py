@@ -65,8 +65,12 @@ def test_tables_are_listed_after_first_use(api):
     assert names == ["db.b", "lake.db.a"]
 
 
-def test_unused_table_answers_its_defaults(api):
-    got = state(api, "lake.db.never_used")
-    assert got["version"] == 0
-    assert got["switch"]["ingest"] == "running" and got["switch"]["maintenance"] == "enabled"
+def test_a_table_never_used_is_404_until_its_first_lease(api):
+    response = api.get("/v1/tables/lake.db.never_used")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "never had a lease" in response.json()["detail"]
     assert api.get("/v1/tables").json()["tables"] == []
+    assert commit(api, table="lake.db.never_used").status_code == 201
+    got = state(api, "lake.db.never_used")
+    assert got["switch"]["ingest"] == "running" and got["switch"]["maintenance"] == "enabled"

@@ -26,14 +26,14 @@ def test_renew_with_stale_token_is_refused(api):
 
 def test_release_with_stale_token_is_refused(api):
     lease = maintenance(api).json()
-    response = api.delete(f"/v1/leases/{lease['lease_id']}", params={"token": 99})
+    response = release(api, lease, token=99)
     assert response.status_code == 412
     assert state(api)["maintenance_lease"]["lease_id"] == lease["lease_id"]
 
 
 def test_release_of_maintenance_lease_needs_its_token(api):
     lease = maintenance(api).json()
-    response = api.delete(f"/v1/leases/{lease['lease_id']}")
+    response = api.delete(f"/v1/leases/{lease['lease_id']}", params={"holder": lease["holder"]})
     assert response.status_code == 422
     assert "token" in response.json()["detail"]
 

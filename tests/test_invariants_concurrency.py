@@ -60,7 +60,9 @@ class Workload:
         return outcome == "ok", time.monotonic()
 
     def release(self, http, rng, lease) -> None:
-        params = {"token": lease["token"]} if lease.get("token") else {}
+        params = {"holder": lease["holder"]}
+        if lease.get("token"):
+            params["token"] = lease["token"]
         response = self.call(http, rng, "DELETE", f"/v1/leases/{lease['lease_id']}", params=params)
         assert response.status_code == 200, response.text
 

@@ -55,7 +55,9 @@ def _exercise(server: ServerProcess) -> dict[str, httpx.Response]:
             headers={**auth("job"), "X-Request-ID": "req-from-ingest-1"},
         )
         lease = seen["commit"].json()
-        seen["release"] = client.delete(f"/v1/leases/{lease['lease_id']}", headers=auth("job"))
+        seen["release"] = client.delete(
+            f"/v1/leases/{lease['lease_id']}", params={"holder": "ingest-1"}, headers=auth("job")
+        )
         seen["maintenance"] = client.post(
             f"/v1/tables/{TABLE}/maintenance-lease",
             json={"holder": "compactor-1", "ttl_s": 60},

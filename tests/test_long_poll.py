@@ -1,7 +1,7 @@
 import threading
 import time
 
-from tests.helpers import commit, maintenance, release, state
+from tests.helpers import commit, maintenance, release, state, switch
 
 
 def _in_thread(fn):
@@ -49,6 +49,7 @@ def test_waiting_maintenance_request_is_granted_when_commits_drain(api):
 
 
 def test_state_long_poll_returns_when_the_version_moves(api):
+    switch(api, maintenance="enabled")  # the table is known, nothing held
     version = state(api)["version"]
     thread, box = _in_thread(
         lambda: api.get("/v1/tables/lake.db.events", params={"wait": 20, "since": version})
