@@ -414,7 +414,9 @@ def _print_audit(report: Any) -> None:
         console.print("clean: every commit landed inside its own lease, none inside maintenance")
         return
     out = Table(title="violations")
-    for column in ("snapshot", "committed at", "operation", "kind", "lease id", "problem"):
+    out.add_column("snapshot", no_wrap=True)
+    out.add_column("committed at", no_wrap=True)
+    for column in ("operation", "kind", "lease id", "problem"):
         out.add_column(column, overflow="fold")
     for f in report.violations:
         out.add_row(
