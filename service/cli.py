@@ -303,7 +303,7 @@ def events(
                     # long-poll the table's version: every audited change bumps it
                     version = client.state(table, wait_s=25, since=version)["version"]
                 else:
-                    time.sleep(1.0)
+                    _between_polls(1.0)
                 fresh = [
                     e for e in reversed(client.events(table=table, limit=1000)) if e["id"] > last
                 ]
@@ -312,6 +312,10 @@ def events(
                     _show_events(fresh, as_json=as_json, header=False, follow=True)
         except KeyboardInterrupt:
             return
+
+
+def _between_polls(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def _show_events(batch: list[dict[str, Any]], *, as_json: bool, header: bool, follow: bool) -> None:

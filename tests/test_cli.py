@@ -155,3 +155,21 @@ def test_status_reads_scoped_leases_and_intents_when_present():
     text = console.export_text()
     assert "dt=2024-06-20/hr=13" in text and "m1" in text
     assert "c2" in text and "whole table" in text
+
+
+def test_events_follow_prints_new_events_as_they_come(api, lakelock, monkeypatch):
+    lease = _commit(api)
+    polls = []
+
+    def between_polls(_seconds: float) -> None:
+        polls.append(_seconds)
+        if len(polls) == 1:
+            LeaseClient(http=api).revoke(lease.lease_id, reason="host lost")
+        else:
+            raise KeyboardInterrupt  # the operator's Ctrl-C
+
+    monkeypatch.setattr(cli, "_between_polls", between_polls)
+    result = lakelock("events", "--follow", "--json")
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["event"] for e in lines] == ["lease.acquired", "lease.revoked"]
