@@ -76,6 +76,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = result.summary()
     problems = result.verify()
     summary["audit"] = _audit(result)
+    if summary["audit"]["violations"]:
+        problems.append(
+            f"lakelock audit: {len(summary['audit']['violations'])} commits broke a lease"
+        )
     summary["checks"] = {"passed": not problems, "problems": problems}
     args.summary.parent.mkdir(parents=True, exist_ok=True)
     args.summary.write_text(json.dumps(summary, indent=2) + "\n")
