@@ -16,8 +16,9 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from demo.pipeline import Pipeline, PipelineOptions
+from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 
 __all__ = ["main"]
 
@@ -39,6 +40,16 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     for name in ("duration_s", "rate", "trigger_interval_s", "compact_every_s"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
+
+
+def _audit(result: PipelineResult) -> dict[str, Any]:
+    """`lakelock audit` of the demo table: its snapshot history against the service's events
+    (collected by the pipeline before it stopped the service)."""
+    from service.iceberg_audit import audit, metadata_file, read_snapshots
+
+    table = result.options.table
+    snapshots = read_snapshots(metadata_file(result.options.workdir / "warehouse", table))
+    return audit(snapshots, result.events, table=table, limit=1000).as_dict()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,14 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     summary = result.summary()
     problems = result.verify()
+    summary["audit"] = _audit(result)
+    if summary["audit"]["violations"]:
+        problems.append(
+            f"lakelock audit: {len(summary['audit']['violations'])} commits broke a lease"
+        )
     summary["checks"] = {"passed": not problems, "problems": problems}
     args.summary.parent.mkdir(parents=True, exist_ok=True)
     args.summary.write_text(json.dumps(summary, indent=2) + "\n")
     width = max(len(k) for k in summary)
     print()
     for key, value in summary.items():
-        if key != "checks":
+        if key not in ("checks", "audit"):
             print(f"  {key:<{width}}  {value}")
+    audited = summary["audit"]
+    print(
+        f"\n  lakelock audit: {audited['verdict']} ({audited['snapshots_checked']} snapshots, "
+        f"{audited['ingest_commits']} ingest, {audited['maintenance_commits']} maintenance)"
+    )
     print(f"\nsummary written to {args.summary}")
     if problems:
         print("CHECK FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)

@@ -29,6 +29,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service import page
 from service.api import router
 from service.db import is_unavailable, make_engine
 from service.errors import (
@@ -320,6 +321,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.include_router(router)
+    app.include_router(page.router)  # the status page at GET /
     app.add_exception_handler(LakelockError, problem_response)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_problem)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_problem)  # type: ignore[arg-type]

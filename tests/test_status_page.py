@@ -1,0 +1,132 @@
+"""The status page at GET /, in a real headless browser (Debian's chromium, driven by playwright).
+
+Needs /usr/bin/chromium (`apt-get install chromium`; .ci/run installs it). Playwright's own
+browser download is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.client import Lease, LeaseClient
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TABLE = "lake.db.page_events"
+SEEN_WITHIN_MS = 30_000  # guards against a hang only: the long-poll answers in milliseconds
+
+
+def launch(playwright):
+    return playwright.chromium.launch(
+        executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+    )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("/usr/bin/chromium is missing: .ci/run installs it with apt-get")
+        pytest.skip("/usr/bin/chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = launch(playwright)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def operator(lakelock_server):
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
+        yield client
+
+
+def sign_in(page, server, role: str = "reader") -> None:
+    page.goto(server.url + "/")
+    page.fill("#token", server.token(role))
+    page.click("#login-form button")
+
+
+def test_the_page_is_one_self_contained_file_served_without_a_token(lakelock_server):
+    answer = httpx.get(lakelock_server.url + "/")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/html")
+    assert "connect-src 'self'" in answer.headers["content-security-policy"]
+    # nothing loaded from elsewhere: no external script, style, font or image
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", answer.text)
+    # the data is not: it needs a token
+    assert httpx.get(lakelock_server.url + "/v1/tables").status_code == 401
+
+
+def test_a_lease_appears_and_goes_when_revoked(page, lakelock_server, operator):
+    from playwright.sync_api import expect
+
+    operator.set_switch(TABLE, ingest="running", reason="page test")
+    sign_in(page, lakelock_server)
+    section = page.locator(f'section[data-table="{TABLE}"]')
+    expect(section).to_be_visible(timeout=SEEN_WITHIN_MS)
+    expect(section).to_contain_text("page test")
+
+    lease = operator.acquire_commit(TABLE, holder="ingest-page-test", ttl_s=120)
+    assert isinstance(lease, Lease)
+    row = section.locator(f'tr[data-lease-id="{lease.lease_id}"]')
+    expect(row).to_be_visible(timeout=SEEN_WITHIN_MS)
+    expect(row).to_contain_text("ingest-page-test")
+    expect(row).to_contain_text("whole table")
+    expect(row.locator("td.countdown")).to_have_text(re.compile(r"^\d+ s$"))
+    # the page kept its document: it was updated in place, not reloaded
+    page.evaluate("window.__stayed = true")
+
+    operator.revoke(lease.lease_id, reason="page test revoke")
+    expect(row).to_have_count(0, timeout=SEEN_WITHIN_MS)
+    expect(page.locator("#events")).to_contain_text("lease.revoked")
+    assert page.evaluate("window.__stayed") is True
+
+
+def test_the_token_stays_in_session_storage_never_in_the_url(page, lakelock_server, operator):
+    from playwright.sync_api import expect
+
+    operator.set_switch(TABLE, maintenance="enabled", reason="page test")
+    sign_in(page, lakelock_server)
+    expect(page.locator(f'section[data-table="{TABLE}"]')).to_be_visible(timeout=SEEN_WITHIN_MS)
+    token = lakelock_server.token("reader")
+    assert token not in page.url
+    assert page.evaluate("sessionStorage.getItem('lakelock.token')") == token
+    assert page.evaluate("localStorage.length") == 0
+    page.reload()  # typed once: a reload in the same tab needs no token
+    expect(page.locator(f'section[data-table="{TABLE}"]')).to_be_visible(timeout=SEEN_WITHIN_MS)
+    expect(page.locator("#login")).to_be_hidden()
+
+
+def test_a_wrong_token_asks_again_with_the_services_reason(page, lakelock_server):
+    from playwright.sync_api import expect
+
+    page.goto(lakelock_server.url + "/")
+    page.fill("#token", "not-a-configured-token")
+    page.click("#login-form button")
+    expect(page.locator("#error")).to_contain_text("unknown token", timeout=SEEN_WITHIN_MS)
+    expect(page.locator("#login")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('lakelock.token')") is None
