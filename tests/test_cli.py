@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from service import cli
 from service.client import Lease, LeaseClient
 from tests.conftest import auth
+from tests.helpers import commit
 
 TABLE = "lake.db.events"
 
@@ -109,6 +110,7 @@ def test_events_show_the_trail_oldest_first(api, lakelock):
 
 
 def test_runs_show_files_before_and_after(api, lakelock):
+    assert commit(api).status_code == 201  # the table is known once it had a lease
     LeaseClient(http=api).report_run(
         TABLE,
         {
