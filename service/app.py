@@ -32,6 +32,8 @@ from service.api import router
 from service.db import is_unavailable, make_engine
 from service.errors import InvalidRequest, LakelockError, ServerError, Unavailable, to_problem
 from service.logs import mask_url
+from service.metrics import process_exited
+from service.retention import Pruner
 from service.runtime import Notifier, Runtime
 from service.settings import Settings, get_settings
 
@@ -239,6 +241,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.database_url, pool_size=settings.db_pool_size, timeout_s=settings.db_timeout_s
         )
         runtime = Runtime(settings, engine)
+        runtime.metrics.track_state(engine)
         app.state.runtime = runtime
         # long-polls hold a worker thread while they wait; leave room for them
         anyio.to_thread.current_default_thread_limiter().total_tokens = max(
@@ -249,6 +252,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             target=_sweeper, args=(runtime, stop), name="lakelock-sweeper", daemon=True
         )
         sweeper.start()
+        pruner = Pruner(engine, settings, runtime.metrics)
+        pruner.start()
         restore_signals = _wake_long_polls_on_exit_signal(runtime.notifier)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
         try:
@@ -257,8 +262,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restore_signals()
             runtime.notifier.close()
             stop.set()
+            pruner.stop()
             sweeper.join(timeout=5)
             engine.dispose()
+            process_exited()
             log.info("lakelock service stopped")
 
     app = FastAPI(
