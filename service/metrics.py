@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.db import commit_leases_t, now, tables_t
+from service.db import commit_leases_t, is_unavailable, now, tables_t
 
 __all__ = [
     "Metrics",
@@ -142,6 +142,8 @@ class StateCollector(Collector):
             with self.engine.connect() as conn:
                 state = read_state(conn)
         except (DBAPIError, PoolTimeout) as exc:
+            if isinstance(exc, DBAPIError) and not is_unavailable(exc):
+                raise  # a bad statement or schema is a fault, not an outage
             log.warning("state gauges not read, database unavailable: %s", exc)
             up.add_metric([], 0)
             yield up
