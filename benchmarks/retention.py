@@ -57,7 +57,7 @@ def _numbers(dialect: str, count: int) -> str:
             f"(WITH RECURSIVE seq(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM seq "
             f"WHERE n < {count - 1}) SELECT n FROM seq)"
         )
-    return f"(SELECT seq AS n FROM seq_0_to_{count - 1})"  # MariaDB's SEQUENCE engine
+    return f"(SELECT CAST(seq AS SIGNED) AS n FROM seq_0_to_{count - 1})"  # MariaDB SEQUENCE engine
 
 
 def _seconds_before(dialect: str, base: str, seconds: str) -> str:
