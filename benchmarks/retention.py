@@ -13,9 +13,9 @@ over `--tables` tables (half of which also have a recent event). Then:
                  (ended_at, expires_at)), and how long that migration took on the filled table;
                  the state gauges' query (`metrics.read_state`) alongside
     prune        one `retention.prune` pass as the service runs it (a pause as long as each
-                 batch), its rows/s and its longest batch transaction; meanwhile a probe writes
-                 a lease and an event every 10 ms and reports its p99 and max latency, against
-                 the same probe on the idle database just before
+                 batch): rows/s, and p50, p99 and max of its batch transactions; meanwhile a
+                 probe writes a lease and an event every 10 ms and reports its p99 and max
+                 latency, against the same probe on the idle database just before
 
 It prints one JSON object; `--json` writes it to a file too.
 """
@@ -188,9 +188,16 @@ class probe_writes:  # noqa: N801 (used as a context manager, read as a verb)
         }
 
 
-def _pause_like_the_service(took: float) -> bool:
-    time.sleep(took)
-    return False
+class PauseLikeTheService:
+    """The service's pause between batches (as long as the batch took), noting each batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[float] = []
+
+    def __call__(self, took: float) -> bool:
+        self.batches.append(took)
+        time.sleep(took)
+        return False
 
 
 def run(url: str, *, rows: int, tables: int, repeats: int, batch_rows: int) -> dict[str, Any]:
@@ -216,9 +223,8 @@ def run(url: str, *, rows: int, tables: int, repeats: int, batch_rows: int) -> d
             time.sleep(5)
         with probe_writes(engine) as busy:
             started = time.perf_counter()
-            pruned = prune(
-                engine, retention=RETENTION, batch_rows=batch_rows, pause=_pause_like_the_service
-            )
+            pause = PauseLikeTheService()
+            pruned = prune(engine, retention=RETENTION, batch_rows=batch_rows, pause=pause)
             prune_s = time.perf_counter() - started
         deleted = pruned.events + pruned.commit_leases
         return {
@@ -244,6 +250,8 @@ def run(url: str, *, rows: int, tables: int, repeats: int, batch_rows: int) -> d
                 "batches": pruned.batches,
                 "seconds": round(prune_s, 1),
                 "rows_per_s": round(deleted / prune_s),
+                "batch_p50_ms": round(percentile(pause.batches, 0.50) * 1000, 1),
+                "batch_p99_ms": round(percentile(pause.batches, 0.99) * 1000, 1),
                 "longest_batch_ms": round(pruned.longest_batch_s * 1000, 1),
             },
             "probe_idle": idle.summary(),
