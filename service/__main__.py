@@ -99,9 +99,14 @@ def _serve(settings: Settings) -> int:
         timeout_graceful_shutdown=settings.shutdown_grace_s,
     )
     if settings.workers > 1:
-        # the supervisor sends SIGTERM on to every worker, whose app wakes its own long-polls
-        # (service.app), and returns once they have all exited
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        from service.metrics import multiprocess_folder
+
+        # set before the workers start: each one's counters go to files there, and a scrape
+        # answered by any worker sums them all
+        with multiprocess_folder():
+            # the supervisor sends SIGTERM on to every worker, whose app wakes its own
+            # long-polls (service.app), and returns once they have all exited
+            Multiprocess(config, sockets=[config.bind_socket()]).run()
         return 0
     server = CleanExitServer(config)
     server.run()

@@ -15,6 +15,7 @@ import math
 from datetime import timedelta
 from typing import Annotated, Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from sqlalchemy import delete, insert, select
@@ -145,7 +146,9 @@ async def readyz(rt: RuntimeDep) -> dict[str, Any]:
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **_READ},
 )
 async def metrics(rt: RuntimeDep, _: ReaderDep) -> Response:
-    return PlainTextResponse(rt.metrics.render(), media_type="text/plain; version=0.0.4")
+    # the state gauges are read from the database: off the event loop
+    body = await anyio.to_thread.run_sync(rt.metrics.render, limiter=rt.db_limiter)
+    return PlainTextResponse(body, media_type="text/plain; version=0.0.4")
 
 
 # -- tables ----------------------------------------------------------------------------------

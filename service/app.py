@@ -41,6 +41,8 @@ from service.errors import (
     to_problem,
 )
 from service.logs import mask_url
+from service.metrics import process_exited
+from service.retention import Pruner
 from service.runtime import Changes, Runtime
 from service.settings import Settings, get_settings
 
@@ -292,6 +294,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.database_url, pool_size=settings.db_pool_size, timeout_s=settings.db_timeout_s
         )
         runtime = Runtime(settings, engine)
+        runtime.metrics.track_state(engine)
         app.state.runtime = runtime
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
@@ -300,6 +303,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             target=_sweeper, args=(runtime, stop), name="lakelock-sweeper", daemon=True
         )
         sweeper.start()
+        pruner = Pruner(engine, settings, runtime.metrics)
+        pruner.start()
         restore_signals = _wake_long_polls_on_exit_signal(runtime.changes)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
         try:
@@ -309,8 +314,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             runtime.changes.close()
             poller.cancel()
             stop.set()
+            pruner.stop()
             sweeper.join(timeout=5)
             engine.dispose()
+            process_exited()
             log.info("lakelock service stopped")
 
     app = FastAPI(

@@ -103,6 +103,8 @@ commit_leases_t = Table(
     Column("end", String(16)),  # released | expired | revoked
     Index("ix_lakelock_commit_leases_live", "table_name", "ended_at", "expires_at"),
     Index("ix_lakelock_commit_leases_request", "table_name", "request_id"),
+    # the sweeper's "expired but not ended, on any table" and pruning's "ended before the cutoff"
+    Index("ix_lakelock_commit_leases_ended", "ended_at", "expires_at"),
 )
 
 events_t = Table(

@@ -1,50 +1,96 @@
-"""Prometheus metrics of one service process (each app gets its own registry).
+"""Prometheus metrics of the service.
 
 Lease transitions are counted from the audit events a committed transaction recorded, so the
 metrics and the trail cannot disagree; refusals that change nothing are counted by the API.
-With several uvicorn workers, each worker exposes its own counters: scrape each task, or
-aggregate by task in Prometheus.
+
+    counters, histograms   per process; with LAKELOCK_WORKERS > 1, `python -m service` sets up
+                           prometheus-client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR), so
+                           whichever worker answers a scrape reports the sum over all of them
+    state gauges           live leases by kind, open intents, paused tables: read from the
+                           database at scrape time, so they are right whichever replica granted
+                           the lease, and need no multiprocess handling
+
+In one process (tests, LAKELOCK_WORKERS=1) each app gets its own registry.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, and_, case, func, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-__all__ = ["Metrics"]
+from service.db import commit_leases_t, is_unavailable, now, tables_t
+
+__all__ = [
+    "Metrics",
+    "StateCollector",
+    "read_state",
+    "MULTIPROC_ENV",
+    "multiprocess_folder",
+    "process_exited",
+]
+
+log = logging.getLogger("lakelock.service")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.grants = Counter("lakelock_grants", "Leases granted", ["kind"], registry=r)
+        # the metrics live here; what a scrape renders is `self.registry`, which in
+        # multiprocess mode reads every worker's files instead
+        own = CollectorRegistry(auto_describe=True)
+        self.grants = Counter("lakelock_grants", "Leases granted", ["kind"], registry=own)
         self.denials = Counter(
-            "lakelock_denials", "Lease requests refused", ["kind", "reason"], registry=r
+            "lakelock_denials", "Lease requests refused", ["kind", "reason"], registry=own
         )
-        self.expiries = Counter("lakelock_expiries", "Leases expired", ["kind"], registry=r)
-        self.ends = Counter("lakelock_lease_ends", "Leases ended", ["kind", "end"], registry=r)
-        self.renewals = Counter("lakelock_renewals", "Successful renews", ["kind"], registry=r)
+        self.expiries = Counter("lakelock_expiries", "Leases expired", ["kind"], registry=own)
+        self.ends = Counter("lakelock_lease_ends", "Leases ended", ["kind", "end"], registry=own)
+        self.renewals = Counter("lakelock_renewals", "Successful renews", ["kind"], registry=own)
         self.renew_failures = Counter(
-            "lakelock_renew_failures", "Renews refused, by outcome", ["outcome"], registry=r
+            "lakelock_renew_failures", "Renews refused, by outcome", ["outcome"], registry=own
         )
-        self.intents = Counter("lakelock_intents_opened", "Intents opened (drains)", registry=r)
+        self.intents = Counter("lakelock_intents_opened", "Intents opened (drains)", registry=own)
+        self.pruned = Counter(
+            "lakelock_pruned_rows",
+            "Rows deleted past the retention (LAKELOCK_RETENTION_DAYS)",
+            ["table"],
+            registry=own,
+        )
         self.hold = Histogram(
             "lakelock_lease_hold_seconds",
             "How long leases were held, from grant to release, expiry or revoke",
             ["kind"],
             buckets=_HOLD_BUCKETS,
-            registry=r,
+            registry=own,
         )
         self.latency = Histogram(
             "lakelock_request_duration_seconds",
             "HTTP request latency",
             ["method", "route", "status"],
-            registry=r,
+            registry=own,
         )
+        if os.environ.get(MULTIPROC_ENV):
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            self.registry = CollectorRegistry()
+            MultiProcessCollector(self.registry)
+        else:
+            self.registry = own
 
     def observe_events(self, events: list[dict[str, Any]]) -> None:
         """Count the transitions of one committed transaction."""
@@ -65,5 +111,120 @@ class Metrics:
                 if "held_s" in detail:
                     self.hold.labels(kind).observe(float(detail["held_s"]))
 
+    def track_state(self, engine: Engine) -> None:
+        """Add the state gauges, read from `engine`'s database at each scrape."""
+        self.registry.register(StateCollector(engine))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class StateCollector(Collector):
+    """The lock state as gauges, counted in the database at scrape time.
+
+    Live is judged by expiry against the database clock, as the protocol does (see
+    service.leases), so a lease the sweeper has not yet ended is not counted. When the database
+    cannot be reached, the scrape still carries the process counters, with
+    `lakelock_state_up` 0 and no state gauges.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # registering must not query the database
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "lakelock_state_up", "1 if the state gauges could be read from the database"
+        )
+        try:
+            with self.engine.connect() as conn:
+                state = read_state(conn)
+        except (DBAPIError, PoolTimeout) as exc:
+            if isinstance(exc, DBAPIError) and not is_unavailable(exc):
+                raise  # a bad statement or schema is a fault, not an outage
+            log.warning("state gauges not read, database unavailable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        live = GaugeMetricFamily("lakelock_live_leases", "Live leases", labels=["kind"])
+        live.add_metric(["commit"], state["commit"])
+        live.add_metric(["maintenance"], state["maintenance"])
+        yield live
+        yield GaugeMetricFamily(
+            "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
+        )
+        yield GaugeMetricFamily(
+            "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
+        )
+
+
+def read_state(conn: Connection) -> dict[str, int]:
+    """Counts of live commit and maintenance leases, open intents and paused tables."""
+    at = now(conn)
+    c, t = commit_leases_t.c, tables_t.c
+    # by ix_lakelock_commit_leases_ended: not ended, expiry ahead
+    commit = conn.execute(
+        select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)
+    ).scalar_one()
+    # COUNT(CASE ...) counts the rows that match: MariaDB has no aggregate FILTER clause
+    maintenance, intents, paused = conn.execute(
+        select(
+            func.count(
+                case(
+                    (
+                        and_(
+                            t.maint_lease_id.is_not(None),
+                            t.maint_ended_at.is_(None),
+                            t.maint_expires_at > at,
+                        ),
+                        1,
+                    )
+                )
+            ),
+            func.count(case((and_(t.intent_holder.is_not(None), t.intent_expires_at > at), 1))),
+            func.count(case((t.ingest == "paused", 1))),
+        )
+    ).one()
+    return {
+        "commit": commit,
+        "maintenance": maintenance,
+        "intents": intents,
+        "paused": paused,
+    }
+
+
+@contextmanager
+def multiprocess_folder() -> Iterator[Path]:
+    """Turn on prometheus-client's multiprocess mode for the worker processes started inside:
+    an operator's PROMETHEUS_MULTIPROC_DIR, emptied first (an earlier run's files would count
+    twice), else a temporary folder removed afterwards. Enter before any worker starts.
+
+    Raises:
+        OSError: the folder cannot be created or emptied.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="lakelock-metrics-") as created:
+        os.environ[MULTIPROC_ENV] = created
+        try:
+            yield Path(created)
+        finally:
+            del os.environ[MULTIPROC_ENV]
+
+
+def process_exited() -> None:
+    """Bookkeeping for a worker that stops: drops its live-gauge files, if multiprocess."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client.multiprocess import mark_process_dead
+
+        mark_process_dead(os.getpid())

@@ -140,6 +140,27 @@ class Settings(BaseSettings):
         "or stuck database before answering 503.",
     )
     runs_kept: int = Field(default=50, ge=1, le=10000, description="Run reports kept per table.")
+    retention_days: int = Field(
+        default=30,
+        ge=1,
+        le=3650,
+        description="Audit events and ended commit leases older than this are deleted (each "
+        "table keeps its newest event).",
+    )
+    prune_interval_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=86400,
+        description="How often each replica deletes what is past the retention; the first pass "
+        "comes at a random point within the first interval, so replicas spread out.",
+    )
+    prune_batch_rows: int = Field(
+        default=1000,
+        ge=1,
+        le=10000,
+        description="Rows deleted per transaction while pruning; each batch is followed by a "
+        "pause as long as it took, so writers are never held up for long.",
+    )
     shutdown_grace_s: float = Field(
         default=20.0,
         ge=0,

@@ -1,0 +1,59 @@
+"""/metrics carries the lock state, read from the database at scrape time."""
+
+from __future__ import annotations
+
+from service.db import make_engine
+from service.local import free_port
+from service.metrics import Metrics, read_state
+from tests.helpers import backdate, commit, maintenance, release, switch
+from tests.test_metrics import _samples
+
+LIVE_COMMIT = ("lakelock_live_leases", (("kind", "commit"),))
+LIVE_MAINTENANCE = ("lakelock_live_leases", (("kind", "maintenance"),))
+INTENTS = ("lakelock_open_intents", ())
+PAUSED = ("lakelock_paused_tables", ())
+
+
+def test_gauges_count_live_leases_open_intents_and_paused_tables(api):
+    first = commit(api, table="lake.db.a").json()
+    commit(api, table="lake.db.a", holder="ingest-2")
+    assert maintenance(api, table="lake.db.a").status_code == 202  # drains: an intent
+    assert maintenance(api, table="lake.db.b").status_code == 201
+    switch(api, table="lake.db.c", ingest="paused")
+    switch(api, table="lake.db.d", ingest="paused")
+    release(api, first)
+
+    samples = _samples(api)
+    assert samples[("lakelock_state_up", ())] == 1
+    assert samples[LIVE_COMMIT] == 1
+    assert samples[LIVE_MAINTENANCE] == 1
+    assert samples[INTENTS] == 1
+    assert samples[PAUSED] == 2
+
+
+def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url):
+    lease = commit(api).json()
+    held = maintenance(api, table="lake.db.b").json()
+    backdate(db_url, lease)
+    backdate(db_url, held)
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            state = read_state(conn)
+    finally:
+        engine.dispose()
+    assert (state["commit"], state["maintenance"]) == (0, 0)
+
+
+def test_a_scrape_without_the_database_still_has_the_counters():
+    metrics = Metrics()
+    metrics.grants.labels("commit").inc()
+    unreachable = make_engine(f"mysql+pymysql://nobody@127.0.0.1:{free_port()}/none", timeout_s=1)
+    metrics.track_state(unreachable)
+    try:
+        text = metrics.render().decode()
+    finally:
+        unreachable.dispose()
+    assert 'lakelock_grants_total{kind="commit"} 1.0' in text
+    assert "lakelock_state_up 0.0" in text
+    assert "lakelock_live_leases" not in text
