@@ -246,6 +246,7 @@ async def report_run(
     encoded = json.dumps(report, sort_keys=True, default=str)
 
     def store(conn: Any) -> int:
+        leases.hold_table(conn, table=table)
         at = now(conn)
         run_id = conn.execute(
             insert(runs_t).values(

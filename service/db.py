@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     BigInteger,
     Column,
+    ColumnElement,
     DateTime,
     Engine,
     Float,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects import mysql
@@ -42,6 +44,7 @@ __all__ = [
     "runs_t",
     "Instant",
     "now",
+    "locked_clock",
     "make_engine",
     "run_transaction",
     "is_unavailable",
@@ -84,7 +87,7 @@ tables_t = Table(
     Column("intent_opened_at", Instant),
     Column("intent_expires_at", Instant),
     Column("next_token", BigInteger, nullable=False),
-    Column("version", BigInteger, nullable=False),
+    # no version column: a table's state version is the id of its newest event (leases.py)
     Column("created_at", Instant, nullable=False),
     Index("ix_lakelock_tables_maint_lease", "maint_lease_id"),
 )
@@ -102,7 +105,8 @@ commit_leases_t = Table(
     Column("ended_at", Instant),
     Column("end", String(16)),  # released | expired | revoked
     Index("ix_lakelock_commit_leases_live", "table_name", "ended_at", "expires_at"),
-    Index("ix_lakelock_commit_leases_request", "table_name", "request_id"),
+    # a repeated acquire is caught by the insert itself
+    Index("ux_lakelock_commit_leases_request", "table_name", "request_id", unique=True),
     # the sweeper's "expired but not ended, on any table" and pruning's "ended before the cutoff"
     Index("ix_lakelock_commit_leases_ended", "ended_at", "expires_at"),
 )
@@ -139,6 +143,21 @@ runs_t = Table(
     Column("report", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
     Index("ix_lakelock_runs_table", "table_name", "id"),
 )
+
+
+def locked_clock(conn: Connection) -> ColumnElement[datetime] | None:
+    """The database clock as a column to read in the statement that locks a row, or None on
+    SQLite (see `now`).
+
+    `SYSDATE(6)` is evaluated when the row is read, after a `FOR UPDATE` was granted its lock,
+    not when the statement started (`UTC_TIMESTAMP()` would be): a call that waited for the
+    lock never judges expiry with an instant from before the previous holder committed. It is
+    UTC because every connection sets `time_zone = '+00:00'` (make_engine); a server started
+    with `--sysdate-is-now` would break this and is not supported.
+    """
+    if conn.dialect.name == "sqlite":
+        return None
+    return literal_column("SYSDATE(6)", type_=Instant)
 
 
 def now(conn: Connection) -> datetime:
@@ -191,7 +210,12 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
         # READ COMMITTED: after locking the table row, every later read sees the latest commits,
         # not a snapshot taken before the lock was granted (REPEATABLE READ's default)
         isolation_level="READ COMMITTED",
+        # every checkout ends its transaction itself (engine.begin() commits or rolls back, a
+        # closed Connection rolls back): the pool's own ROLLBACK on return is a wasted round trip
+        pool_reset_on_return=None,
         connect_args={
+            # the session clock in UTC, once per connection: SYSDATE() is then UTC (locked_clock)
+            "init_command": "SET time_zone = '+00:00'",
             "connect_timeout": max(1, int(timeout_s)),
             # PyMySQL applies the read timeout to the handshake too: on a silent network a call
             # answers 503 after connect + read timeout, 2x LAKELOCK_DB_TIMEOUT_S at most. Our

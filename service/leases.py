@@ -1,9 +1,10 @@
 """Leases on Iceberg tables: the lock protocol, as plain functions over one transaction.
 
 lakelock_tables has one row per table (switch, the maintenance lease, the open intent,
-next_token, version); lakelock_commit_leases one row per commit grant. Each function runs in the
-caller's transaction and first locks the table row (`SELECT ... FOR UPDATE` on MySQL/MariaDB,
-`BEGIN IMMEDIATE` on SQLite), so two grants on one table never both see "nothing live".
+next_token); lakelock_commit_leases one row per commit grant. Each function runs in the caller's
+transaction and first locks the table row (`SELECT ... FOR UPDATE` on MySQL/MariaDB, reading
+the clock in the same statement; `BEGIN IMMEDIATE` on SQLite), so two grants on one table never
+both see "nothing live".
 
     commit       shared; granted while ingest is running, no maintenance lease is live and no
                  intent is open. Many may be live at once.
@@ -11,20 +12,31 @@ caller's transaction and first locks the table row (`SELECT ... FOR UPDATE` on M
                  (drain) and the caller is told how many commits are in flight.
     intent       writer preference: while it is live no commit lease is granted, so in-flight
                  commits drain and compaction is not starved. It expires `intent_ttl` after the
-                 last time its holder asked; asking again (same request id) keeps it open.
+                 last time its holder asked; asking again (same request id) keeps it open; its
+                 holder may withdraw it.
     switch       ingest running|paused (no commit grants), maintenance enabled|disabled (no
                  maintenance grants); leases already live are not cut short by a switch.
     token        next_token at a maintenance grant, then bumped: strictly increasing per table.
                  Renew and release of a maintenance lease carry it; another one is StaleToken.
-    expiry       judged by the database clock, read once per transaction (`db.now`). A lease
-                 whose expiry passed is never live again: renew refuses it (LeaseExpired), and
-                 the sweep marks it ended and audits `lease.expired`.
+    expiry       judged by the database clock, read once per transaction (`db.locked_clock`).
+                 A lease whose expiry passed is never live again: renew refuses it
+                 (LeaseExpired), and a sweep marks it ended and audits `lease.expired` (the
+                 maintenance lease and intent before any grant; expired commit leases before a
+                 maintenance grant or by the background sweeper, since they never block a
+                 commit grant).
     renew        extends a live lease only. Outcomes: ok | not_found | expired | not_owner
-                 (another holder, or revoked) | token_mismatch.
-    release      idempotent: releasing an ended lease answers its state again.
+                 (another holder, or revoked, naming who) | token_mismatch.
+    release      by the holder (and the token for maintenance); idempotent: releasing an ended
+                 lease answers its state again. An operator's release is a revoke.
     request id   an acquire repeated with the same request id answers the same lease (or keeps
-                 the same intent), so a client may retry after a timeout.
-    version      bumps on every change of a table's state; `GET ...?since=` long-polls on it.
+                 the same intent), so a client may retry after a timeout; for commit leases the
+                 unique key (table, request id) catches the repeat at the insert.
+    version      the id of the table's newest audit event: every change writes one under the
+                 row lock, so it grows with each change; `GET ...?since=` long-polls on it.
+
+The commit path is lean on purpose (benchmarks/lease_throughput.py counts it): a grant is the
+locking read, the lease insert and its event; a release the locking read of lease and table
+(one join), the update and its event.
 
 Refusals are raised as `service.errors` exceptions. `db.run_transaction` commits what a refused
 call recorded (the sweep, a `lease.renew_failed` event) before re-raising, and nothing else is
@@ -39,12 +51,13 @@ from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from service import audit
-from service.db import commit_leases_t, now, tables_t
+from service.db import commit_leases_t, events_t, locked_clock, now, tables_t
 from service.errors import (
     InvalidRequest,
     LeaseExpired,
@@ -71,6 +84,7 @@ __all__ = [
     "table_state",
     "table_version",
     "table_versions",
+    "hold_table",
     "withdraw_intent",
     "list_tables",
     "sweep",
@@ -138,18 +152,22 @@ def _ttl(seconds: float) -> timedelta:
 # -- the table row ---------------------------------------------------------------------------
 
 
-def _lock_table(conn: Connection, table: str, *, create: bool = True) -> dict | None:
-    """The table's row, locked for this transaction; created on first use."""
-    query = select(tables_t).where(tables_t.c.name == table).with_for_update()
-    row = conn.execute(query).mappings().first()
-    if row is None and create:
+def _lock_table(
+    conn: Connection, table: str, *, create: bool = True
+) -> tuple[dict, datetime] | None:
+    """The table's row, locked for this transaction, and the database clock read once the lock
+    is ours, in one statement; the row is created on first use. None when it does not exist and
+    `create` is false."""
+    clock = locked_clock(conn)
+    columns = [tables_t] if clock is None else [tables_t, clock.label("db_now")]
+    query = select(*columns).where(tables_t.c.name == table).with_for_update()
+    found = conn.execute(query).mappings().first()
+    if found is None and create:
         values = {
             "name": table,
             "ingest": "running",
             "maintenance": "enabled",
             "next_token": 1,
-            "version": 1,
-            # the clock is read only here, on first use: most calls find the row
             "created_at": now(conn),
         }
         # two first uses may race: the loser's insert is ignored and it locks the winner's row
@@ -159,15 +177,22 @@ def _lock_table(conn: Connection, table: str, *, create: bool = True) -> dict | 
             stmt = mysql.insert(tables_t).values(**values)
             stmt = stmt.on_duplicate_key_update(name=stmt.inserted.name)
         conn.execute(stmt)
-        row = conn.execute(query).mappings().first()
-    return None if row is None else dict(row)
+        found = conn.execute(query).mappings().first()
+    if found is None:
+        return None
+    row = dict(found)
+    # the clock after the lock is ours: a call that waited for the lock must not judge expiry
+    # (or stamp a grant) with an instant from before the previous holder committed
+    at = row.pop("db_now") if clock is not None else now(conn)
+    return row, at
 
 
 def _change(conn: Connection, row: dict, **values: Any) -> None:
-    """Update the locked row and bump its version: every state change is seen by long-polls."""
-    values["version"] = row["version"] + 1
-    conn.execute(update(tables_t).where(tables_t.c.name == row["name"]).values(**values))
-    row.update(values)
+    """Update the locked row. Every state change also writes an audit event, whose id is the
+    table's new version (`table_version`): that is what long-polls wait on."""
+    if values:
+        conn.execute(update(tables_t).where(tables_t.c.name == row["name"]).values(**values))
+        row.update(values)
 
 
 def _maintenance_live(row: dict, at: datetime) -> bool:
@@ -194,6 +219,12 @@ def _live_commit_rows(conn: Connection, table: str, at: datetime) -> list[Any]:
 
 def _sweep_row(conn: Connection, row: dict, at: datetime) -> None:
     """End what expired on this table (locked): commit leases, the maintenance lease, the intent."""
+    _sweep_commits(conn, row, at)
+    _sweep_holds(conn, row, at)
+
+
+def _sweep_commits(conn: Connection, row: dict, at: datetime) -> None:
+    """End the table's commit leases whose expiry passed, each with its `lease.expired` event."""
     c = commit_leases_t.c
     expired = list(
         conn.execute(
@@ -218,6 +249,11 @@ def _sweep_row(conn: Connection, row: dict, at: datetime) -> None:
             holder=lease.holder,
             held_s=_seconds(lease.expires_at - lease.acquired_at),
         )
+
+
+def _sweep_holds(conn: Connection, row: dict, at: datetime) -> None:
+    """End the maintenance lease and the intent of the row if their expiry passed; no statement
+    unless one did (both live in the row already read)."""
     changes: dict[str, Any] = {}
     if (
         row["maint_lease_id"] is not None
@@ -246,8 +282,7 @@ def _sweep_row(conn: Connection, row: dict, at: datetime) -> None:
             expired_at=row["intent_expires_at"].isoformat(),
         )
         changes.update(_NO_INTENT)
-    if changes or expired:
-        _change(conn, row, **changes)
+    _change(conn, row, **changes)
 
 
 _NO_INTENT = {
@@ -258,13 +293,21 @@ _NO_INTENT = {
 }
 
 
-def _locked_table(conn: Connection, table: str) -> tuple[dict, datetime]:
-    row = _lock_table(conn, table)
-    assert row is not None
-    # read the clock after the lock is ours: a call that waited for the lock must not judge
-    # expiry (or stamp a grant) with an instant from before the previous holder committed
-    at = now(conn)
-    _sweep_row(conn, row, at)
+def _locked_table(
+    conn: Connection, table: str, *, sweep_commits: bool = True
+) -> tuple[dict, datetime]:
+    """The locked row (created on first use) and the clock, with what expired on it ended.
+
+    `sweep_commits=False` for a commit grant: commit leases never exclude each other, so ending
+    expired ones can wait for the sweeper (or the next maintenance request); liveness is judged
+    by expiry everywhere, so a lease past its expiry is never taken for live meanwhile.
+    """
+    locked = _lock_table(conn, table)
+    assert locked is not None
+    row, at = locked
+    if sweep_commits:
+        _sweep_commits(conn, row, at)
+    _sweep_holds(conn, row, at)
     return row, at
 
 
@@ -318,6 +361,48 @@ def _repeated(view: Lease, request_id: str) -> Lease:
 # -- acquire ---------------------------------------------------------------------------------
 
 
+def _commit_refusal(row: dict, at: datetime) -> Locked | None:
+    """Why no commit lease may be granted on the (locked, swept) table now, or None."""
+    table = row["name"]
+    if row["ingest"] == "paused":
+        return Locked(
+            f"ingest on {table} is paused by {row['switch_by']}: {row['switch_reason']}",
+            reason="paused",
+            blocking_holder=row["switch_by"],
+            retry_after_s=None,
+        )
+    if _maintenance_live(row, at):
+        return Locked(
+            f"{table} is held for maintenance by {row['maint_holder']}",
+            reason="maintenance",
+            blocking_holder=row["maint_holder"],
+            retry_after_s=_seconds(row["maint_expires_at"] - at),
+        )
+    if _intent_live(row, at):
+        return Locked(
+            f"{table} is draining for maintenance by {row['intent_holder']}",
+            reason="intent",
+            blocking_holder=row["intent_holder"],
+            retry_after_s=None,
+        )
+    return None
+
+
+def _commit_by_request(conn: Connection, table: str, request_id: str) -> Any:
+    c = commit_leases_t.c
+    query = select(commit_leases_t).where(c.table_name == table, c.request_id == request_id)
+    return conn.execute(query).first()
+
+
+def _repeated_commit(earlier: Any, *, holder: str, request_id: str, at: datetime) -> Lease:
+    if earlier.holder != holder:
+        raise InvalidRequest(
+            f"request_id {request_id!r} was used by another holder; send a new request_id",
+            field="request_id",
+        )
+    return _repeated(_commit_view(earlier, at), request_id)
+
+
 def acquire_commit(
     conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str
 ) -> Lease:
@@ -329,40 +414,14 @@ def acquire_commit(
         LeaseExpired: this request id was granted a lease that has ended since.
         InvalidRequest: this request id belongs to another holder.
     """
-    row, at = _locked_table(conn, table)
-    c = commit_leases_t.c
-    # a retried acquire: answer the lease this request id already got, never a second one
-    earlier = conn.execute(
-        select(commit_leases_t).where(c.table_name == table, c.request_id == request_id)
-    ).first()
-    if earlier is not None:
-        if earlier.holder != holder:
-            raise InvalidRequest(
-                f"request_id {request_id!r} was used by another holder; send a new request_id",
-                field="request_id",
-            )
-        return _repeated(_commit_view(earlier, at), request_id)
-    if row["ingest"] == "paused":
-        raise Locked(
-            f"ingest on {table} is paused by {row['switch_by']}: {row['switch_reason']}",
-            reason="paused",
-            blocking_holder=row["switch_by"],
-            retry_after_s=None,
-        )
-    if _maintenance_live(row, at):
-        raise Locked(
-            f"{table} is held for maintenance by {row['maint_holder']}",
-            reason="maintenance",
-            blocking_holder=row["maint_holder"],
-            retry_after_s=_seconds(row["maint_expires_at"] - at),
-        )
-    if _intent_live(row, at):
-        raise Locked(
-            f"{table} is draining for maintenance by {row['intent_holder']}",
-            reason="intent",
-            blocking_holder=row["intent_holder"],
-            retry_after_s=None,
-        )
+    row, at = _locked_table(conn, table, sweep_commits=False)
+    refusal = _commit_refusal(row, at)
+    if refusal is not None:
+        # a retry of a request granted before the table became locked still gets its lease
+        earlier = _commit_by_request(conn, table, request_id)
+        if earlier is None:
+            raise refusal
+        return _repeated_commit(earlier, holder=holder, request_id=request_id, at=at)
     lease_id = str(uuid.uuid4())
     values = {
         "id": lease_id,
@@ -373,8 +432,14 @@ def acquire_commit(
         "acquired_at": at,
         "expires_at": at + ttl,
     }
-    conn.execute(insert(commit_leases_t).values(**values))
-    _change(conn, row)
+    try:
+        conn.execute(insert(commit_leases_t).values(**values))
+    except IntegrityError:
+        # the unique key (table, request id) says this request was granted before: a retry
+        earlier = _commit_by_request(conn, table, request_id)
+        if earlier is None:
+            raise
+        return _repeated_commit(earlier, holder=holder, request_id=request_id, at=at)
     return _granted(
         conn,
         Lease(
@@ -534,28 +599,44 @@ class _Found:
 
 
 def _find(conn: Connection, lease_id: str) -> _Found | dict[str, Any]:
-    """The lease, its table row locked and swept; or, for a maintenance lease that a later grant
-    has replaced, its last audit event; raises NotFound for an id never granted."""
-    c = commit_leases_t.c
-    table = conn.execute(select(c.table_name).where(c.id == lease_id)).scalar()
-    kind: LeaseKind = "commit"
-    if table is None:
-        kind = "maintenance"
-        table = conn.execute(
-            select(tables_t.c.name).where(tables_t.c.maint_lease_id == lease_id)
-        ).scalar()
+    """The lease, its table row locked; or, for a maintenance lease that a later grant has
+    replaced, its last audit event; raises NotFound for an id never granted."""
+    commit = _locked_commit(conn, lease_id)
+    if commit is not None:
+        lease, at = commit
+        return _Found("commit", lease.table_name, {}, at, lease)
+    table = conn.execute(
+        select(tables_t.c.name).where(tables_t.c.maint_lease_id == lease_id)
+    ).scalar()
     if table is None:
         event = audit.last_for_lease(conn, lease_id)
         if event is None:
             raise NotFound(f"no lease {lease_id}; acquire a new one", lease_id=lease_id)
         return event
     row, at = _locked_table(conn, table)
-    if kind == "commit":
-        lease = conn.execute(select(commit_leases_t).where(c.id == lease_id)).one()
-        return _Found("commit", table, row, at, lease)
     if row["maint_lease_id"] != lease_id:  # replaced between the lookup and the lock
         return _find(conn, lease_id)
     return _Found("maintenance", table, row, at)
+
+
+def _locked_commit(conn: Connection, lease_id: str) -> tuple[Any, datetime] | None:
+    """The commit lease `lease_id` with its table's row locked, and the clock, in one statement
+    (the join locks both rows); None for another id. Ending or extending one commit lease
+    changes nothing another grant depends on, so nothing else is read or swept here."""
+    c = commit_leases_t.c
+    clock = locked_clock(conn)
+    columns = [commit_leases_t] if clock is None else [commit_leases_t, clock.label("db_now")]
+    query = (
+        select(*columns)
+        .join(tables_t, tables_t.c.name == c.table_name)
+        .where(c.id == lease_id)
+        .with_for_update()
+    )
+    lease = conn.execute(query).first()
+    if lease is None:
+        return None
+    at = lease.db_now if clock is not None else now(conn)
+    return lease, at
 
 
 def _replaced_state(event: dict[str, Any]) -> LeaseEnd:
@@ -676,7 +757,6 @@ def _end(
         )
         # the row is ours under the table lock: its new state is known without reading it back
         found.commit = SimpleNamespace(**{**found.commit._asdict(), "ended_at": at, "end": end})
-        _change(conn, found.row)
     else:
         _change(conn, found.row, maint_ended_at=at, maint_end=end)
     view = found.view()
@@ -811,7 +891,7 @@ def _state(conn: Connection, row: dict, at: datetime) -> TableState:
         }
     return TableState(
         table=row["name"],
-        version=row["version"],
+        version=table_version(conn, table=row["name"]),
         ingest=row["ingest"],
         maintenance=row["maintenance"],
         switch_reason=row["switch_reason"],
@@ -844,18 +924,31 @@ def table_state(conn: Connection, *, table: str) -> TableState:
 
 
 def table_version(conn: Connection, *, table: str) -> int:
-    """The table's state version (0 for a table never used): a cheap check for long-polls."""
-    version = conn.execute(select(tables_t.c.version).where(tables_t.c.name == table)).scalar()
+    """The table's state version: the id of its newest audit event (0 for a table never used).
+
+    Every change of a table's state writes an event while holding the table's row lock, so on
+    one table event ids grow in commit order, and a long-poll that saw version v misses no
+    change by waiting for an id above v. One index lookup (table_name, id).
+    """
+    e = events_t.c
+    version = conn.execute(select(func.max(e.id)).where(e.table_name == table)).scalar()
     return int(version or 0)
 
 
 def table_versions(conn: Connection, tables: list[str]) -> dict[str, int]:
     """The state versions of `tables` in one query (0 for a table never used)."""
+    e = events_t.c
     rows = conn.execute(
-        select(tables_t.c.name, tables_t.c.version).where(tables_t.c.name.in_(tables))
+        select(e.table_name, func.max(e.id)).where(e.table_name.in_(tables)).group_by(e.table_name)
     )
     found = {name: int(version) for name, version in rows}
     return {table: found.get(table, 0) for table in tables}
+
+
+def hold_table(conn: Connection, *, table: str) -> None:
+    """Lock a known table's row for a change that writes an event but no lease (a run report),
+    so event ids on the table keep following commit order."""
+    _lock_table(conn, table, create=False)
 
 
 def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: str) -> bool:
@@ -865,10 +958,10 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
     Raises:
         NotOwner: the intent is another holder's.
     """
-    row = _lock_table(conn, table, create=False)
-    if row is None:
+    locked = _lock_table(conn, table, create=False)
+    if locked is None:
         return False
-    at = now(conn)
+    row, at = locked
     _sweep_row(conn, row, at)
     if row["intent_request_id"] != request_id or not _intent_live(row, at):
         return False
@@ -926,6 +1019,6 @@ def tables_due_for_sweep(conn: Connection) -> list[str]:
 
 def sweep(conn: Connection, *, table: str) -> None:
     """Mark what expired on `table` as ended, with its audit events (one transaction)."""
-    row = _lock_table(conn, table, create=False)
-    if row is not None:
-        _sweep_row(conn, row, now(conn))
+    locked = _lock_table(conn, table, create=False)
+    if locked is not None:
+        _sweep_row(conn, *locked)
