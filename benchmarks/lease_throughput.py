@@ -1,20 +1,25 @@
 """Lease throughput: commit-lease acquire→release cycles through the service over HTTP, against
-the same two transitions run straight through SQLAlchemy (`db.run_transaction`) as the baseline.
+what the database itself needs for two transactions.
 
     python -m benchmarks.lease_throughput --clients 32 --seconds 10 --databases sqlite,mariadb
 
 For each database and scenario (`uncontended`: one table per client; `contended`: every client
-on one table) it makes a fresh, migrated database, then measures:
+on one table) it makes a fresh, migrated database, then measures, in one run:
 
-    service   `python -m service` started here on a free loopback port; the clients are threads
-              of separate processes (`--client-processes`), one keep-alive connection each,
-              so the client's own CPU is not what is measured
-    baseline  `--clients` threads of one separate process calling `leases.acquire_commit` and
-              `leases.release` through `db.run_transaction`: the service minus HTTP
+    bare         the real limit: `--clients` threads of one process, each cycle two
+                 one-statement transactions through SQLAlchemy + PyMySQL (INSERT a row, DELETE
+                 it), on the same database
+    transitions  the same threads calling `leases.acquire_commit` and `leases.release` through
+                 `db.run_transaction`: the service minus HTTP
+    service      `python -m service` started here on a free loopback port; the clients are
+                 threads of separate processes (`--client-processes`), one keep-alive
+                 connection each, so the client's own CPU is not what is measured
 
-It prints cycles/s and the p50/p99 latency of one cycle (acquire + release) per row, and the
-service/baseline ratios. Latencies are taken per request with `perf_counter` in the clients and
-merged; the first `--warmup` seconds are not counted. `--json` writes every figure.
+It prints cycles/s, the p50/p99 latency of one cycle (acquire + release) and the acquire p50 per
+row, the SQL statements one acquire→release cycle runs (counted by a SQLAlchemy
+`before_cursor_execute` listener over 100 cycles, not estimated), and the service's ratios to
+the bare row. Latencies are taken per request with `perf_counter` in the clients and merged;
+the first `--warmup` seconds are not counted. `--json` writes every figure.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 SCENARIOS = ("uncontended", "contended")
+MODES = ("bare", "transitions", "service")
+BARE_TABLE = "bench_bare"
 TTL_S = 30.0
 
 
@@ -65,7 +72,7 @@ def percentile(values: list[float], q: float) -> float:
 
 @dataclass
 class Result:
-    """One measured row: `mode` is `service` or `baseline`; latencies in milliseconds."""
+    """One measured row: `mode` is one of MODES; latencies in milliseconds."""
 
     database: str
     scenario: str
@@ -82,6 +89,7 @@ class Result:
     release_p50_ms: float
     release_p99_ms: float
     first_error: str | None = None
+    statements_per_cycle: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -238,6 +246,65 @@ def _direct_cycle(engine: Any) -> Cycle:
     return cycle
 
 
+def _bare_cycle(engine: Any) -> Cycle:
+    """Two one-statement transactions: what any lock needs at least (write a row, delete it)."""
+    from sqlalchemy import text
+
+    insert = text(f"INSERT INTO {BARE_TABLE} (id, table_name) VALUES (:id, :table)")
+    delete = text(f"DELETE FROM {BARE_TABLE} WHERE id = :id")
+
+    def cycle(table: str, request_id: str) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(insert, {"id": request_id, "table": table})
+        t1 = time.perf_counter()
+        with engine.begin() as conn:
+            conn.execute(delete, {"id": request_id})
+        return t1 - t0, time.perf_counter() - t1
+
+    return cycle
+
+
+def _engine(url: str, pool_size: int) -> Any:
+    """The service's own engine settings, and the bare table."""
+    from sqlalchemy import text
+
+    from service.db import make_engine
+
+    engine = make_engine(url, pool_size=pool_size)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                f"CREATE TABLE IF NOT EXISTS {BARE_TABLE} "
+                "(id VARCHAR(64) PRIMARY KEY, table_name VARCHAR(255) NOT NULL)"
+            )
+        )
+    return engine
+
+
+def count_statements(url: str, scenario: str, *, cycles: int = 100) -> float:
+    """SQL statements per acquire→release cycle of the service's transitions, counted by a
+    listener on every statement sent to the database."""
+    from sqlalchemy import event
+
+    engine = _engine(url, 2)
+    sent = 0
+
+    def counted(*_: Any) -> None:
+        nonlocal sent
+        sent += 1
+
+    cycle = _direct_cycle(engine)
+    tables = tables_for(scenario, 4)
+    cycle(tables[0], f"count-warm-{uuid.uuid4().hex[:6]}")  # first use creates the table row
+    event.listen(engine, "before_cursor_execute", counted)
+    for n in range(cycles):
+        cycle(tables[0], f"count-{uuid.uuid4().hex[:6]}-{n}")
+    event.remove(engine, "before_cursor_execute", counted)
+    engine.dispose()
+    return sent / cycles
+
+
 # -- load: one client process ----------------------------------------------------------------
 
 
@@ -247,10 +314,9 @@ def _client_process(target: str, mode: str, tables: list[str], pipe: Pipe) -> No
     if mode == "service":
         cycles = [_http_cycle(target) for _ in tables]
     else:
-        from service.db import make_engine
-
-        engine = make_engine(target, pool_size=max(len(tables), 5))
-        cycles = [_direct_cycle(engine)] * len(tables)
+        engine = _engine(target, max(len(tables), 5))
+        make = _bare_cycle if mode == "bare" else _direct_cycle
+        cycles = [make(engine)] * len(tables)
     pipe.send("ready")
     window = pipe.recv()
     samples = _Samples()
@@ -327,9 +393,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[Result]:
     for database in args.databases:
         for scenario in args.scenarios:
             tables = tables_for(scenario, args.clients)
-            for mode in ("baseline", "service"):
+            with fresh_database(database, mariadb_url=args.mariadb_url, workdir=workdir) as url:
+                statements = count_statements(url, scenario)
+            for mode in MODES:
                 with fresh_database(database, mariadb_url=args.mariadb_url, workdir=workdir) as url:
-                    if mode == "baseline":
+                    if mode != "service":
                         merged, window = run_load(
                             url,
                             mode,
@@ -356,51 +424,60 @@ def measure(args: argparse.Namespace, workdir: Path) -> list[Result]:
                         }
                 result = _result(database, scenario, mode, args.clients, window, merged)
                 result.config = config
+                if mode != "bare":
+                    result.statements_per_cycle = statements
                 results.append(result)
                 print(_row(result), flush=True)
     return results
 
 
 def ratios(results: list[Result]) -> list[dict[str, Any]]:
-    """service/baseline per database and scenario: throughput and p99 ratios."""
+    """service/bare per database and scenario: throughput and p99 ratios, and the statements
+    one cycle runs."""
     out = []
     by_key = {(r.database, r.scenario, r.mode): r for r in results}
     for (database, scenario, mode), service in by_key.items():
-        baseline = by_key.get((database, scenario, "baseline"))
-        if mode != "service" or baseline is None or not baseline.cycles:
+        bare = by_key.get((database, scenario, "bare"))
+        if mode != "service" or bare is None or not bare.cycles:
             continue
         out.append(
             {
                 "database": database,
                 "scenario": scenario,
-                "throughput_ratio": service.cycles_per_s / baseline.cycles_per_s,
-                "p99_ratio": service.p99_ms / baseline.p99_ms,
+                "throughput_ratio": service.cycles_per_s / bare.cycles_per_s,
+                "p99_ratio": service.p99_ms / bare.p99_ms,
+                "statements_per_cycle": service.statements_per_cycle,
             }
         )
     return out
 
 
 _HEADER = (
-    f"{'database':<9} {'scenario':<12} {'mode':<9} {'clients':>7} {'cycles/s':>9} "
-    f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
+    f"{'database':<9} {'scenario':<12} {'mode':<12} {'clients':>7} {'cycles/s':>9} "
+    f"{'p50 ms':>8} {'p99 ms':>8} {'acq p50':>8} {'stmts':>6} {'errors':>6}"
 )
 
 
 def _row(r: Result) -> str:
+    statements = "" if r.statements_per_cycle is None else f"{r.statements_per_cycle:.1f}"
     return (
-        f"{r.database:<9} {r.scenario:<12} {r.mode:<9} {r.clients:>7} {r.cycles_per_s:>9.1f} "
-        f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.errors:>6}"
-        + (f"  first error: {r.first_error}" if r.first_error else "")
+        f"{r.database:<9} {r.scenario:<12} {r.mode:<12} {r.clients:>7} {r.cycles_per_s:>9.1f} "
+        f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.acquire_p50_ms:>8.2f} {statements:>6} "
+        f"{r.errors:>6}" + (f"  first error: {r.first_error}" if r.first_error else "")
     )
 
 
 def report(results: list[Result]) -> str:
     """The ratios table (the rows were printed as they were measured)."""
-    lines = [f"{'database':<9} {'scenario':<12} {'throughput ratio':>16} {'p99 ratio':>10}"]
+    lines = [
+        f"{'database':<9} {'scenario':<12} {'service/bare cycles':>19} {'p99 ratio':>10} "
+        f"{'statements/cycle':>16}"
+    ]
     for ratio in ratios(results):
         lines.append(
             f"{ratio['database']:<9} {ratio['scenario']:<12} "
-            f"{ratio['throughput_ratio']:>16.2f} {ratio['p99_ratio']:>10.2f}"
+            f"{ratio['throughput_ratio']:>19.2f} {ratio['p99_ratio']:>10.2f} "
+            f"{ratio['statements_per_cycle']:>16.1f}"
         )
     return "\n".join(lines)
 

@@ -27,7 +27,7 @@ def _run(module: str, *args: str) -> str:
     return done.stdout
 
 
-def test_lease_throughput_prints_service_baseline_and_ratio_rows(tmp_path: Path) -> None:
+def test_lease_throughput_prints_bare_transitions_service_and_ratio_rows(tmp_path: Path) -> None:
     out = tmp_path / "throughput.json"
     stdout = _run(
         "benchmarks.lease_throughput",
@@ -35,16 +35,19 @@ def test_lease_throughput_prints_service_baseline_and_ratio_rows(tmp_path: Path)
         *("--client-processes", "1", "--json", str(out)),
     )
     rows = [line.split() for line in stdout.splitlines()]
+    modes = ("bare", "transitions", "service")
     for scenario in ("uncontended", "contended"):
-        for mode in ("baseline", "service"):
+        for mode in modes:
             assert any(row[:3] == ["sqlite", scenario, mode] for row in rows), stdout
-        assert any(row[:2] == ["sqlite", scenario] and len(row) == 4 for row in rows), stdout
+        assert any(row[:2] == ["sqlite", scenario] and len(row) == 5 for row in rows), stdout
     figures = json.loads(out.read_text())
     assert {(r["scenario"], r["mode"]) for r in figures["results"]} == {
-        (s, m) for s in ("uncontended", "contended") for m in ("baseline", "service")
+        (s, m) for s in ("uncontended", "contended") for m in modes
     }
     assert all(r["errors"] == 0 and r["cycles"] > 0 for r in figures["results"])
     assert {r["scenario"] for r in figures["ratios"]} == {"uncontended", "contended"}
+    # counted, not estimated: a cycle runs statements, and the bare row runs exactly two
+    assert all(r["statements_per_cycle"] >= 2 for r in figures["ratios"])
 
 
 def test_long_poll_prints_both_paths(tmp_path: Path) -> None:
