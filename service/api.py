@@ -179,7 +179,7 @@ async def get_table(
         if rt.changes.closing.is_set():
             return state_out(state)
         try:
-            await rt.wait_for_change(
+            await rt.changes.wait(
                 table, seen=state.version, until=until, is_disconnected=request.is_disconnected
             )
         except ClientGone:
@@ -314,7 +314,7 @@ async def acquire_commit(
                 raise
             retry = exc.retry_after_s
             try:
-                await rt.wait_for_change(
+                await rt.changes.wait(
                     table,
                     seen=seen,
                     until=until if retry is None else min(until, _clock() + retry),
@@ -367,7 +367,7 @@ async def acquire_maintenance(
         # asking again before the intent expires keeps it open; once the client is gone the
         # intent is left to expire, so a compactor that died holds ingest no longer than that
         try:
-            await rt.wait_for_change(
+            await rt.changes.wait(
                 table,
                 seen=seen,
                 until=min(until, _clock() + rt.settings.intent_ttl_s / 3),

@@ -175,21 +175,6 @@ class Runtime:
     async def version(self, table: str) -> int:
         return await self.read(lambda conn: leases.table_version(conn, table=table))
 
-    async def wait_for_change(
-        self,
-        table: str,
-        *,
-        seen: int,
-        until: float,
-        is_disconnected: Callable[[], Any] | None = None,
-    ) -> None:
-        """Park until `table` changes past version `seen` or the loop clock passes `until`.
-
-        Raises:
-            ClientGone: the client disconnected meanwhile.
-        """
-        await self.changes.wait(table, seen=seen, until=until, is_disconnected=is_disconnected)
-
     async def poll_versions(self) -> None:
         """Forever: every poll interval, one read of the versions of the tables waited on, so
         changes made through other replicas wake this process's long-polls."""
