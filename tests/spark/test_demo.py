@@ -182,3 +182,30 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
     assert not any(_alive(pid) for pid in children)
     with pytest.raises(httpx.TransportError):  # refused: the service is gone
         httpx.get(service_url + "/healthz", timeout=2)
+
+
+def test_the_printed_plan_command_reads_the_demo_table(demo_run):
+    done, summary, _ = demo_run
+    line = next(x.strip() for x in done.stdout.splitlines() if "-m compactor plan" in x)
+    plan = subprocess.run(
+        ["bash", "-c", line], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
+    assert summary["table"] in plan.stdout
+
+
+def test_plan_of_a_missing_table_says_in_one_line_where_it_looked(tmp_path):
+    warehouse = tmp_path / "warehouse"
+    plan = subprocess.run(
+        [sys.executable, "-m", "compactor", "plan", "--table", "local.db.nosuch"]
+        + ["--warehouse", str(warehouse)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert plan.returncode == 1, plan.stdout[-2000:] + plan.stderr[-2000:]
+    assert "Traceback" not in plan.stderr and "AnalysisException" not in plan.stderr
+    [line] = plan.stdout.splitlines()
+    assert "local.db.nosuch" in line and "catalog 'local'" in line
+    assert str(warehouse) in line and "--warehouse" in line
