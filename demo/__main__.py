@@ -45,48 +45,23 @@ def _parser() -> argparse.ArgumentParser:
         help="run by counts instead of time: write exactly this many events, then go on until "
         "the table has taken them all and --compactions compactions have succeeded",
     )
-    parser.add_argument(
-        "--compactions",
-        type=int,
-        default=defaults.compactions,
-        help="with --events: compactions to wait for (default %(default)s)",
-    )
-    parser.add_argument(
-        "--timeout-s",
-        type=float,
-        default=defaults.timeout_s,
-        help="with --events: give up (and fail the check) after this long (default %(default)g)",
-    )
-    parser.add_argument(
-        "--workdir",
-        type=Path,
-        default=defaults.workdir,
-        help="where the run keeps everything; emptied first (default %(default)s)",
-    )
-    parser.add_argument(
-        "--rate", type=float, default=defaults.rate, help="events per second (default %(default)g)"
-    )
-    parser.add_argument(
-        "--trigger-interval-s",
-        type=float,
-        default=defaults.trigger_interval_s,
-        help="seconds between micro-batches (default %(default)g)",
-    )
-    parser.add_argument(
-        "--compact-every-s",
-        type=float,
-        default=defaults.compact_every_s,
-        help="seconds between compactor runs (default %(default)g)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=defaults.seed, help="generator seed (default %(default)s)"
-    )
-    parser.add_argument(
-        "--summary",
-        type=Path,
-        default=Path("demo-summary.json"),
-        help="where to write the summary as JSON (default %(default)s)",
-    )
+    # the options with a default, each: (flag, type, default, what it sets)
+    for flag, kind, default, text in (
+        ("--compactions", int, defaults.compactions, "with --events: compactions to wait for"),
+        (
+            "--timeout-s",
+            float,
+            defaults.timeout_s,
+            "with --events: seconds before giving up (the check fails)",
+        ),
+        ("--workdir", Path, defaults.workdir, "where the run keeps everything; emptied first"),
+        ("--rate", float, defaults.rate, "events per second"),
+        ("--trigger-interval-s", float, defaults.trigger_interval_s, "seconds between batches"),
+        ("--compact-every-s", float, defaults.compact_every_s, "seconds between compactor runs"),
+        ("--seed", int, defaults.seed, "generator seed"),
+        ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     return parser
 
 
@@ -97,9 +72,8 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         value = getattr(args, name)
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("compactions",):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name} must be >= 0")
+    if args.compactions < 0:
+        parser.error("--compactions must be >= 0")
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
 
