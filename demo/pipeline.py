@@ -414,10 +414,14 @@ class Pipeline:
                     )
         return len(records)
 
+    def _counts(self) -> tuple[int, int]:
+        """Events taken by the stream (bad ones included), and compactions that succeeded."""
+        ingested = sum(b.record.rows_read for b in self.batches)
+        return ingested, sum(r.outcome == "compacted" for r in self.compactions)
+
     def _counts_reached(self) -> bool:
         """By counts: every event written and taken by the stream, and the compactions done."""
-        ingested = sum(b.record.rows_read for b in self.batches)
-        compacted = sum(r.outcome == "compacted" for r in self.compactions)
+        ingested, compacted = self._counts()
         return (
             self._generated.is_set()
             and ingested >= self._events_written
@@ -426,8 +430,7 @@ class Pipeline:
 
     def _counts_missed(self) -> list[str]:
         o = self.options
-        ingested = sum(b.record.rows_read for b in self.batches)
-        compacted = sum(r.outcome == "compacted" for r in self.compactions)
+        ingested, compacted = self._counts()
         return [
             f"gave up after {o.timeout_s:g}s (the hang guard): {self._events_written} of "
             f"{o.events} events written, {ingested} taken by the stream, "
