@@ -39,3 +39,27 @@ def test_compactor_run_once_without_a_token_names_lakelock_token(monkeypatch, ca
         )
     assert status == 1
     assert "LAKELOCK_TOKEN is not set" in caplog.text
+
+
+class _RefusedRun:
+    """An ingest query whose first batch the service refused (what handle.wait() raises)."""
+
+    query_id = "q-1"
+
+    def wait(self):
+        from service.errors import Unauthorized
+
+        raise Unauthorized("send Authorization: Bearer <secret> with a configured token")
+
+
+def test_ingest_job_without_a_token_names_lakelock_token(monkeypatch, caplog):
+    import ingest_gate.__main__
+    import ingest_gate.job
+
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    monkeypatch.setattr(ingest_gate.job, "run", lambda config: _RefusedRun())
+    with caplog.at_level(logging.WARNING, logger="ingest_gate"):
+        status = ingest_gate.__main__.main([])
+    assert status == 1
+    [error] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "LAKELOCK_TOKEN is not set" in error.getMessage() and error.exc_info is None

@@ -1,6 +1,7 @@
 """The README's run command, short: the whole pipeline on embedded defaults checks itself."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -209,3 +210,27 @@ def test_plan_of_a_missing_table_says_in_one_line_where_it_looked(tmp_path):
     [line] = plan.stdout.splitlines()
     assert "local.db.nosuch" in line and "catalog 'local'" in line
     assert str(warehouse) in line and "--warehouse" in line
+
+
+def test_the_printed_service_commands_show_the_demo_table_with_curl(demo_run, tmp_path):
+    from service.local import free_port
+
+    done, summary, _ = demo_run
+    lines = done.stdout.split("look at what the run left in", 1)[1].split("\n\n")[0].splitlines()
+    commands = [x.strip() for x in lines[1:] if x.strip() and "-m compactor plan" not in x]
+    port = free_port()
+    (tmp_path / ".curlrc").write_text("fail-with-body\n")  # an error answer fails the script
+    script = "\n".join(["set -euo pipefail", *commands, "kill %1"])
+    shown = subprocess.run(
+        ["bash", "-c", script.replace("127.0.0.1:8737", f"127.0.0.1:{port}")],
+        cwd=ROOT,
+        env={**os.environ, "LAKELOCK_PORT": str(port), "CURL_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stdout[-2000:] + shown.stderr[-2000:]
+    answers = [json.loads(x) for x in shown.stdout.splitlines() if x.startswith("{")]
+    state, events = answers[-2], answers[-1]
+    assert state["table"] == summary["table"] and state["version"] > 0
+    assert any(e["event"] == "run.reported" for e in events["events"])
