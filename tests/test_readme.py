@@ -163,3 +163,49 @@ def test_the_service_refuses_to_start_with_auth_on_and_no_tokens(scratch):
     )
     assert done.returncode == 2
     assert "LAKELOCK_TOKENS" in done.stderr
+
+
+@pytest.mark.mariadb
+def test_the_mysql_lines_migrate_then_serve(scratch):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    server = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
+    if not server:
+        if os.environ.get("LAKELOCK_REQUIRE_MARIADB"):
+            pytest.fail("LAKELOCK_REQUIRE_MARIADB is set but LAKELOCK_TEST_MARIADB_URL is not")
+        pytest.skip("LAKELOCK_TEST_MARIADB_URL is not set")
+    folder, port, env = scratch
+    point, tokens, migrate, serve = bash_blocks("Running the service")[1].strip().splitlines()
+    assert point.startswith("export LAKELOCK_DATABASE_URL=") and migrate.endswith("migrate")
+    name = f"lakelock_readme_{os.getpid()}"
+    admin = create_engine(server)
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))  # empty: the README's migrate fills it
+    try:
+        url = make_url(server).set(database=name).render_as_string(hide_password=False)
+        env = {**env, "LAKELOCK_DATABASE_URL": url, "OPS_TOKEN": "ops-secret-1"}
+        env["JOB_TOKEN"] = "job-secret-1"
+        # the README's lines after its first, which points at a database this test made
+        migrate, serve = f"{tokens}\n{migrate}", f"{tokens}\n{serve}"
+        done = subprocess.run(
+            ["bash", "-c", migrate],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        service = _serve(serve, folder, env)
+        try:
+            _ready(f"http://127.0.0.1:{port}", service)
+            ops = {"Authorization": "Bearer ops-secret-1"}
+            answer = httpx.get(f"http://127.0.0.1:{port}/v1/events", headers=ops)
+            assert answer.status_code == 200
+        finally:
+            _stop(service)
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
