@@ -2,10 +2,13 @@
 
     python -m demo                         # about two minutes
     python -m demo --duration-s 30 --summary out/demo-summary.json
+    python -m demo --events 1200 --compactions 1   # until those counts are reached
 
 Starts the lakelock service on SQLite, the event generator, the streaming upsert job through the
 gate, and the compactor on a short schedule; shows progress; then prints a summary, writes it as
-JSON, and exits 1 if the table does not hold exactly the latest row of every generated key.
+JSON, and exits 1 if the table does not hold exactly the latest row of every generated key
+(or, by counts, if the counts were not reached within --timeout-s). Last, it prints the commands
+that look at what the run left behind: the table's plan, and a service on its lock database.
 """
 
 from __future__ import annotations
@@ -25,21 +28,80 @@ __all__ = ["main"]
 
 def _parser() -> argparse.ArgumentParser:
     defaults = PipelineOptions()
-    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration-s", type=float, default=defaults.duration_s)
-    parser.add_argument("--workdir", type=Path, default=defaults.workdir)
-    parser.add_argument("--rate", type=float, default=defaults.rate, help="events per second")
-    parser.add_argument("--trigger-interval-s", type=float, default=defaults.trigger_interval_s)
-    parser.add_argument("--compact-every-s", type=float, default=defaults.compact_every_s)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--summary", type=Path, default=Path("demo-summary.json"))
+    parser = argparse.ArgumentParser(
+        prog="bin/run",
+        description="Run the whole lakelock pipeline on this machine (a lakelock service on "
+        "SQLite, an event generator, the streaming upsert job, the compactor), print a summary, "
+        "and check that the table holds the latest row of every generated key.",
+        epilog="Exit status: 0 check passed, 1 check failed, 130 interrupted (Ctrl-C).",
+    )
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        help=f"run this long, then drain and check (default {defaults.duration_s:g})",
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        help="run by counts instead of time: write exactly this many events, then go on until "
+        "the table has taken them all and --compactions compactions have succeeded",
+    )
+    # the options with a default, each: (flag, type, default, what it sets)
+    for flag, kind, default, text in (
+        ("--compactions", int, defaults.compactions, "with --events: compactions to wait for"),
+        (
+            "--timeout-s",
+            float,
+            defaults.timeout_s,
+            "with --events: seconds before giving up (the check fails)",
+        ),
+        ("--workdir", Path, defaults.workdir, "where the run keeps everything; emptied first"),
+        ("--rate", float, defaults.rate, "events per second"),
+        ("--trigger-interval-s", float, defaults.trigger_interval_s, "seconds between batches"),
+        ("--compact-every-s", float, defaults.compact_every_s, "seconds between compactor runs"),
+        ("--seed", int, defaults.seed, "generator seed"),
+        ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     return parser
 
 
 def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("duration_s", "rate", "trigger_interval_s", "compact_every_s"):
-        if getattr(args, name) <= 0:
+    if args.events is not None and args.duration_s is not None:
+        parser.error("--duration-s and --events exclude each other: run by time or by counts")
+    for name in ("duration_s", "events", "rate", "trigger_interval_s", "compact_every_s"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
+    if args.compactions < 0:
+        parser.error("--compactions must be >= 0")
+    if args.timeout_s <= 0:
+        parser.error("--timeout-s must be > 0")
+
+
+def look_around(summary: dict[str, object], workdir: Path) -> str:
+    """The commands that look at what a run left in `workdir`: its table and its lock database.
+
+    Paths are given as the user passed them (relative to where the demo ran), so the lines paste.
+    """
+    table = summary["table"]
+    warehouse = workdir / "warehouse"
+    database = workdir / "lakelock.db"
+    return "\n".join(
+        [
+            f"look at what the run left in {workdir}:",
+            "  # the table's files and what a compaction would do now",
+            f"  .venv/bin/python -m compactor plan --table {table} --warehouse {warehouse}",
+            "  # the lock service on the run's lock database (auth off: a local look only), then",
+            "  # its state and audit trail; stop it with: kill %1",
+            f"  LAKELOCK_AUTH=off LAKELOCK_DATABASE_URL=sqlite:///{database} "
+            f".venv/bin/python -m service >{workdir / 'service-after.log'} 2>&1 &",
+            "  curl -s --retry 30 --retry-connrefused --retry-delay 1 "
+            "http://127.0.0.1:8737/readyz; echo",
+            f"  curl -s http://127.0.0.1:8737/v1/tables/{table}; echo",
+            f'  curl -s "http://127.0.0.1:8737/v1/events?table={table}&limit=20"; echo',
+        ]
+    )
 
 
 def _audit(result: PipelineResult) -> dict[str, Any]:
@@ -59,15 +121,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     # py4j logs each call that Ctrl-C cuts short at ERROR, with a traceback; the demo says it
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    defaults = PipelineOptions()
     options = PipelineOptions(
-        duration_s=args.duration_s,
+        duration_s=defaults.duration_s if args.duration_s is None else args.duration_s,
+        events=args.events,
+        compactions=args.compactions,
+        timeout_s=args.timeout_s,
         workdir=args.workdir,
         rate=args.rate,
         trigger_interval_s=args.trigger_interval_s,
         compact_every_s=args.compact_every_s,
         seed=args.seed,
     )
-    print(f"lakelock demo: {args.duration_s:g}s, {args.rate:g} events/s, workdir {args.workdir}")
+    until = (
+        f"{options.events} events and {options.compactions} compaction(s)"
+        if options.by_counts
+        else f"{options.duration_s:g}s"
+    )
+    print(f"lakelock demo: {until}, {args.rate:g} events/s, workdir {args.workdir}")
     try:
         result = Pipeline(options, on_progress=lambda line: print(line, flush=True)).run()
     except KeyboardInterrupt:
@@ -94,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{audited['ingest_commits']} ingest, {audited['maintenance_commits']} maintenance)"
     )
     print(f"\nsummary written to {args.summary}")
+    print(look_around(summary, args.workdir), end="\n\n")
     if problems:
         print("CHECK FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
         return 1

@@ -13,11 +13,32 @@ What runs, all in this process except the service (a child process on SQLite):
                 checkpoint, as a cluster's supervisor would, counting the failure
     compactor   compactor.run.run_table every `compact_every_s`, on the same Spark session
 
+Two ways to end a run:
+
+    by time     (the default) after `duration_s` the generator stops
+    by counts   (`events` set) the generator writes exactly `events` events, one landing file
+                per micro-batch, and the run goes on until the table has taken them all and
+                `compactions` compactions have succeeded; `timeout_s` only guards against a hang
+                (reaching it is a failed check). Machine speed changes how long this takes, not
+                what happens, so tests use it.
+
 `coordinated=False` runs the same workload with both jobs ignoring lakelock (the ingest gate
 grants at once; the compactor's lease is a stand-in that always says yes): the baseline of
 benchmarks/conflicts.py. After `duration_s` the generator stops, the stream drains what is left
 (an available-now run from the same checkpoint), and everything started is stopped, also on
 Ctrl-C.
+
+Counts of the summary (`PipelineResult.summary()`), each exact:
+
+    batches                    micro-batches the stream completed, each batch id once however
+                               often it ran (a failed batch runs again after the restart; a batch
+                               whose checkpoint commit a stop cut short runs again, as a no-op,
+                               in the drain): the entries of the checkpoint's commit log
+    batches_merged             those whose MERGE committed a snapshot (the others held no valid
+                               record): the batch ids in the snapshot summaries
+    bad_records                bad records the generator wrote
+    bad_records_dead_lettered  bad records the completed batches wrote to the dead-letter folder
+                               (its lines); equal to bad_records once the drain has read every file
 """
 
 from __future__ import annotations
@@ -78,6 +99,14 @@ class PipelineOptions:
     max_hold_s: float = 120.0
     spark_master: str = "local[2]"
     progress_every_s: float = 5.0
+    # by counts (see the module docstring): `events` set switches from duration_s to counts
+    events: int | None = None
+    compactions: int = 1
+    timeout_s: float = 900.0
+
+    @property
+    def by_counts(self) -> bool:
+        return self.events is not None
 
 
 @dataclass(frozen=True)
@@ -111,12 +140,13 @@ class PipelineResult:
     data_files_now: int
     events: list[dict[str, Any]] = field(default_factory=list)
     duration_s: float = 0.0
+    goals_missed: list[str] = field(default_factory=list)
 
     def verify(self) -> list[str]:
         """What is wrong with the table, compared with what the generator wrote; [] if nothing."""
         expected = {_key(r): r for r in self.generator.expected_rows()}
         actual: dict[tuple[Any, ...], dict[str, Any]] = {}
-        problems: list[str] = []
+        problems: list[str] = list(self.goals_missed)
         for row in self.rows:
             if _key(row) in actual:
                 problems.append(f"key {_key(row)} appears more than once")
@@ -152,6 +182,7 @@ class PipelineResult:
             "bad_records_dead_lettered": sum(b.record.bad_rows for b in self.batches),
             "rows_in_table": len(self.rows),
             "batches": len(self.batches),
+            "batches_merged": sum(b.record.outcome != "empty" for b in self.batches),
             "failed_batches": len(self.failed_batches),
             "compactions": len(compacted),
             "compaction_runs": len(self.compactions),
@@ -190,6 +221,20 @@ def _between_batches(handle: Any, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while handle.writer.in_progress is not None and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+COMPLETED = frozenset(
+    (
+        "committed",
+        "proceeded_without_lease",
+        "proceeded_after_lease_lost",
+        "ungated",
+        "empty",
+        "replayed",
+    )
+)
+"""Outcomes of a batch that ran to its end (ingest_gate.job.BatchRecord); the rest raised, and
+the restarted query runs that batch again."""
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -243,6 +288,9 @@ class Pipeline:
         self.windows: list[tuple[float, float]] = []
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
+        self._completed_ids: set[int] = set()
+        self._events_written = 0
+        self._generated = threading.Event()
         self.crashed: list[tuple[str, BaseException]] = []
         self.interrupted = False
         self._lock = threading.Lock()
@@ -270,6 +318,9 @@ class Pipeline:
             policy="fail",
             poll_s=5.0,
             spark_master=o.spark_master,
+            # by counts: one landing file per batch, so the batches (and the small files the
+            # compactor waits for) come from the event count, not from how fast Spark runs
+            max_files_per_trigger=1 if o.by_counts else None,
         )
 
     def _table_config(self) -> TableConfig:
@@ -295,13 +346,21 @@ class Pipeline:
     def _generate(self) -> None:
         landing = self._path("landing")
         per_file = self.options.rate * self.options.file_interval_s
+        left = self.options.events
         owed = 0.0
         while not self.stop.wait(self.options.file_interval_s):
             owed += per_file
             count, owed = int(owed), owed - int(owed)
+            if left is not None:
+                count = min(count, left)
+                left -= count
             if count:
                 path = self.generator.write_file(landing, count)
                 self.files.append(FileWritten(str(path), count, time.time()))
+                self._events_written += count
+            if left == 0:
+                break
+        self._generated.set()
 
     def _hooks(self) -> BatchHooks:
         def committed(batch_id: int, _pass: Any) -> None:
@@ -342,15 +401,41 @@ class Pipeline:
         self.on_progress(f"ingest batch failed, restarting from checkpoint: {message[:160]}")
 
     def _collect(self, handle: Any, seen: int) -> int:
+        """Keep the batches of `handle` recorded since `seen`: the first completed run of each
+        batch id only (see COMPLETED and the module docstring's `batches`)."""
         records = handle.writer.records
         for record in records[seen:]:
             ended = self._committed_at.pop(record.batch_id, time.time())
-            if record.outcome != "failed":
+            if record.outcome in COMPLETED and record.batch_id not in self._completed_ids:
+                self._completed_ids.add(record.batch_id)
                 with self._lock:
                     self.batches.append(
                         BatchSeen(record, ended - record.duration_s, ended, self._query_run)
                     )
         return len(records)
+
+    def _counts(self) -> tuple[int, int]:
+        """Events taken by the stream (bad ones included), and compactions that succeeded."""
+        ingested = sum(b.record.rows_read for b in self.batches)
+        return ingested, sum(r.outcome == "compacted" for r in self.compactions)
+
+    def _counts_reached(self) -> bool:
+        """By counts: every event written and taken by the stream, and the compactions done."""
+        ingested, compacted = self._counts()
+        return (
+            self._generated.is_set()
+            and ingested >= self._events_written
+            and compacted >= self.options.compactions
+        )
+
+    def _counts_missed(self) -> list[str]:
+        o = self.options
+        ingested, compacted = self._counts()
+        return [
+            f"gave up after {o.timeout_s:g}s (the hang guard): {self._events_written} of "
+            f"{o.events} events written, {ingested} taken by the stream, "
+            f"{compacted} of {o.compactions} compactions"
+        ]
 
     def _compact(self, spark: Any, client: Any) -> None:
         config = self._table_config()
@@ -448,8 +533,14 @@ class Pipeline:
                 thread = threading.Thread(target=self._guarded(target), args=args, daemon=True)
                 thread.start()
                 threads.append(thread)
-            deadline = started + o.duration_s
-            while time.monotonic() < deadline and not self.stop.is_set():
+            deadline = started + (o.timeout_s if o.by_counts else o.duration_s)
+            goals_missed: list[str] = []
+            while not self.stop.is_set():
+                if o.by_counts and self._counts_reached():
+                    break
+                if time.monotonic() >= deadline:
+                    goals_missed = self._counts_missed() if o.by_counts else []
+                    break
                 time.sleep(0.2)
             self.stop.set()
             for thread in threads:
@@ -488,6 +579,7 @@ class Pipeline:
                 data_files_now=int(data_files),
                 events=events,
                 duration_s=time.monotonic() - started,
+                goals_missed=goals_missed,
             )
         finally:
             # stop everything, in order, even when one step fails (after Ctrl-C the Spark

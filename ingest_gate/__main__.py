@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from ingest_gate.config import ConfigError, config_from_args
+from ingest_gate.token import TOKEN_ENV, refused_token
 
 __all__ = ["main"]
 
@@ -29,7 +30,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if config.gate_enabled and not config.lakelock_token:
+        log.warning(
+            "%s is not set: sending no token, which only a service with LAKELOCK_AUTH=off accepts",
+            TOKEN_ENV,
+        )
     from ingest_gate.job import run
+    from service.errors import Unauthorized
 
     handle = run(config)
     try:
@@ -37,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         log.info("interrupted: stopping the query; it resumes from the checkpoint")
         handle.stop()
+    except Unauthorized:
+        # a configuration mistake, not a fault: one line that says which variable to set
+        log.error("%s", refused_token(TOKEN_ENV, token=config.lakelock_token))
+        return 1
     except Exception:
         log.exception("ingest query %s failed", handle.query_id)
         return 1

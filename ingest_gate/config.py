@@ -270,6 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lakelock-ingest",
         description="Upsert a stream of events into an Iceberg table, gated by lakelock.",
+        epilog="The bearer token for the lakelock service comes from LAKELOCK_TOKEN (a job-role "
+        "secret of the service's LAKELOCK_TOKENS). Exit status: 0 stopped as configured, 1 the "
+        "query failed (a restart resumes from the checkpoint), 2 a bad configuration.",
     )
     parser.add_argument("--config", help="TOML file; flags override it")
     flags = {
