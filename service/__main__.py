@@ -54,10 +54,11 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[f"LAKELOCK_{name}"] = str(value)
 
     from service.logs import configure, mask_url
-    from service.settings import SettingsError, get_settings
+    from service.settings import SettingsError, get_settings, load_settings
 
     try:
-        settings = get_settings()
+        # a migration needs the database only: it does not ask for tokens
+        settings = load_settings(auth="off") if args.command == "migrate" else get_settings()
     except SettingsError as exc:
         print(f"lakelock: {exc}", file=sys.stderr)
         return 2
