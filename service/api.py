@@ -30,6 +30,7 @@ from service.schemas import (
     REQUEST_ID_PATTERN,
     TABLE_PATTERN,
     AcquireBody,
+    DrainingOut,
     LeaseId,
     RenewBody,
     RevokeBody,
@@ -325,7 +326,10 @@ async def acquire_commit(
     status_code=201,
     tags=["leases"],
     responses={
-        202: {"description": "draining: an intent is open; ask again with the same request_id"},
+        202: {
+            "description": "draining: an intent is open; ask again with the same request_id",
+            "model": DrainingOut,
+        },
         **_WRITE,
         **problems(409, 410, 423),
     },

@@ -26,6 +26,7 @@ __all__ = [
     "RevokeBody",
     "SwitchBody",
     "RunBody",
+    "DrainingOut",
     "lease_out",
     "draining_out",
     "state_out",
@@ -118,6 +119,22 @@ def _depth(value: Any, level: int = 0) -> int:
         return level
     children = value.values() if isinstance(value, dict) else value
     return max((_depth(child, level + 1) for child in children), default=level + 1)
+
+
+class _IntentOut(BaseModel):
+    holder: str
+    request_id: str
+    remaining_s: float
+
+
+class DrainingOut(BaseModel):
+    """The 202 of a maintenance request while commit leases drain (see `draining_out`)."""
+
+    status: Literal["draining"]
+    table: str
+    intent: _IntentOut
+    in_flight_commits: int
+    retry_after_s: float
 
 
 def lease_out(lease: Lease | dict[str, Any]) -> dict[str, Any]:
