@@ -186,8 +186,6 @@ async def get_table(
 
 @router.put("/v1/tables/{table}/switch", tags=["tables"], responses=_WRITE)
 async def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep) -> Any:
-    if body.ingest is None and body.maintenance is None:
-        raise InvalidRequest("send ingest and/or maintenance with the reason", field="ingest")
     state = await rt.transact(
         lambda conn: leases.set_switch(
             conn,

@@ -10,7 +10,15 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
 from service.leases import Draining, Lease, TableState
 
@@ -59,8 +67,9 @@ MAX_REPORT_DEPTH = 16
 
 
 class _Body(BaseModel):
-    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
+    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos. Strings are
+    # taken as sent (no stripping), so openapi.json's lengths and patterns are the whole rule.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
@@ -91,9 +100,29 @@ class RevokeBody(_Body):
 
 
 class SwitchBody(_Body):
-    ingest: Literal["running", "paused"] | None = None
-    maintenance: Literal["enabled", "disabled"] | None = None
+    """Send `ingest`, `maintenance` or both, with the reason; leave a field out (not null) to
+    keep its value."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["ingest"]}, {"required": ["maintenance"]}]}
+    )
+
+    ingest: Literal["running", "paused"] | SkipJsonSchema[None] = None
+    maintenance: Literal["enabled", "disabled"] | SkipJsonSchema[None] = None
     reason: str = Field(min_length=1, max_length=1024)
+
+    @field_validator("ingest", "maintenance", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave the field out to keep its value; null is not a setting")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_set(self) -> SwitchBody:
+        if self.ingest is None and self.maintenance is None:
+            raise ValueError("send ingest and/or maintenance with the reason")
+        return self
 
 
 class RunBody(_Body):
