@@ -49,10 +49,12 @@ router = APIRouter()
 PROBLEM = "application/problem+json"
 
 _WHY = {
+    400: "the body is not UTF-8 text",
     401: "no bearer token, or an unknown one",
     403: "the token's role may not do this",
     404: "no such lease or table",
-    409: "refused by the protocol: another holder, or a maintenance lease is held",
+    409: "refused by the protocol: another holder's lease or request_id, or a maintenance "
+    "lease is held",
     410: "the lease expired or was released; acquire again",
     412: "stale fencing token: a newer holder exists; stop writing",
     413: "the body is too large",
@@ -75,7 +77,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 _READ = problems(401, 403, 422, 503)
-_WRITE = problems(401, 403, 413, 415, 422, 503)
+_WRITE = problems(400, 401, 403, 413, 415, 422, 503)
 
 
 async def _runtime(request: Request) -> Runtime:
@@ -284,7 +286,7 @@ async def report_run(
     "/v1/tables/{table}/commit-leases",
     status_code=201,
     tags=["leases"],
-    responses={**_WRITE, **problems(410, 423)},
+    responses={**_WRITE, **problems(409, 410, 423)},
 )
 async def acquire_commit(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request

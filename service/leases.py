@@ -318,6 +318,14 @@ def _repeated(view: Lease, request_id: str) -> Lease:
 # -- acquire ---------------------------------------------------------------------------------
 
 
+def _request_id_taken(request_id: str) -> NotOwner:
+    # a conflict with what is stored, not a malformed request: 409, like any other holder's lease
+    return NotOwner(
+        f"request_id {request_id!r} was used by another holder; send a new request_id",
+        field="request_id",
+    )
+
+
 def acquire_commit(
     conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str
 ) -> Lease:
@@ -327,7 +335,7 @@ def acquire_commit(
         Locked: ingest is paused, a maintenance lease is live, or an intent is open
             (`reason` says which, `retry_after_s` when to ask again).
         LeaseExpired: this request id was granted a lease that has ended since.
-        InvalidRequest: this request id belongs to another holder.
+        NotOwner: this request id belongs to another holder.
     """
     row, at = _locked_table(conn, table)
     c = commit_leases_t.c
@@ -337,10 +345,7 @@ def acquire_commit(
     ).first()
     if earlier is not None:
         if earlier.holder != holder:
-            raise InvalidRequest(
-                f"request_id {request_id!r} was used by another holder; send a new request_id",
-                field="request_id",
-            )
+            raise _request_id_taken(request_id)
         return _repeated(_commit_view(earlier, at), request_id)
     if row["ingest"] == "paused":
         raise Locked(
@@ -407,17 +412,14 @@ def acquire_maintenance(
         MaintenanceOff: an operator disabled maintenance on the table.
         MaintenanceHeld: another maintenance lease or another holder's intent is live.
         LeaseExpired: this request id was granted a lease that has ended since.
-        InvalidRequest: this request id belongs to another holder.
+        NotOwner: this request id belongs to another holder.
     """
     row, at = _locked_table(conn, table)
     if request_id in (row["maint_request_id"], row["intent_request_id"]):
         owner = row["maint_holder" if row["maint_request_id"] == request_id else "intent_holder"]
         if owner != holder:
             # another holder's lease (and fencing token) must not be handed out by its id
-            raise InvalidRequest(
-                f"request_id {request_id!r} was used by another holder; send a new request_id",
-                field="request_id",
-            )
+            raise _request_id_taken(request_id)
     if row["maint_request_id"] == request_id and row["maint_lease_id"] is not None:
         return _repeated(_maintenance_view(row, at), request_id)
     if row["maintenance"] == "disabled":

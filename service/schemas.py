@@ -13,6 +13,7 @@ from fastapi import Path
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -62,7 +63,9 @@ case-insensitively, so `lake.db.Events` and `lake.db.events` are one table and o
 LeaseId = Annotated[uuid.UUID, Path(description="a lease id as granted (a UUID)")]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-MAX_TOKEN = 2**63 - 1  # a fencing token is a signed 64-bit integer in the database
+# a token is a signed 64-bit integer in the database, but a JSON number is exact only up to
+# 2**53 - 1 in most parsers (I-JSON, RFC 7493): no token, nor any bound sent, goes past that
+MAX_TOKEN = 2**53 - 1
 MAX_REPORT_DEPTH = 16
 
 
@@ -74,7 +77,19 @@ class _Body(BaseModel):
 
 HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
 Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
-Token = Annotated[int, Field(ge=1, le=MAX_TOKEN, description="a maintenance lease's token")]
+
+
+def _integral(value: Any) -> Any:
+    # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and to JavaScript), while
+    # 7.5, "7" and true stay refused by the strict int after this
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Token = Annotated[
+    int,
+    BeforeValidator(_integral),
+    Field(ge=1, le=MAX_TOKEN, description="a maintenance lease's token"),
+]
 
 
 class AcquireBody(_Body):
