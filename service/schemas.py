@@ -13,7 +13,6 @@ from fastapi import Path
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     field_validator,
@@ -79,19 +78,6 @@ HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
 Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
 
 
-def _integral(value: Any) -> Any:
-    # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and to JavaScript), while
-    # 7.5, "7" and true stay refused by the strict int after this
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-Token = Annotated[
-    int,
-    BeforeValidator(_integral),
-    Field(ge=1, le=MAX_TOKEN, description="a maintenance lease's token"),
-]
-
-
 class AcquireBody(_Body):
     holder: Holder
     ttl_s: float = Field(gt=0, description="lease time to live; renew at a third of it")
@@ -107,7 +93,16 @@ class AcquireBody(_Body):
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
-    token: Token | None = Field(default=None, description="required for maintenance leases")
+    token: int | None = Field(
+        default=None, ge=1, le=MAX_TOKEN, description="required for maintenance leases"
+    )
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and JavaScript);
+        # 7.5, "7" and true are still refused by the strict int
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class RevokeBody(_Body):
