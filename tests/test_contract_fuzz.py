@@ -31,12 +31,12 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 def _schemathesis(
-    spec: str, report: Path, *args: str, timeout: float = 600
+    spec: str, report: Path, *args: str, config: Path = CONFIG, timeout: float = 600
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
             str(ST),
-            *("--no-color", "--config-file", str(CONFIG)),
+            *("--no-color", "--config-file", str(config)),
             "run",
             spec,
             *("--report", "json", "--report-json-path", str(report)),
@@ -57,10 +57,20 @@ def _schemathesis(
 def test_every_answer_is_in_the_contract(db_url: str, tmp_path: Path) -> None:
     server = start_server(db_url, tmp_path, **SERVICE_ENV)
     try:
+        # a live maintenance lease for the lease operations to work on: without one they could
+        # only be asked about unknown ids (404)
+        lease = httpx.post(
+            f"{server.url}/v1/tables/lake.db.compacted/maintenance-lease",
+            json={"holder": "fuzz-compactor", "ttl_s": 3600},
+            headers=server.headers("job"),
+        ).json()["lease_id"]
+        config = tmp_path / "schemathesis.toml"
+        config.write_text(CONFIG.read_text() + f'\n[parameters]\n"path.lease_id" = "{lease}"\n')
         done = _schemathesis(
             server.url + "/openapi.json",
             tmp_path / "report.json",
             *("--checks", "all", "--max-examples", str(MAX_EXAMPLES)),
+            config=config,
         )
     finally:
         server.stop()
