@@ -31,6 +31,7 @@ from service.schemas import (
     REQUEST_ID_PATTERN,
     TABLE_PATTERN,
     AcquireBody,
+    DrainingOut,
     LeaseId,
     RenewBody,
     RevokeBody,
@@ -49,10 +50,12 @@ router = APIRouter()
 PROBLEM = "application/problem+json"
 
 _WHY = {
+    400: "the body is not UTF-8 text",
     401: "no bearer token, or an unknown one",
     403: "the token's role may not do this",
     404: "no such lease or table",
-    409: "refused by the protocol: another holder, or a maintenance lease is held",
+    409: "refused by the protocol: another holder's lease or request_id, or a maintenance "
+    "lease is held",
     410: "the lease expired or was released; acquire again",
     412: "stale fencing token: a newer holder exists; stop writing",
     413: "the body is too large",
@@ -75,7 +78,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 _READ = problems(401, 403, 422, 503)
-_WRITE = problems(401, 403, 413, 415, 422, 503)
+_WRITE = problems(400, 401, 403, 413, 415, 422, 503)
 
 
 async def _runtime(request: Request) -> Runtime:
@@ -188,8 +191,6 @@ async def get_table(
 
 @router.put("/v1/tables/{table}/switch", tags=["tables"], responses=_WRITE)
 async def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep) -> Any:
-    if body.ingest is None and body.maintenance is None:
-        raise InvalidRequest("send ingest and/or maintenance with the reason", field="ingest")
     state = await rt.transact(
         lambda conn: leases.set_switch(
             conn,
@@ -289,7 +290,7 @@ async def report_run(
     "/v1/tables/{table}/commit-leases",
     status_code=201,
     tags=["leases"],
-    responses={**_WRITE, **problems(410, 423)},
+    responses={**_WRITE, **problems(409, 410, 423)},
 )
 async def acquire_commit(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
@@ -329,7 +330,10 @@ async def acquire_commit(
     status_code=201,
     tags=["leases"],
     responses={
-        202: {"description": "draining: an intent is open; ask again with the same request_id"},
+        202: {
+            "description": "draining: an intent is open; ask again with the same request_id",
+            "model": DrainingOut,
+        },
         **_WRITE,
         **problems(409, 410, 423),
     },

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import page
@@ -77,6 +78,7 @@ def _validation_problem(request: Request, exc: RequestValidationError) -> JSONRe
 
 
 _HTTP_SLUGS = {
+    400: "unparsable-body",
     404: "no-route",
     405: "method-not-allowed",
     413: "too-large",
@@ -89,8 +91,22 @@ def _http_problem(request: Request, exc: StarletteHTTPException) -> JSONResponse
     error.status = exc.status_code  # type: ignore[misc]
     error.slug = _HTTP_SLUGS.get(exc.status_code, "http-error")  # type: ignore[misc]
     error.title = str(exc.detail)  # type: ignore[misc]
-    # keep the headers the router set: a 405 names the methods it allows (Allow)
-    return problem_response(request, error, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return problem_response(request, error, headers=headers)
+
+
+def _allowed_methods(request: Request) -> str:
+    """Every method served at this path: the router's own 405 names only those of the first
+    route whose path matched (GET /v1/leases/{id} hides DELETE)."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+    return ", ".join(allowed)
 
 
 def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:

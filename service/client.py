@@ -147,6 +147,7 @@ class LeaseClient:
 
         Raises:
             Locked: ingest is paused, or a maintenance lease or intent is live (`reason`).
+            NotOwner: `request_id` was used by another holder.
             OutcomeUnknown: timed out; retry with the same `request_id`.
             Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
         """
@@ -168,6 +169,7 @@ class LeaseClient:
         Raises:
             MaintenanceHeld: another maintenance lease or intent is live.
             MaintenanceOff: an operator disabled maintenance on the table.
+            NotOwner: `request_id` was used by another holder.
             OutcomeUnknown: timed out; retry with the same `request_id`.
             Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
         """

@@ -396,11 +396,16 @@ def _commit_by_request(conn: Connection, table: str, request_id: str) -> Any:
 
 def _repeated_commit(earlier: Any, *, holder: str, request_id: str, at: datetime) -> Lease:
     if earlier.holder != holder:
-        raise InvalidRequest(
-            f"request_id {request_id!r} was used by another holder; send a new request_id",
-            field="request_id",
-        )
+        raise _request_id_taken(request_id)
     return _repeated(_commit_view(earlier, at), request_id)
+
+
+def _request_id_taken(request_id: str) -> NotOwner:
+    # a conflict with what is stored, not a malformed request: 409, like any other holder's lease
+    return NotOwner(
+        f"request_id {request_id!r} was used by another holder; send a new request_id",
+        field="request_id",
+    )
 
 
 def acquire_commit(
@@ -412,7 +417,7 @@ def acquire_commit(
         Locked: ingest is paused, a maintenance lease is live, or an intent is open
             (`reason` says which, `retry_after_s` when to ask again).
         LeaseExpired: this request id was granted a lease that has ended since.
-        InvalidRequest: this request id belongs to another holder.
+        NotOwner: this request id belongs to another holder.
     """
     row, at = _locked_table(conn, table, sweep_commits=False)
     refusal = _commit_refusal(row, at)
@@ -472,17 +477,14 @@ def acquire_maintenance(
         MaintenanceOff: an operator disabled maintenance on the table.
         MaintenanceHeld: another maintenance lease or another holder's intent is live.
         LeaseExpired: this request id was granted a lease that has ended since.
-        InvalidRequest: this request id belongs to another holder.
+        NotOwner: this request id belongs to another holder.
     """
     row, at = _locked_table(conn, table)
     if request_id in (row["maint_request_id"], row["intent_request_id"]):
         owner = row["maint_holder" if row["maint_request_id"] == request_id else "intent_holder"]
         if owner != holder:
             # another holder's lease (and fencing token) must not be handed out by its id
-            raise InvalidRequest(
-                f"request_id {request_id!r} was used by another holder; send a new request_id",
-                field="request_id",
-            )
+            raise _request_id_taken(request_id)
     if row["maint_request_id"] == request_id and row["maint_lease_id"] is not None:
         return _repeated(_maintenance_view(row, at), request_id)
     if row["maintenance"] == "disabled":

@@ -10,7 +10,15 @@ import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
 
 from service.leases import Draining, Lease, TableState
 
@@ -26,6 +34,7 @@ __all__ = [
     "RevokeBody",
     "SwitchBody",
     "RunBody",
+    "DrainingOut",
     "lease_out",
     "draining_out",
     "state_out",
@@ -53,18 +62,20 @@ case-insensitively, so `lake.db.Events` and `lake.db.events` are one table and o
 LeaseId = Annotated[uuid.UUID, Path(description="a lease id as granted (a UUID)")]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
-MAX_TOKEN = 2**63 - 1  # a fencing token is a signed 64-bit integer in the database
+# a token is a signed 64-bit integer in the database, but a JSON number is exact only up to
+# 2**53 - 1 in most parsers (I-JSON, RFC 7493): no token, nor any bound sent, goes past that
+MAX_TOKEN = 2**53 - 1
 MAX_REPORT_DEPTH = 16
 
 
 class _Body(BaseModel):
-    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, strict=True)
+    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos. Strings are
+    # taken as sent (no stripping), so openapi.json's lengths and patterns are the whole rule.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
 Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
-Token = Annotated[int, Field(ge=1, le=MAX_TOKEN, description="a maintenance lease's token")]
 
 
 class AcquireBody(_Body):
@@ -82,7 +93,16 @@ class AcquireBody(_Body):
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
-    token: Token | None = Field(default=None, description="required for maintenance leases")
+    token: int | None = Field(
+        default=None, ge=1, le=MAX_TOKEN, description="required for maintenance leases"
+    )
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and JavaScript);
+        # 7.5, "7" and true are still refused by the strict int
+        return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class RevokeBody(_Body):
@@ -90,9 +110,29 @@ class RevokeBody(_Body):
 
 
 class SwitchBody(_Body):
-    ingest: Literal["running", "paused"] | None = None
-    maintenance: Literal["enabled", "disabled"] | None = None
+    """Send `ingest`, `maintenance` or both, with the reason; leave a field out (not null) to
+    keep its value."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["ingest"]}, {"required": ["maintenance"]}]}
+    )
+
+    ingest: Literal["running", "paused"] | SkipJsonSchema[None] = None
+    maintenance: Literal["enabled", "disabled"] | SkipJsonSchema[None] = None
     reason: str = Field(min_length=1, max_length=1024)
+
+    @field_validator("ingest", "maintenance", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave the field out to keep its value; null is not a setting")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_set(self) -> SwitchBody:
+        if self.ingest is None and self.maintenance is None:
+            raise ValueError("send ingest and/or maintenance with the reason")
+        return self
 
 
 class RunBody(_Body):
@@ -118,6 +158,22 @@ def _depth(value: Any, level: int = 0) -> int:
         return level
     children = value.values() if isinstance(value, dict) else value
     return max((_depth(child, level + 1) for child in children), default=level + 1)
+
+
+class _IntentOut(BaseModel):
+    holder: str
+    request_id: str
+    remaining_s: float
+
+
+class DrainingOut(BaseModel):
+    """The 202 of a maintenance request while commit leases drain (see `draining_out`)."""
+
+    status: Literal["draining"]
+    table: str
+    intent: _IntentOut
+    in_flight_commits: int
+    retry_after_s: float
 
 
 def lease_out(lease: Lease | dict[str, Any]) -> dict[str, Any]:

@@ -75,3 +75,19 @@ def test_gate_overhead_reports_median_and_p99(tmp_path: Path) -> None:
     assert figures["passes"] == 5
     assert 0 < figures["lease_calls_p50_ms"] <= figures["overhead_p50_ms"]
     assert figures["overhead_p50_ms"] <= figures["overhead_p99_ms"]
+
+
+def test_long_poll_load_answers_every_parked_request_and_times_the_dead_compactor(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "long_poll_load.json"
+    stdout = _run(
+        "benchmarks.long_poll_load",
+        *("--parked", "6", "--calls", "3", "--settle", "0.5", "--drain-trials", "1"),
+        *("--intent-ttl", "1", "--databases", "sqlite", "--json", str(out)),
+    )
+    assert any(line.split()[:2] == ["sqlite", "6"] for line in stdout.splitlines()), stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["failures"] == 0, result["first_failure"]
+    assert len(result["healthz_ms"]) == len(result["acquire_ms"]) == 3
+    assert len(result["drain_hold_s"]) == 1

@@ -30,7 +30,7 @@ def test_request_id_of_a_released_lease_is_refused(api):
 def test_request_id_of_another_holder_is_refused(api):
     commit(api, holder="a", request_id="shared-id")
     other = commit(api, holder="b", request_id="shared-id")
-    assert other.status_code == 422
+    assert other.status_code == 409
     assert "request_id" in other.json()["detail"]
 
 

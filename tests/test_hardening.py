@@ -46,7 +46,7 @@ def test_a_deeply_nested_run_report_is_refused_and_the_history_stays_readable(ap
 def test_maintenance_with_another_holders_request_id_gets_no_lease(api):
     mine = maintenance(api, holder="compactor-a", request_id="run-1").json()
     other = maintenance(api, holder="compactor-b", request_id="run-1")
-    assert other.status_code == 422
+    assert other.status_code == 409
     assert "request_id" in other.json()["detail"]
     assert "token" not in other.json()
     assert state(api)["maintenance_lease"]["holder"] == mine["holder"]
@@ -56,7 +56,7 @@ def test_maintenance_with_another_holders_intent_request_id_is_refused(api):
     commit(api)
     assert maintenance(api, holder="compactor-a", request_id="run-1").status_code == 202
     other = maintenance(api, holder="compactor-b", request_id="run-1")
-    assert other.status_code == 422
+    assert other.status_code == 409
 
 
 @pytest.mark.parametrize("kind", ["commit", "maintenance"])
