@@ -295,9 +295,7 @@ def _pays_off(
     small_mib = stats.small_file_bytes / _MIB
     run: list[str] = []
     idle: list[str] = []
-    small_ok = (
-        scope.max_small_files_in_partition >= min_input and scope.small_files >= th.min_small_files
-    )
+    small_ok = _small_files_pay_off(scope, config)
     small_text = (
         f"{scope.small_files} small files (< {small_mib:.1f} MiB), at most "
         f"{scope.max_small_files_in_partition} in one partition (thresholds: "
@@ -337,6 +335,13 @@ def _pays_off(
     return run, idle
 
 
+def _small_files_pay_off(scope: Totals, config: TableConfig) -> bool:
+    return (
+        scope.max_small_files_in_partition >= config.rewrite_data_files.min_input_files
+        and scope.small_files >= config.plan.min_small_files
+    )
+
+
 def _small_manifests(stats: TableStats, config: TableConfig) -> int:
     limit = config.rewrite_manifests.small_manifest_bytes
     return sum(1 for length in stats.manifest_bytes if length < limit)
@@ -363,7 +368,14 @@ def _steps(
     steps: list[Step] = []
     everything = mode is Mode.REWRITE_ALL
     rdf = config.rewrite_data_files
-    if rdf.enabled:
+    # only when it has work: a run for manifests or snapshots alone need not plan a rewrite
+    rdf_work = (
+        everything
+        or _small_files_pay_off(scope, config)
+        or scope.delete_files > 0
+        or scope.dangling_equality_delete_files > 0
+    )
+    if rdf.enabled and rdf_work:
         options = dict(rdf.options)
         if everything:
             options["rewrite-all"] = "true"

@@ -130,8 +130,7 @@ def test_many_dangling_deletes_plan_a_run_that_drops_them():
     p = plan(stats(part("2024-05-10", data=5, dangling_pos=12)), config(), NOW)
 
     assert p.run
-    assert "rewrite_position_delete_files" in procedures(p)
-    assert p.steps[0].options["remove-dangling-deletes"] == "true"
+    assert procedures(p) == ["rewrite_position_delete_files"]
 
 
 def test_equality_deletes_are_applied_and_then_dropped_by_the_data_rewrite():
@@ -168,7 +167,7 @@ def test_many_expirable_snapshots_pay_off_when_expiry_is_enabled():
     p = plan(stats(part("2024-05-10"), snapshots=snaps), config(max_snapshots=20), NOW)
 
     assert p.run
-    assert "expire_snapshots" in procedures(p)
+    assert procedures(p) == ["expire_snapshots"]
     assert any("20 of 30 snapshots can be expired" in r for r in p.reasons)  # 10 retained
 
 
@@ -197,7 +196,7 @@ def test_many_small_manifests_plan_a_manifest_rewrite_on_their_own():
     p = plan(stats(part("2024-05-10"), manifests=manifests), config(), NOW)
 
     assert p.run
-    assert procedures(p) == ["rewrite_data_files", "rewrite_manifests"]
+    assert procedures(p) == ["rewrite_manifests"]  # the data files are fine
     assert any("50 of 60 manifests under 6.0 MiB" in r for r in p.reasons)
 
 
