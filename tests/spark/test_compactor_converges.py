@@ -22,23 +22,16 @@ from compactor.report import EXIT_CODES, Outcome, publish
 from compactor.run import run_table
 from compactor.stats import collect_stats
 from service.client import LeaseClient
+from tests.spark import test_compactor_run
 from tests.spark.test_compactor_run import make_table, rows, table_config
 
 pytestmark = pytest.mark.spark
 
 WAIT_S = 60
 
-
-@pytest.fixture(scope="module")
-def job_client(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
+# the module's clients of the service, as the compactor's other Spark tests have them
+job_client = test_compactor_run.job_client
+operator = test_compactor_run.operator
 
 
 def maintenance_leases(operator: LeaseClient, table: str) -> int:
