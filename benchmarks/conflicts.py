@@ -44,7 +44,14 @@ from benchmarks.lease_throughput import percentile
 from compactor.report import changed_anything
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 
-__all__ = ["ModeFigures", "figures", "render_markdown", "render_timeline", "main"]
+__all__ = [
+    "ModeFigures",
+    "figures",
+    "ingest_held_s",
+    "render_markdown",
+    "render_timeline",
+    "main",
+]
 
 ModeFigures = dict[str, Any]
 
@@ -87,14 +94,15 @@ def _resume_latencies(result: PipelineResult) -> list[float]:
 _MAINTENANCE_ENDS = ("lease.released", "lease.expired", "lease.revoked")
 
 
-def _ingest_held_s(result: PipelineResult) -> float | None:
-    """Seconds during which the maintenance side held ingest: intent or lease to its end."""
-    if not result.events:
+def ingest_held_s(events: Sequence[dict[str, Any]]) -> float | None:
+    """Seconds during which the maintenance side held ingest, from the service's audit events:
+    from an intent (or a grant, when no commit had to drain) to the lease's end."""
+    if not events:
         return None
     total = 0.0
     held_from: datetime | None = None
     leased = False
-    for event in sorted(result.events, key=lambda e: e["id"]):
+    for event in sorted(events, key=lambda e: e["id"]):
         if event["kind"] != "maintenance" and event["event"] != "intent.expired":
             continue
         at = datetime.fromisoformat(event["at"].removesuffix("Z"))
@@ -151,7 +159,7 @@ def figures(result: PipelineResult) -> ModeFigures:
         "freshness_p99_s": _pct(fresh, 0.99),
         "maintenance_leases": len(leased),
         "no_change_leases": sum(1 for r in leased if not changed_anything(r)),
-        "ingest_held_s": _ingest_held_s(result),
+        "ingest_held_s": ingest_held_s(result.events),
         "rows_correct": not result.verify(),
         "timeline": {
             "commits": [b.ended_at for b in result.batches],

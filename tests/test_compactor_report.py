@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-from benchmarks.conflicts import _ingest_held_s
+from benchmarks.conflicts import ingest_held_s
 from compactor.report import EXIT_CODES, Outcome, RunReport, changed_anything
 
 
@@ -47,5 +45,5 @@ def test_ingest_is_held_from_the_intent_or_the_grant_to_the_release():
         event(8, "23", "intent.expired", kind=""),  # 3 s of an intent that got no lease
     ]
 
-    assert _ingest_held_s(SimpleNamespace(events=events)) == 10.0
-    assert _ingest_held_s(SimpleNamespace(events=[])) is None
+    assert ingest_held_s(events) == 10.0
+    assert ingest_held_s([]) is None
