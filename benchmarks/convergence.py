@@ -23,12 +23,11 @@ import json
 import shutil
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from benchmarks.conflicts import ingest_held_s
-from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
+from compactor.config import TableConfig
 from compactor.report import changed_anything, publish
 from compactor.run import run_table
 from service.client import LeaseClient
@@ -40,20 +39,11 @@ TABLE = "local.db.events"
 
 
 def demo_table_config(table: str) -> TableConfig:
-    """The demo's thresholds (demo.pipeline): KB-sized files, not the 128 MiB of a real table."""
-    return TableConfig(
-        name=table,
-        lease=LeaseConfig(ttl=timedelta(seconds=15), max_wait=timedelta(seconds=60)),
-        plan=PlanConfig(min_small_files=8, min_delete_files=8),
-        rewrite_data_files=RewriteDataFilesConfig(
-            options={
-                "target-file-size-bytes": str(8 * 1024 * 1024),
-                "min-input-files": "2",
-                "max-concurrent-file-group-rewrites": "2",
-                "partial-progress.enabled": "false",
-            }
-        ),
-    )
+    """The demo's compactor config (KB-sized files, not the 128 MiB of a real table): the
+    benchmark measures what the demo runs."""
+    from demo.pipeline import Pipeline, PipelineOptions
+
+    return Pipeline(PipelineOptions(table=table))._table_config()
 
 
 def upsert_batches(spark: Any, table: str, *, batches: int, rows: int = 40) -> None:
