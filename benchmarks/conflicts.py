@@ -10,7 +10,9 @@ then `coordinated`: both through a lakelock service. For each mode:
 
     failed streaming batches (and their Iceberg messages), failed compactions, compaction
     success rate, data files at the end, ingest stall per compaction (p50/max), resume latency
-    (maintenance release -> next commit lease), end-to-end freshness (p50/p99)
+    (maintenance release -> next commit lease), end-to-end freshness (p50/p99), maintenance
+    leases taken, how many of them changed nothing (the goal is 0: a lease holds ingest) and
+    the total seconds ingest was held
 
 Definitions, chosen to mean the same in both modes:
 - ingest stall of a compaction run: the longest gap between two successive ingest commits that
@@ -18,7 +20,11 @@ Definitions, chosen to mean the same in both modes:
   next to the run's own duration;
 - freshness of a landing file: from the file's appearance to the commit of the first
   successful batch that started after it (the file source lists files when a batch starts);
-- resume latency: from the service's audit trail (database clock), coordinated mode only.
+- resume latency: from the service's audit trail (database clock), coordinated mode only;
+- maintenance leases: runs that held the lease (in `uncoordinated`, the lease that always says
+  yes); one changed nothing when no step rewrote, removed or expired anything;
+- ingest held: from the audit trail, the sum over maintenance leases of the time from the
+  intent (or the grant, when no commit had to drain) to the release; coordinated mode only.
 
 Writes `report.md` (a table per mode and the failure messages), `conflicts.png` (a timeline:
 commits, failed batches and compaction runs on a time axis) and `results.json` into `--out`.
@@ -35,9 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.lease_throughput import percentile
+from compactor.report import changed_anything
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 
-__all__ = ["ModeFigures", "figures", "render_markdown", "render_timeline", "main"]
+__all__ = [
+    "ModeFigures",
+    "figures",
+    "ingest_held_s",
+    "render_markdown",
+    "render_timeline",
+    "main",
+]
 
 ModeFigures = dict[str, Any]
 
@@ -77,6 +91,33 @@ def _resume_latencies(result: PipelineResult) -> list[float]:
     return latencies
 
 
+_MAINTENANCE_ENDS = ("lease.released", "lease.expired", "lease.revoked")
+
+
+def ingest_held_s(events: Sequence[dict[str, Any]]) -> float | None:
+    """Seconds during which the maintenance side held ingest, from the service's audit events:
+    from an intent (or a grant, when no commit had to drain) to the lease's end."""
+    if not events:
+        return None
+    total = 0.0
+    held_from: datetime | None = None
+    leased = False
+    for event in sorted(events, key=lambda e: e["id"]):
+        if event["kind"] != "maintenance" and event["event"] != "intent.expired":
+            continue
+        at = datetime.fromisoformat(event["at"].removesuffix("Z"))
+        if event["event"] in ("intent.opened", "lease.acquired"):
+            held_from = held_from or at
+            leased = leased or event["event"] == "lease.acquired"
+        elif held_from and (
+            event["event"] in _MAINTENANCE_ENDS
+            or (event["event"] == "intent.expired" and not leased)
+        ):
+            total += (at - held_from).total_seconds()
+            held_from, leased = None, False
+    return round(total, 3)
+
+
 def _freshness(result: PipelineResult) -> list[float]:
     batches = sorted(result.batches, key=lambda b: b.started_at)
     out = []
@@ -90,12 +131,14 @@ def _freshness(result: PipelineResult) -> list[float]:
 def figures(result: PipelineResult) -> ModeFigures:
     """The compared figures of one mode."""
     runs = [r for r in result.compactions if r.outcome != "skipped"]
-    compacted = [r for r in runs if r.outcome == "compacted"]
-    failed = [r for r in runs if r.outcome != "compacted"]
+    # a run that changed nothing did not fail: it is counted apart (no_change_leases)
+    compacted = [r for r in runs if r.outcome in ("compacted", "no_change")]
+    failed = [r for r in runs if r.outcome not in ("compacted", "no_change")]
     stalls = _stalls(result)
     durations = [end - start for start, end in result.compaction_windows]
     resume = _resume_latencies(result)
     fresh = _freshness(result)
+    leased = [r for r in result.compactions if r.lease_id is not None]
     return {
         "mode": "coordinated" if result.options.coordinated else "uncoordinated",
         "ran_s": round(result.duration_s, 1),
@@ -114,6 +157,9 @@ def figures(result: PipelineResult) -> ModeFigures:
         "resume_latency_max_s": round(max(resume), 3) if resume else None,
         "freshness_p50_s": _pct(fresh, 0.5),
         "freshness_p99_s": _pct(fresh, 0.99),
+        "maintenance_leases": len(leased),
+        "no_change_leases": sum(1 for r in leased if not changed_anything(r)),
+        "ingest_held_s": ingest_held_s(result.events),
         "rows_correct": not result.verify(),
         "timeline": {
             "commits": [b.ended_at for b in result.batches],
@@ -139,6 +185,9 @@ _ROWS = [
     ("resume latency max (s)", "resume_latency_max_s"),
     ("freshness p50 (s)", "freshness_p50_s"),
     ("freshness p99 (s)", "freshness_p99_s"),
+    ("maintenance leases taken", "maintenance_leases"),
+    ("leases that changed nothing (goal 0)", "no_change_leases"),
+    ("ingest held by maintenance, total (s)", "ingest_held_s"),
     ("micro-batches committed", "batches"),
     ("table correct at the end", "rows_correct"),
 ]
@@ -194,7 +243,7 @@ def render_timeline(modes: list[ModeFigures], path: Path) -> None:
             label="failed batch",
         )
         for start, end, outcome in t["compactions"]:
-            ok = outcome == "compacted"
+            ok = outcome in ("compacted", "no_change")
             ax.barh(
                 0,
                 end - start,

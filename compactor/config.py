@@ -33,6 +33,9 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     [defaults.rewrite_data_files]
     strategy = "binpack"                # or "sort" (sort_order = "event_id ASC NULLS LAST")
     options = { "target-file-size-bytes" = 134217728, "min-input-files" = 5 }
+    [defaults.rewrite_manifests]
+    min_small_manifests = 50            # rewrite when this many manifests are small
+    small_manifest_bytes = 6291456      # small = under 6 MiB (Iceberg's target is 8 MiB)
     [defaults.expire_snapshots]
     older_than = "5d"
     retain_last = 10
@@ -40,8 +43,10 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     name = "local.db.events"
     plan = { recent_days = 2 }
 
-Retention floors (`min_older_than`, `min_retain_last`) are refused, not clamped: a config that
-asks for less than the floor is a mistake an operator must see, not one to paper over.
+Retention floors are fixed, not settings: `expire_snapshots.older_than` at least 24h and
+`retain_last` at least 5, `remove_orphan_files.older_than` at least 24h (`FLOORS`). A value
+below its floor is refused at load time, not clamped: a config that asks for less is a mistake an
+operator must see, not one to paper over.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ __all__ = [
     "TableConfig",
     "CompactorConfig",
     "DEFAULT_REWRITE_OPTIONS",
+    "FLOORS",
     "parse_duration",
     "format_duration",
     "check_floors",
@@ -97,6 +103,20 @@ DEFAULT_REWRITE_OPTIONS: Mapping[str, str] = MappingProxyType(
         "delete-file-threshold": "1",
     }
 )
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The retention floors; fixed, no table can ask for less (see check_floors)."""
+
+    # younger snapshots may still be read by running queries and the replay guard
+    snapshot_age: timedelta = timedelta(hours=24)
+    snapshots_retained: int = 5
+    # a younger file may belong to a write that has not committed yet
+    orphan_file_age: timedelta = timedelta(hours=24)
+
+
+FLOORS = Floors()
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -184,9 +204,13 @@ class RewritePositionDeletesConfig:
 
 @dataclass(frozen=True)
 class RewriteManifestsConfig:
-    """`rewrite_manifests`."""
+    """`rewrite_manifests`, planned only when at least `min_small_manifests` manifests of the
+    current snapshot are under `small_manifest_bytes` (read from the `manifests` table)."""
 
     enabled: bool = True
+    min_small_manifests: int = 50
+    # Iceberg's commit.manifest.target-size-bytes is 8 MiB; three quarters of it, as for files
+    small_manifest_bytes: int = 6 << 20
 
 
 @dataclass(frozen=True)
@@ -201,8 +225,6 @@ class ExpireSnapshotsConfig:
     enabled: bool = True
     older_than: timedelta = timedelta(days=5)
     retain_last: int = 10
-    min_older_than: timedelta = timedelta(hours=24)
-    min_retain_last: int = 5
 
 
 @dataclass(frozen=True)
@@ -211,8 +233,6 @@ class RemoveOrphanFilesConfig:
 
     enabled: bool = False
     older_than: timedelta = timedelta(days=3)
-    # a file younger than any write can take may belong to a commit still in flight
-    min_older_than: timedelta = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -260,28 +280,28 @@ class CompactorConfig:
 
 
 def check_floors(config: TableConfig) -> None:
-    """Refuse retention settings below their floors.
+    """Refuse retention settings below the fixed floors (`FLOORS`).
 
     Raises:
         RetentionRefused: with the key, the value, the floor and why the floor exists.
     """
     expire, orphans = config.expire_snapshots, config.remove_orphan_files
     problems = []
-    if expire.enabled and expire.older_than < expire.min_older_than:
+    if expire.enabled and expire.older_than < FLOORS.snapshot_age:
         problems.append(
             f"expire_snapshots.older_than={format_duration(expire.older_than)} is below the "
-            f"floor min_older_than={format_duration(expire.min_older_than)}: younger snapshots "
+            f"floor of {format_duration(FLOORS.snapshot_age)}: younger snapshots "
             "may still be read by running queries and by the streaming job's replay guard"
         )
-    if expire.enabled and expire.retain_last < expire.min_retain_last:
+    if expire.enabled and expire.retain_last < FLOORS.snapshots_retained:
         problems.append(
-            f"expire_snapshots.retain_last={expire.retain_last} is below the floor "
-            f"min_retain_last={expire.min_retain_last}"
+            f"expire_snapshots.retain_last={expire.retain_last} is below the floor of "
+            f"{FLOORS.snapshots_retained}"
         )
-    if orphans.enabled and orphans.older_than < orphans.min_older_than:
+    if orphans.enabled and orphans.older_than < FLOORS.orphan_file_age:
         problems.append(
             f"remove_orphan_files.older_than={format_duration(orphans.older_than)} is below the "
-            f"floor min_older_than={format_duration(orphans.min_older_than)}: a younger file "
+            f"floor of {format_duration(FLOORS.orphan_file_age)}: a younger file "
             "may belong to a write that has not committed yet"
         )
     if problems:
@@ -339,7 +359,10 @@ def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> Comp
         spark_master=spark.get("master", CompactorConfig.spark_master),
         every=None if every is None else parse_duration(every),
     )
-    config.table("_defaults_check.db.t")  # malformed defaults fail here, not at the first run
+    try:
+        config.table("_defaults.db.t")  # malformed defaults fail here, not at the first run
+    except ConfigError as exc:
+        raise type(exc)(f"{source}: [defaults]: {exc}") from exc
     return config
 
 
@@ -364,6 +387,18 @@ def table_config(data: Mapping[str, Any]) -> TableConfig:
     return config
 
 
+# keys that once made a floor configurable per table; named in the error, not just "unknown"
+_FIXED_FLOORS = {"min_older_than", "min_retain_last"}
+
+
+def _floors_text() -> str:
+    return (
+        f"expire_snapshots.older_than >= {format_duration(FLOORS.snapshot_age)}, "
+        f"expire_snapshots.retain_last >= {FLOORS.snapshots_retained}, "
+        f"remove_orphan_files.older_than >= {format_duration(FLOORS.orphan_file_age)}"
+    )
+
+
 _SECTION_TYPES: dict[str, type] = {
     "lease": LeaseConfig,
     "plan": PlanConfig,
@@ -377,6 +412,11 @@ _SECTION_TYPES: dict[str, type] = {
 
 def _section(cls: type, values: Mapping[str, Any], where: str) -> Any:
     allowed = {f.name: f for f in fields(cls)}
+    for key in sorted(set(values) & _FIXED_FLOORS):
+        raise ConfigError(
+            f"{where}: {key} cannot be set: the retention floors are fixed "
+            f"({_floors_text()}); set older_than / retain_last at or above them"
+        )
     _known(values, set(allowed), where)
     kwargs: dict[str, Any] = {}
     defaults = cls()
@@ -394,7 +434,7 @@ def _coerce(key: str, value: Any, current: Any) -> Any:
         merged = dict(current)
         merged.update({str(k): _option_text(v) for k, v in dict(value).items()})
         return MappingProxyType(merged)
-    if key in {"ttl", "max_wait", "renew_deadline", "older_than", "min_older_than"}:
+    if key in {"ttl", "max_wait", "renew_deadline", "older_than"}:
         return parse_duration(value)
     if key == "full_rewrite_at":
         return None if value in (None, "") else time.fromisoformat(str(value))
@@ -440,6 +480,14 @@ def _validate(config: TableConfig, where: str) -> None:
         raise ConfigError(f"{where}: plan.recent_column must be a column name")
     if config.lease.ttl.total_seconds() < 1:
         raise ConfigError(f"{where}: lease.ttl must be at least 1s")
+    manifests = config.rewrite_manifests
+    if manifests.min_small_manifests < 1 or manifests.small_manifest_bytes < 1:
+        raise ConfigError(
+            f"{where}: rewrite_manifests.min_small_manifests and small_manifest_bytes "
+            "must be positive"
+        )
+    # at load time, not at the first run: a bad retention never reaches a schedule
+    check_floors(config)
 
 
 def _known(values: Mapping[str, Any], allowed: set[str], where: str) -> None:

@@ -11,15 +11,33 @@ else the whole table):
 
     small files       some partition holds at least `min-input-files` small files (what
                       rewrite_data_files would pick up) and the scope at least `min_small_files`
-    delete files      at least `min_delete_files`, or more than `max_delete_ratio` per data file
-    snapshots         at least `max_snapshots` (expire_snapshots is enabled)
+    delete files      at least `min_delete_files`, or more than `max_delete_ratio` per data file,
+                      counting only delete files that still apply to live data files
+    dangling deletes  at least `min_delete_files` delete files that apply to nothing any more
+    manifests         at least `rewrite_manifests.min_small_manifests` small manifests
+    snapshots         at least `max_snapshots` that expire_snapshots would remove under the
+                      floors (see `snapshot_expiry`), not all snapshots
     rewrite-all       the daily full rewrite is due: now is at or after `full_rewrite_at` (UTC)
                       and no rewrite-all snapshot was committed since that time today
 
-Steps, in this order, each only when enabled: rewrite_data_files, rewrite_position_delete_files
-(when there are delete files: it also drops those a data rewrite left dangling),
-rewrite_manifests, expire_snapshots (when some snapshot can go; see `snapshot_expiry`),
-remove_orphan_files.
+Steps, in this order, each only when enabled and when it has work: rewrite_data_files,
+rewrite_position_delete_files, rewrite_manifests, expire_snapshots, remove_orphan_files.
+
+A run removes what it counted, so the plan after it says skip (on Iceberg 1.9.2, checked in
+tests/spark/test_compactor_converges.py):
+
+    equality deletes   rewrite_data_files with `delete-file-threshold` = 1 rewrites every data
+                       file an equality delete applies to (all older files of its partition),
+                       applying it; `remove-dangling-deletes` = true then drops the delete files
+                       in the same commit (a table with 2 equality-delete files: 12 data files
+                       rewritten, 2 delete files removed)
+    position deletes   the same rewrite applies them but leaves the delete files behind, and
+                       `remove-dangling-deletes` does not drop them: the new data files keep the
+                       starting sequence number, which is not newer than the deletes (36 of 36
+                       left). rewrite_position_delete_files drops the rows that name a file that
+                       is gone, but by default only in partitions with `min-input-files` (5)
+                       delete files (4 per partition: 0 of 24 dropped); with `rewrite-all` =
+                       true it drops them all, so the step is planned with it
 """
 
 from __future__ import annotations
@@ -127,7 +145,8 @@ class Plan:
         lines.append(
             f"  scope: {s.partitions} partitions, {s.data_files} data files "
             f"({s.small_files} small, avg {s.avg_file_bytes / _MIB:.2f} MiB), "
-            f"{s.delete_files} delete files (ratio {s.delete_ratio:.2f})"
+            f"{s.delete_files} delete files (ratio {s.delete_ratio:.2f}, "
+            f"{s.dangling_delete_files} more dangling)"
         )
         lines += [f"  because: {r}" for r in self.reasons]
         for step in self.steps:
@@ -182,7 +201,7 @@ def plan(stats: TableStats, config: TableConfig, now: datetime) -> Plan:
     where = recent[0] if recent else None
     scoped = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
     scope = Totals.of(scoped)
-    reasons, idle = _pays_off(stats, scope, config)
+    reasons, idle = _pays_off(stats, scope, config, now)
     if not reasons:
         return Plan(stats.table, False, Mode.INCREMENTAL, tuple(idle), (), where, scope, total)
     steps = _steps(stats, config, now, mode=Mode.INCREMENTAL, where=where, scope=scope)
@@ -267,16 +286,16 @@ def _in_scope(
     return scoped
 
 
-def _pays_off(stats: TableStats, scope: Totals, config: TableConfig) -> tuple[list[str], list[str]]:
+def _pays_off(
+    stats: TableStats, scope: Totals, config: TableConfig, now: datetime
+) -> tuple[list[str], list[str]]:
     """(reasons to run, reasons not to); the run happens when the first list is not empty."""
     th = config.plan
     min_input = config.rewrite_data_files.min_input_files
     small_mib = stats.small_file_bytes / _MIB
     run: list[str] = []
     idle: list[str] = []
-    small_ok = (
-        scope.max_small_files_in_partition >= min_input and scope.small_files >= th.min_small_files
-    )
+    small_ok = _small_files_pay_off(scope, config)
     small_text = (
         f"{scope.small_files} small files (< {small_mib:.1f} MiB), at most "
         f"{scope.max_small_files_in_partition} in one partition (thresholds: "
@@ -291,11 +310,50 @@ def _pays_off(stats: TableStats, scope: Totals, config: TableConfig) -> tuple[li
         f"(thresholds: {th.min_delete_files} files or ratio {th.max_delete_ratio})"
     )
     (run if deletes_ok else idle).append(deletes_text)
+    if scope.dangling_delete_files:
+        dangling_text = (
+            f"{scope.dangling_delete_files} dangling delete files, applying to no live data "
+            f"file (threshold: {th.min_delete_files})"
+        )
+        (run if scope.dangling_delete_files >= th.min_delete_files else idle).append(dangling_text)
+    manifests = config.rewrite_manifests
+    if manifests.enabled:
+        small = _small_manifests(stats, config)
+        text = (
+            f"{small} of {len(stats.manifest_bytes)} manifests under "
+            f"{manifests.small_manifest_bytes / _MIB:.1f} MiB "
+            f"(threshold: {manifests.min_small_manifests})"
+        )
+        (run if small >= manifests.min_small_manifests else idle).append(text)
     if config.expire_snapshots.enabled:
-        count = len(stats.snapshots)
-        text = f"{count} snapshots (threshold: {th.max_snapshots})"
-        (run if count >= th.max_snapshots else idle).append(text)
+        expirable = len(_expiry(stats, config, now).expired)
+        text = (
+            f"{expirable} of {len(stats.snapshots)} snapshots can be expired "
+            f"(threshold: {th.max_snapshots})"
+        )
+        (run if expirable >= th.max_snapshots else idle).append(text)
     return run, idle
+
+
+def _small_files_pay_off(scope: Totals, config: TableConfig) -> bool:
+    return (
+        scope.max_small_files_in_partition >= config.rewrite_data_files.min_input_files
+        and scope.small_files >= config.plan.min_small_files
+    )
+
+
+def _small_manifests(stats: TableStats, config: TableConfig) -> int:
+    limit = config.rewrite_manifests.small_manifest_bytes
+    return sum(1 for length in stats.manifest_bytes if length < limit)
+
+
+def _expiry(stats: TableStats, config: TableConfig, now: datetime) -> ExpiryPlan:
+    return snapshot_expiry(
+        stats.snapshots,
+        current_snapshot_id=stats.current_snapshot_id,
+        config=config.expire_snapshots,
+        now=now,
+    )
 
 
 def _steps(
@@ -310,10 +368,23 @@ def _steps(
     steps: list[Step] = []
     everything = mode is Mode.REWRITE_ALL
     rdf = config.rewrite_data_files
-    if rdf.enabled:
+    # only when it has work: a run for manifests or snapshots alone need not plan a rewrite
+    rdf_work = (
+        everything
+        or _small_files_pay_off(scope, config)
+        or scope.delete_files > 0
+        or scope.dangling_equality_delete_files > 0
+    )
+    if rdf.enabled and rdf_work:
         options = dict(rdf.options)
         if everything:
             options["rewrite-all"] = "true"
+        if scope.delete_files:
+            # a data file with any delete applying to it is rewritten, the deletes applied
+            options.setdefault("delete-file-threshold", "1")
+        if scope.delete_files or scope.dangling_delete_files:
+            # drops the equality deletes the rewrite left applying to nothing (module docstring)
+            options.setdefault("remove-dangling-deletes", "true")
         steps.append(
             Step(
                 "rewrite_data_files",
@@ -325,25 +396,34 @@ def _steps(
             )
         )
     rpd = config.rewrite_position_delete_files
-    if rpd.enabled and (scope.position_delete_files > 0 or everything):
+    position = scope.position_delete_files + scope.dangling_position_delete_files
+    if rpd.enabled and position:
         options = dict(rpd.options)
-        if everything:
-            options["rewrite-all"] = "true"
+        # without it, partitions with fewer than min-input-files delete files keep their
+        # dangling ones (module docstring)
+        options.setdefault("rewrite-all", "true")
         steps.append(
             Step(
                 "rewrite_position_delete_files",
-                f"{scope.position_delete_files} position delete files before the run",
+                f"{position} position delete files before the run "
+                f"({scope.dangling_position_delete_files} dangling): drop those that apply to "
+                "no live data file",
                 options=options,
                 where=where,
             )
         )
-    if config.rewrite_manifests.enabled:
-        steps.append(Step("rewrite_manifests", "cluster manifests after the rewrites"))
+    manifests = config.rewrite_manifests
+    small = _small_manifests(stats, config)
+    if manifests.enabled and small >= manifests.min_small_manifests:
+        steps.append(
+            Step(
+                "rewrite_manifests",
+                f"{small} of {len(stats.manifest_bytes)} manifests are small",
+            )
+        )
     exp = config.expire_snapshots
     if exp.enabled:
-        expiry = snapshot_expiry(
-            stats.snapshots, current_snapshot_id=stats.current_snapshot_id, config=exp, now=now
-        )
+        expiry = _expiry(stats, config, now)
         if expiry.expired:
             kept = f", keeping {len(expiry.kept_for_queries)} for streaming queries"
             steps.append(

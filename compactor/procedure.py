@@ -131,8 +131,13 @@ def _expire_snapshots(
         action = action.expireSnapshotId(int(snapshot_id))
     for key, value in step.options.items():
         action = action.option(key, value)
+    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
+    before = int(size(jtable.snapshots()))
     result = action.execute()
+    jtable.refresh()
     return {
+        # the result counts deleted files only; expiring snapshots alone is a change too
+        "expired_snapshots": max(0, before - int(size(jtable.snapshots()))),
         "deleted_data_files": int(result.deletedDataFilesCount()),
         "deleted_position_delete_files": int(result.deletedPositionDeleteFilesCount()),
         "deleted_equality_delete_files": int(result.deletedEqualityDeleteFilesCount()),

@@ -6,7 +6,9 @@
 
 Outcomes:
 
-    compacted    the planned steps ran and committed
+    compacted    the planned steps ran and changed the table
+    no_change    the planned steps ran and every one changed nothing (the plan misjudged the
+                 table: the lease was held for nothing, and a schedule should show none)
     skipped      nothing done: below thresholds (`reason` says which), maintenance held or off,
                  commit leases did not drain in time; no lease held, ingest untouched
     refused      a retention setting is below its floor; nothing ran
@@ -26,7 +28,7 @@ from typing import Any
 from service.client import LeaseClient
 from service.errors import LakelockError
 
-__all__ = ["Outcome", "RunReport", "publish", "EXIT_CODES"]
+__all__ = ["Outcome", "RunReport", "changed_anything", "publish", "EXIT_CODES"]
 
 log = logging.getLogger("compactor.report")
 
@@ -35,6 +37,7 @@ class Outcome(StrEnum):
     """How a run ended (see the module docstring)."""
 
     COMPACTED = "compacted"
+    NO_CHANGE = "no_change"
     SKIPPED = "skipped"
     REFUSED = "refused"
     UNAVAILABLE = "unavailable"
@@ -45,6 +48,7 @@ class Outcome(StrEnum):
 # `run --once` exit status: 0 when the run did what it should, else non-zero
 EXIT_CODES = {
     Outcome.COMPACTED: 0,
+    Outcome.NO_CHANGE: 0,
     Outcome.SKIPPED: 0,
     Outcome.FAILED: 1,
     Outcome.LEASE_LOST: 1,
@@ -98,6 +102,20 @@ class RunReport:
                 if isinstance(value, int):
                     sums[key] = sums.get(key, 0) + value
         return sums
+
+
+def changed_anything(report: RunReport) -> bool:
+    """Whether the steps of `report` changed the table: a new current snapshot, or any step
+    output that counts rewritten, added, removed, deleted or expired things."""
+    if report.snapshot_after is not None and report.snapshot_after != report.snapshot_before:
+        return True
+    return any(
+        value
+        for step in report.steps
+        for key, value in (step.get("output") or {}).items()
+        # failed files and file groups planned are not changes
+        if isinstance(value, int) and not key.startswith("failed_") and key != "file_groups"
+    )
 
 
 def publish(report: RunReport, *, client: LeaseClient | None) -> int | None:

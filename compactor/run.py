@@ -1,7 +1,8 @@
 """One maintenance run of one table: stats, plan, lease, procedures, report.
 
     report = run_table(spark, client=client, config=table_config, holder="compactor@host:42")
-    report.outcome      # compacted | skipped | refused | unavailable | lease_lost | failed
+    report.outcome      # compacted | no_change | skipped | refused | unavailable | lease_lost
+                        # | failed
 
 The order, and why:
 
@@ -39,7 +40,7 @@ from compactor.config import RetentionRefused, TableConfig
 from compactor.lease import DrainTimeout, acquire_maintenance
 from compactor.plan import Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
-from compactor.report import Outcome, RunReport
+from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
 from ingest_gate.spark import error_message
 from service.client import Lease, LeaseClient, Renewer
@@ -158,6 +159,10 @@ def _run(
     if after is not None:
         report.after = after.totals().as_dict()
         report.snapshot_after = after.current_snapshot_id
+    if report.outcome is Outcome.COMPACTED and not changed_anything(report):
+        # every step ran and changed nothing: the lease held ingest for nothing; say so
+        log.warning("%s: every step changed nothing (plan: %s)", config.name, the_plan.reasons)
+        report.outcome = Outcome.NO_CHANGE
 
 
 def _stats(

@@ -5,10 +5,21 @@
     stats.partitions[0].small_files  # data files under small_file_bytes in that partition
     stats.snapshots[-1].query_id     # `lakelock.query-id` of the newest snapshot, if any
 
-`collect_stats` is the only function here that touches Spark: it reads the `files` metadata
-table (data and delete files of the current snapshot, told apart by `content`: 0 data,
-1 position deletes, 2 equality deletes), `snapshots` and `refs`. The rest are plain values, so
-`compactor.plan` is tested without Spark.
+`collect_stats` is the only function here that touches Spark: it reads the `entries` metadata
+table (the live data and delete files of the current snapshot, told apart by `content`: 0 data,
+1 position deletes, 2 equality deletes, with their data sequence numbers), `manifests`,
+`snapshots` and `refs`. The rest are plain values, so `compactor.plan` is tested without Spark.
+
+A delete file counts as a delete (`position_delete_files`, `equality_delete_files`) only while
+it still applies to a live data file of its partition; one that no longer does is *dangling*
+(`dangling_*`): after a data rewrite, a position delete names a file that is gone, and an
+equality delete is older than every data file left. Iceberg's rules, read from metadata only:
+
+    position delete  applies to a data file whose path is the delete's `referenced_data_file`,
+                     else lies within the delete's `file_path` bounds (field 2147483546), and
+                     whose data sequence number is not greater than the delete's
+    equality delete  applies to every data file of its partition with a smaller data sequence
+                     number
 """
 
 from __future__ import annotations
@@ -46,10 +57,18 @@ class FileCounts:
     equality_delete_files: int = 0
     delete_bytes: int = 0
     delete_records: int = 0
+    # delete files that no longer apply to any live data file (see the module docstring)
+    dangling_position_delete_files: int = 0
+    dangling_equality_delete_files: int = 0
 
     @property
     def delete_files(self) -> int:
+        """Delete files that still apply to live data."""
         return self.position_delete_files + self.equality_delete_files
+
+    @property
+    def dangling_delete_files(self) -> int:
+        return self.dangling_position_delete_files + self.dangling_equality_delete_files
 
 
 _COUNTED = tuple(FileCounts.__dataclass_fields__)
@@ -105,6 +124,7 @@ class Totals(FileCounts):
         out = asdict(self)
         out.update(
             delete_files=self.delete_files,
+            dangling_delete_files=self.dangling_delete_files,
             avg_file_bytes=round(self.avg_file_bytes, 1),
             delete_ratio=round(self.delete_ratio, 4),
         )
@@ -136,6 +156,8 @@ class TableStats:
     current_snapshot_id: int | None = None
     # the size under which `small_files` were counted
     small_file_bytes: int = 0
+    # the length of each manifest of the current snapshot
+    manifest_bytes: tuple[int, ...] = ()
 
     def totals(self) -> Totals:
         return Totals.of(self.partitions)
@@ -158,30 +180,17 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
         pyspark.errors.AnalysisException: no such table (or not an Iceberg table).
         py4j.protocol.Py4JJavaError: the catalog or the metadata could not be read.
     """
-    files = spark.table(f"{table}.files")
-    partition = "to_json(partition)" if "partition" in files.columns else "'{}'"
-    rows = spark.sql(
-        f"""
-        SELECT {partition} AS partition, content,
-               count(*) AS files,
-               coalesce(sum(file_size_in_bytes), 0) AS bytes,
-               coalesce(sum(record_count), 0) AS records,
-               coalesce(sum(CASE WHEN file_size_in_bytes < {int(small_file_bytes)}
-                                 THEN 1 ELSE 0 END), 0) AS small
-        FROM {table}.files
-        GROUP BY 1, 2
-        """
-    ).collect()
     partitions = _partitions(
         (
             json.loads(r["partition"] or "{}"),
             r["content"],
+            r["applies"],
             r["files"],
             r["bytes"],
             r["records"],
             r["small"],
         )
-        for r in rows
+        for r in spark.sql(_files_sql(spark, table, int(small_file_bytes))).collect()
     )
     snapshots = tuple(
         SnapshotStats(
@@ -198,31 +207,84 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
         ).collect()
     )
     main = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    manifests = spark.sql(f"SELECT length FROM {table}.manifests").collect()
     return TableStats(
         table=table,
         partitions=partitions,
         snapshots=snapshots,
         current_snapshot_id=int(main[0]["snapshot_id"]) if main else None,
         small_file_bytes=int(small_file_bytes),
+        manifest_bytes=tuple(sorted(int(r["length"]) for r in manifests)),
     )
 
 
+# the reserved field id of a position delete file's `file_path` column
+_DELETE_FILE_PATH_ID = 2147483546
+
+
+def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
+    """Files of the current snapshot by (partition, content, applies): one scan of the
+    manifests, and a join of each delete file with the data files of its partition."""
+    columns = spark.table(f"{table}.entries").select("data_file.*").columns
+    partition = "to_json(data_file.partition)" if "partition" in columns else "'{}'"
+    referenced = "data_file.referenced_data_file" if "referenced_data_file" in columns else "NULL"
+    return f"""
+        WITH live AS (
+            SELECT {partition} AS partition, data_file.spec_id AS spec_id,
+                   data_file.content AS content, data_file.file_path AS path,
+                   sequence_number AS seq, data_file.file_size_in_bytes AS bytes,
+                   data_file.record_count AS records, {referenced} AS ref,
+                   CAST(data_file.lower_bounds[{_DELETE_FILE_PATH_ID}] AS STRING) AS lo,
+                   CAST(data_file.upper_bounds[{_DELETE_FILE_PATH_ID}] AS STRING) AS hi
+            FROM {table}.entries
+            WHERE status < 2
+        ),
+        data AS (SELECT * FROM live WHERE content = 0),
+        deletes AS (SELECT * FROM live WHERE content > 0),
+        applying AS (
+            SELECT d.* FROM deletes d LEFT SEMI JOIN data x
+            ON d.spec_id = x.spec_id AND d.partition = x.partition AND (
+                (d.content = 2 AND x.seq < d.seq)
+                OR (d.content = 1 AND x.seq <= d.seq AND (
+                    x.path = d.ref
+                    OR (d.ref IS NULL AND (d.lo IS NULL OR x.path >= d.lo)
+                        AND (d.hi IS NULL OR x.path <= d.hi)))))
+        ),
+        tagged AS (
+            SELECT *, true AS applies FROM data
+            UNION ALL SELECT *, true AS applies FROM applying
+            UNION ALL SELECT *, false AS applies FROM (
+                SELECT * FROM deletes EXCEPT ALL SELECT * FROM applying)
+        )
+        SELECT partition, content, applies,
+               count(*) AS files,
+               coalesce(sum(bytes), 0) AS bytes,
+               coalesce(sum(records), 0) AS records,
+               coalesce(sum(CASE WHEN bytes < {small_file_bytes} THEN 1 ELSE 0 END), 0) AS small
+        FROM tagged
+        GROUP BY 1, 2, 3
+    """
+
+
 def _partitions(
-    rows: Iterable[tuple[dict[str, Any], int, int, int, int, int]],
+    rows: Iterable[tuple[dict[str, Any], int, bool, int, int, int, int]],
 ) -> tuple[PartitionStats, ...]:
-    """Fold (partition, content, files, bytes, records, small) rows into one entry a partition."""
+    """Fold (partition, content, applies, files, bytes, records, small) rows into one entry a
+    partition."""
     by_key: dict[str, dict[str, Any]] = {}
-    for partition, content, files, size, records, small in rows:
+    for partition, content, applies, files, size, records, small in rows:
         key = json.dumps(partition, sort_keys=True)
         entry = by_key.setdefault(key, {"partition": partition})
         if content == 0:
             entry.update(data_files=files, data_bytes=size, data_records=records, small_files=small)
-        elif content == 1:
-            entry["position_delete_files"] = files
-            entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
-            entry["delete_records"] = entry.get("delete_records", 0) + records
-        elif content == 2:
-            entry["equality_delete_files"] = files
-            entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
-            entry["delete_records"] = entry.get("delete_records", 0) + records
+            continue
+        kind = {1: "position_delete_files", 2: "equality_delete_files"}.get(content)
+        if kind is None:
+            continue
+        if not applies:
+            entry[f"dangling_{kind}"] = files
+            continue
+        entry[kind] = files
+        entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
+        entry["delete_records"] = entry.get("delete_records", 0) + records
     return tuple(PartitionStats(**by_key[k]) for k in sorted(by_key))

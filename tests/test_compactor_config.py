@@ -95,6 +95,45 @@ def test_config_mistakes_are_named(data, message):
         config_from_dict(data)
 
 
+@pytest.mark.parametrize(
+    ("section", "values", "message"),
+    [
+        ("remove_orphan_files", {"enabled": True, "older_than": "1m"}, "older_than=1m .* 24h"),
+        ("expire_snapshots", {"older_than": "2h"}, "older_than=2h is below the floor of 24h"),
+        ("expire_snapshots", {"retain_last": 2}, "retain_last=2 is below the floor of 5"),
+        ("remove_orphan_files", {"min_older_than": "1m"}, "min_older_than cannot be set"),
+        ("expire_snapshots", {"min_retain_last": 1}, "min_retain_last cannot be set"),
+    ],
+)
+def test_retention_below_a_floor_is_refused_at_load_time(tmp_path, section, values, message):
+    path = tmp_path / "c.toml"
+    entry = ", ".join(
+        f"{k} = {v!r}".replace("'", '"').replace("True", "true") for k, v in values.items()
+    )
+    path.write_text(f'[[tables]]\nname = "local.db.a"\n{section} = {{ {entry} }}\n')
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_a_floor_in_the_defaults_is_refused_naming_the_defaults():
+    with pytest.raises(ConfigError, match=r"\[defaults\].*older_than=1m"):
+        config_from_dict(
+            {"defaults": {"remove_orphan_files": {"enabled": True, "older_than": "1m"}}}
+        )
+
+
+def test_manifest_thresholds_are_read_and_checked():
+    config = config_from_dict(
+        {"tables": [{"name": "db.t", "rewrite_manifests": {"min_small_manifests": 8}}]}
+    )
+    assert config.tables[0].rewrite_manifests.min_small_manifests == 8
+    with pytest.raises(ConfigError, match="min_small_manifests"):
+        config_from_dict(
+            {"tables": [{"name": "db.t", "rewrite_manifests": {"min_small_manifests": 0}}]}
+        )
+
+
 def test_command_line_overrides_the_file(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[service]\nurl = "http://a:1"\n[[tables]]\nname = "local.db.a"\n')

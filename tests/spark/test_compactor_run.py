@@ -213,7 +213,6 @@ def test_no_commit_lease_is_granted_during_the_run_and_one_is_after(spark, job_c
     assert refusals == [
         "rewrite_data_files:maintenance",
         "rewrite_position_delete_files:maintenance",
-        "rewrite_manifests:maintenance",
     ]
     lease = job_client.acquire_commit(table, holder="ingest-probe", ttl_s=5)
     job_client.release(lease)
@@ -419,7 +418,7 @@ def test_retention_below_its_floor_is_refused_before_any_lease(spark, job_client
     )
 
     assert report.outcome == Outcome.REFUSED
-    assert "expire_snapshots.older_than=30m is below the floor min_older_than=24h" in report.error
+    assert "expire_snapshots.older_than=30m is below the floor of 24h" in report.error
     assert lease_events(operator, table) == []
 
 

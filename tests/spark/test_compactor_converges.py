@@ -1,0 +1,221 @@
+"""A run leaves the table healthy: the next plan says skip, and later ticks take no lease.
+
+On the real Iceberg 1.9.2 runtime and a real lakelock service: dangling position deletes,
+equality deletes (written as Flink's upsert mode writes them, through Iceberg's Java API) and
+a run whose steps change nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from compactor.config import PlanConfig, RewriteDataFilesConfig
+from compactor.job import run_scheduled
+from compactor.plan import Step, plan
+from compactor.procedure import run_step
+from compactor.report import EXIT_CODES, Outcome, publish
+from compactor.run import run_table
+from compactor.stats import collect_stats
+from service.client import LeaseClient
+from tests.spark import test_compactor_run
+from tests.spark.test_compactor_run import make_table, rows, table_config
+
+pytestmark = pytest.mark.spark
+
+WAIT_S = 60
+
+# the module's clients of the service, as the compactor's other Spark tests have them
+job_client = test_compactor_run.job_client
+operator = test_compactor_run.operator
+
+
+def maintenance_leases(operator: LeaseClient, table: str) -> int:
+    """Maintenance leases granted on `table`, from the service's audit trail."""
+    return sum(
+        1
+        for e in operator.events(table=table, limit=500)
+        if e["kind"] == "maintenance" and e["event"] == "lease.acquired"
+    )
+
+
+def stats_of(spark, config):
+    return collect_stats(spark, table=config.name, small_file_bytes=config.small_file_bytes)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def tick(spark, job_client, config, *, runs: int) -> None:
+    """`runs` scheduled ticks of the compactor on the table, each reported to the service."""
+    stop = threading.Event()
+    already = len(job_client.runs(config.name, limit=100))
+
+    def stop_after_the_runs() -> None:
+        deadline = time.monotonic() + WAIT_S
+        while len(job_client.runs(config.name, limit=100)) < already + runs:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        stop.set()
+
+    threading.Thread(target=stop_after_the_runs, daemon=True).start()
+    run_scheduled(spark, client=job_client, tables=[config], every_s=0.2, stop=stop)
+
+
+def test_one_run_drops_the_position_deletes_and_later_ticks_take_no_lease(
+    spark, job_client, operator
+):
+    # 6 partitions with 4 delete files each: fewer than rewrite_position_delete_files's
+    # min-input-files, as on the demo's table
+    table = make_table(spark, "converges", days=6, commits=1)
+    config = table_config(table)
+    before_rows = rows(spark, table)
+    assert stats_of(spark, config).totals().position_delete_files == 24
+
+    report = run_table(spark, client=job_client, config=config)
+    publish(report, client=job_client)
+
+    assert report.outcome == Outcome.COMPACTED, report.error
+    assert report.after["delete_files"] == 0
+    assert report.after["dangling_delete_files"] == 0
+    assert rows(spark, table) == before_rows
+    after = plan(stats_of(spark, config), config, now())
+    assert not after.run, after.describe()
+
+    tick(spark, job_client, config, runs=3)
+
+    outcomes = [r["outcome"] for r in reversed(job_client.runs(table, limit=100))]
+    assert outcomes[0] == "compacted" and len(outcomes) >= 4
+    assert set(outcomes[1:]) == {"skipped"}
+    assert maintenance_leases(operator, table) == 1
+
+
+def test_dangling_deletes_are_counted_apart_and_one_run_drops_them(spark, job_client, operator):
+    table = make_table(spark, "dangling", days=6, commits=1)
+    config = table_config(table)
+    # a data rewrite alone applies the deletes and leaves every delete file behind
+    run_step(
+        spark,
+        table=table,
+        step=Step(
+            "rewrite_data_files",
+            "test",
+            options={"delete-file-threshold": "1", "min-input-files": "2"},
+        ),
+        properties={},
+    )
+    left = stats_of(spark, config).totals()
+    assert (left.position_delete_files, left.dangling_position_delete_files) == (0, 24)
+
+    report = run_table(spark, client=job_client, config=config)
+
+    assert report.outcome == Outcome.COMPACTED, report.error
+    assert any("24 dangling delete files" in r for r in report.plan_reasons)
+    assert report.totals()["rewritten_delete_files"] == 24
+    assert report.after["dangling_delete_files"] == 0
+    assert not plan(stats_of(spark, config), config, now()).run
+
+
+def test_a_run_whose_steps_change_nothing_reports_no_change(spark, job_client):
+    table = make_table(spark, "nothing", days=1, commits=1, deletes=False)
+    config = table_config(table)
+    # thresholds that plan a run on any small file: after the first run (4 files -> 1) binpack
+    # has nothing left to combine
+    eager = replace(
+        config,
+        plan=PlanConfig(min_small_files=1),
+        rewrite_data_files=RewriteDataFilesConfig(
+            options={**config.rewrite_data_files.options, "min-input-files": "1"}
+        ),
+    )
+    assert run_table(spark, client=job_client, config=eager).outcome == Outcome.COMPACTED
+    snapshot = stats_of(spark, config).current_snapshot_id
+
+    report = run_table(spark, client=job_client, config=eager)
+    publish(report, client=job_client)
+
+    assert report.outcome == Outcome.NO_CHANGE, report.as_dict()
+    assert EXIT_CODES[report.outcome] == 0
+    assert report.snapshot_after == snapshot
+    assert job_client.runs(table)[0]["outcome"] == "no_change"
+
+
+# -- equality deletes ------------------------------------------------------------------------
+
+
+def write_equality_deletes(spark, table: str, *, part: int, keys: list[int]) -> None:
+    """Commit one equality-delete file on `event_id` into partition `part = <part>`, as Flink's
+    upsert mode does, through Iceberg's Java API in the driver."""
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    jtable = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    schema, spec = jtable.schema(), jtable.spec()
+    field_ids = spark.sparkContext._gateway.new_array(jvm.int, 1)
+    field_ids[0] = schema.findField("event_id").fieldId()
+    key_schema = schema.select(["event_id"])
+    factory = iceberg.data.GenericAppenderFactory(schema, spec, field_ids, key_schema, None)
+    partition = iceberg.data.GenericRecord.create(spec.partitionType())
+    partition.set(0, part)
+    files = iceberg.io.OutputFileFactory.builderFor(jtable, 1, 1).format(iceberg.FileFormat.PARQUET)
+    out = files.build().newOutputFile(spec, partition)
+    writer = factory.newEqDeleteWriter(out, iceberg.FileFormat.PARQUET, partition)
+    for key in keys:
+        record = iceberg.data.GenericRecord.create(key_schema)
+        record.setField("event_id", key)
+        writer.write(record)
+    writer.close()
+    jtable.newRowDelta().addDeletes(writer.toDeleteFile()).commit()
+
+
+def read_with_pyiceberg(spark, table: str) -> list[tuple]:
+    """The table's rows as pyiceberg reads them from the current metadata file."""
+    from pyiceberg.table import StaticTable
+
+    metadata = spark.sql(
+        f"SELECT file FROM {table}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1"
+    ).first()[0]
+    arrow = StaticTable.from_metadata(metadata).scan().to_arrow()
+    return sorted(tuple(r.values()) for r in arrow.to_pylist())
+
+
+def test_equality_deletes_are_applied_dropped_and_the_table_then_planned_healthy(spark, job_client):
+    table = "local.db.upserted"
+    spark.sql(
+        f"""
+        CREATE TABLE {table} (event_id INT, part INT, payload STRING)
+        USING iceberg PARTITIONED BY (part)
+        TBLPROPERTIES ('format-version' = '2', 'write.upsert.enabled' = 'true',
+                       'write.distribution-mode' = 'none')
+        """
+    )
+    for i in range(3):
+        spark.sql(
+            f"""
+            INSERT INTO {table} SELECT CAST(id AS INT), CAST(id % 2 AS INT), concat('v', id)
+            FROM range({i * 100}, {(i + 1) * 100}, 1, 2)
+            """
+        )
+    deleted = {0, 2, 4, 101, 103}
+    write_equality_deletes(spark, table, part=0, keys=[0, 2, 4])
+    write_equality_deletes(spark, table, part=1, keys=[101, 103])
+    expected = sorted((i, i % 2, f"v{i}") for i in range(300) if i not in deleted)
+    assert rows(spark, table) == expected  # Spark applies them on read
+    # 12 small data files are below min_small_files: only the deletes make the run pay off
+    config = table_config(table, plan=PlanConfig(min_small_files=100, min_delete_files=2))
+    before = plan(stats_of(spark, config), config, now())
+    assert before.run and before.scope.equality_delete_files == 2, before.describe()
+
+    report = run_table(spark, client=job_client, config=config)
+
+    assert report.outcome == Outcome.COMPACTED, report.error
+    assert report.totals()["removed_delete_files"] == 2
+    assert report.after["equality_delete_files"] == 0
+    assert report.after["dangling_delete_files"] == 0
+    assert read_with_pyiceberg(spark, table) == expected
+    assert not plan(stats_of(spark, config), config, now()).run
