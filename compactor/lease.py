@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from service.client import Draining, Lease, LeaseClient
+from service.errors import LakelockError
 
 __all__ = ["DrainTimeout", "acquire_maintenance"]
 
@@ -59,36 +60,54 @@ def acquire_maintenance(
     """
     started = clock()
     wait_s = 0.0
-    while True:
-        asked_at = clock()
-        answer = client.acquire_maintenance(
-            table, holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id
-        )
-        waited = clock() - started
-        if not isinstance(answer, Draining):
+    drained = False  # whether this request opened an intent that holds ingest
+    try:
+        while True:
+            asked_at = clock()
+            answer = client.acquire_maintenance(
+                table, holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id
+            )
+            waited = clock() - started
+            if not isinstance(answer, Draining):
+                drained = False
+                log.info(
+                    "maintenance lease %s on %s granted after %.1fs (token %s)",
+                    answer.lease_id,
+                    table,
+                    waited,
+                    answer.token,
+                )
+                return answer, waited
+            drained = True
+            left = max_wait_s - waited
+            if left <= 0:
+                raise DrainTimeout(
+                    f"{table}: {answer.in_flight_commits} commit lease(s) still in flight after "
+                    f"{waited:.1f}s (max wait {max_wait_s:g}s)",
+                    in_flight_commits=answer.in_flight_commits,
+                )
             log.info(
-                "maintenance lease %s on %s granted after %.1fs (token %s)",
-                answer.lease_id,
+                "%s draining: %d commit lease(s) in flight, waited %.1fs",
                 table,
+                answer.in_flight_commits,
                 waited,
-                answer.token,
             )
-            return answer, waited
-        left = max_wait_s - waited
-        if left <= 0:
-            raise DrainTimeout(
-                f"{table}: {answer.in_flight_commits} commit lease(s) still in flight after "
-                f"{waited:.1f}s (max wait {max_wait_s:g}s)",
-                in_flight_commits=answer.in_flight_commits,
-            )
-        log.info(
-            "%s draining: %d commit lease(s) in flight, waited %.1fs",
-            table,
-            answer.in_flight_commits,
-            waited,
-        )
-        # a long-poll answered early means the state changed (one commit left): ask again at
-        # once; a quick answer to a long-poll that did not wait must not become a busy loop
-        if wait_s > 0 and clock() - asked_at < _MIN_POLL_S:
-            sleep(min(answer.retry_after_s, left, 1.0))
-        wait_s = max(0.0, min(poll_s, max_wait_s - (clock() - started)))
+            # a long-poll answered early means the state changed (one commit left): ask again at
+            # once; a quick answer to a long-poll that did not wait must not become a busy loop
+            if wait_s > 0 and clock() - asked_at < _MIN_POLL_S:
+                sleep(min(answer.retry_after_s, left, 1.0))
+            wait_s = max(0.0, min(poll_s, max_wait_s - (clock() - started)))
+    finally:
+        if drained:
+            # giving up (drain timeout, an error, Ctrl-C): ingest must not wait for our intent
+            # to expire
+            _withdraw(client, table=table, request_id=request_id, holder=holder)
+
+
+def _withdraw(client: LeaseClient, *, table: str, request_id: str, holder: str) -> None:
+    try:
+        client.withdraw_intent(table, request_id=request_id, holder=holder)
+    except LakelockError as exc:
+        # the intent then expires by itself (LAKELOCK_INTENT_TTL_S); the run's own outcome
+        # (raised on from the finally above) is what matters
+        log.warning("could not withdraw the intent %s on %s: %s", request_id, table, exc)

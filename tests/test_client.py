@@ -341,3 +341,20 @@ def test_client_against_the_service_maps_drain_and_refusals(lakelock_server: Any
     with pytest.raises(LeaseExpired):
         job.renew(maintenance)
     job.close()
+
+
+def test_a_compactor_that_gives_up_draining_withdraws_its_intent(lakelock_server: Any) -> None:
+    from compactor.lease import DrainTimeout, acquire_maintenance
+
+    table = "lake.db.gives_up"
+    job = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
+    in_flight = job.acquire_commit(table, holder="ingest-slow", ttl_s=60)
+    with pytest.raises(DrainTimeout):
+        acquire_maintenance(
+            job, table=table, holder="compactor-1", ttl_s=30, max_wait_s=0.5, request_id="run-9"
+        )
+    # ingest is not held by an intent nobody asks for any more
+    assert job.acquire_commit(table, holder="ingest-next", ttl_s=30).holder == "ingest-next"
+    trail = [e["event"] for e in job.events(table=table)]
+    assert "intent.withdrawn" in trail and "intent.expired" not in trail
+    job.release(in_flight)
