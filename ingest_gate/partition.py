@@ -132,6 +132,12 @@ def escape(text: str) -> str:
 
 
 _EPOCH = datetime(1970, 1, 1)
+_TIME_TRANSFORMS = ("day", "hour", "month", "year")
+# the source types whose values _human_identity prints as Iceberg's toHumanString does
+_IDENTITY_TYPES = frozenset(
+    ("boolean", "int", "long", "string", "date", "timestamp", "timestamptz", "decimal", "uuid")
+    + ("binary", "fixed")
+)
 _PARAMETERISED = re.compile(r"^(bucket|truncate)\[(\d+)\]$")
 
 
@@ -165,7 +171,7 @@ def _human(field: PartitionField, value: Any) -> str:
         return "null"
     if transform == "identity":
         return _human_identity(field.source_type, value)
-    if transform in ("day", "hour", "month", "year"):
+    if transform in _TIME_TRANSFORMS:
         return _human_time(transform, value)
     match = _PARAMETERISED.match(transform)
     if match and match.group(1) == "bucket":
@@ -213,7 +219,8 @@ def _human_identity(source_type: str, value: Any) -> str:
     if kind in ("binary", "fixed"):
         return base64.b64encode(bytes(value)).decode("ascii")
     raise UnsupportedPartition(
-        f"cannot name {source_type} partition values as Iceberg does; lease the whole table"
+        f"cannot name {source_type} partition values as Iceberg does (Java and Python print "
+        "them differently); lease the whole table"
     )
 
 
@@ -282,21 +289,17 @@ def scope_refusal(
 
 
 def _check_nameable(field: PartitionField) -> None:
-    if field.transform in ("identity",) or _PARAMETERISED.match(field.transform or ""):
-        if field.transform.startswith("bucket"):
-            return
-        # a null-free probe through the type's formatter
-        kind = field.source_type.split("(", 1)[0]
-        if kind in ("float", "double", "time", "timestamp_ns", "timestamptz_ns", "variant"):
+    transform = field.transform
+    if transform in _TIME_TRANSFORMS or transform == "void" or transform.startswith("bucket["):
+        return
+    if transform == "identity" or transform.startswith("truncate["):
+        if field.source_type.split("(", 1)[0] not in _IDENTITY_TYPES:
             raise UnsupportedPartition(
                 f"partition field {field.name}: cannot name {field.source_type} values as "
-                "Iceberg does"
+                "Iceberg does (Java and Python print them differently)"
             )
         return
-    if field.transform not in ("day", "hour", "month", "year", "void"):
-        raise UnsupportedPartition(
-            f"partition field {field.name}: unknown transform {field.transform!r}"
-        )
+    raise UnsupportedPartition(f"partition field {field.name}: unknown transform {transform!r}")
 
 
 # --- Spark side: py4j and DataFrames; pyspark is imported by the caller's session only ---
