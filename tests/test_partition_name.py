@@ -1,6 +1,7 @@
-"""partition_name against the paths Iceberg 1.9.2's `PartitionSpec.partitionToPath` gives (the
-expected strings were read from the runtime jar; tests/spark/test_partition_names.py checks them
-against Iceberg on real tables)."""
+"""partition_name against the paths Iceberg 1.9.2's `PartitionSpec.partitionToPath` gives.
+tests/spark/test_partition_names.py checks identity date/int/string, day, hour, month, year,
+bucket and string truncate against Iceberg on real tables; the other identity types here follow
+Iceberg's `toHumanString` source (Java's `toString` of the value)."""
 
 from __future__ import annotations
 
