@@ -135,9 +135,9 @@ class Settings(BaseSettings):
         default=5.0,
         gt=0,
         le=120,
-        description="Database connect timeout, and the wait for a free pooled connection; reads "
-        "and writes time out after 2x this. Bounds how long a call waits on an unreachable "
-        "or stuck database before answering 503.",
+        description="Database connect, read and write timeout, and the wait for a free pooled "
+        "connection. A call answers 503 within about 2x this when the database is unreachable, "
+        "silent or stuck (connect, then one read; no ping first).",
     )
     runs_kept: int = Field(default=50, ge=1, le=10000, description="Run reports kept per table.")
     retention_days: int = Field(

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
 TABLE = "lake.db.events"
 DB_TIMEOUT_S = 1.0
-PROMPT_S = 10.0  # generous: the timeouts allow about 5 s (connect 1 s + a pre-ping read 4 s)
+PROMPT_S = 10.0  # generous: the timeouts allow about 2 s (connect 1 s + one read 1 s)
 
 
 @pytest.fixture
