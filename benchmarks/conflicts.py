@@ -33,7 +33,6 @@ commits, failed batches and compaction runs on a time axis) and `results.json` i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -41,8 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.lease_throughput import percentile
+from benchmarks.modes import (
+    add_workload_arguments,
+    run_modes,
+    run_pipeline,
+    side_by_side,
+    write_outputs,
+)
 from compactor.report import changed_anything
-from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from demo.pipeline import PipelineResult
 
 __all__ = [
     "ModeFigures",
@@ -194,24 +200,7 @@ _ROWS = [
 
 
 def render_markdown(modes: list[ModeFigures], *, command: str) -> str:
-    names = [m["mode"] for m in modes]
-    lines = [
-        "# Conflicts with and without lakelock",
-        "",
-        f"`{command}`",
-        "",
-        "| | " + " | ".join(names) + " |",
-        "| --- |" + " ---: |" * len(names),
-    ]
-    for label, key in _ROWS:
-        values = ["n/a" if m[key] is None else str(m[key]) for m in modes]
-        lines.append(f"| {label} | " + " | ".join(values) + " |")
-    for mode in modes:
-        for what in ("failed_batch_messages", "failed_compaction_messages"):
-            if mode[what]:
-                lines += ["", f"{mode['mode']}, {what.replace('_', ' ')}:", ""]
-                lines += [f"- `{m}`" for m in mode[what]]
-    return "\n".join(lines) + "\n"
+    return side_by_side("# Conflicts with and without lakelock", command, modes, _ROWS)
 
 
 def render_timeline(modes: list[ModeFigures], path: Path) -> None:
@@ -266,16 +255,13 @@ def render_timeline(modes: list[ModeFigures], path: Path) -> None:
     plt.close(fig)
 
 
+MODES = ("uncoordinated", "coordinated")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.conflicts", description=__doc__)
-    parser.add_argument("--duration-s", type=float, default=180.0, help="per mode")
-    parser.add_argument("--rate", type=float, default=200.0, help="events per second")
-    parser.add_argument("--trigger-interval-s", type=float, default=1.0)
-    parser.add_argument("--compact-every-s", type=float, default=8.0)
-    parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("var/conflicts"))
-    parser.add_argument(
-        "--modes", default="uncoordinated,coordinated", help="comma-separated, in run order"
+    add_workload_arguments(
+        parser, duration_s=180.0, compact_every_s=8.0, out=Path("var/conflicts"), modes=MODES
     )
     return parser
 
@@ -283,29 +269,17 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    modes = []
-    for mode in args.modes.split(","):
-        if mode not in ("uncoordinated", "coordinated"):
-            raise SystemExit(f"unknown mode {mode!r}: use uncoordinated and/or coordinated")
-        print(f"== {mode}: {args.duration_s:g}s", flush=True)
-        options = PipelineOptions(
-            duration_s=args.duration_s,
-            workdir=args.out / mode,
-            rate=args.rate,
-            trigger_interval_s=args.trigger_interval_s,
-            compact_every_s=args.compact_every_s,
-            seed=args.seed,
-            coordinated=mode == "coordinated",
-            max_hold_s=300.0,
-        )
-        result = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True)).run()
-        modes.append(figures(result))
+
+    def run(mode: str) -> ModeFigures:
+        # whole-table leases, as these figures were first measured; benchmarks/scopes.py
+        # compares them with partition scopes
+        result = run_pipeline(args, mode, coordinated=mode == "coordinated", lease_scope="table")
+        return figures(result)
+
+    modes = run_modes(args.modes, MODES, run)
     command = "python -m benchmarks.conflicts " + " ".join(argv or sys.argv[1:])
-    (args.out / "results.json").write_text(json.dumps(modes, indent=2) + "\n")
-    (args.out / "report.md").write_text(render_markdown(modes, command=command.strip()))
-    render_timeline(modes, args.out / "conflicts.png")
-    print((args.out / "report.md").read_text())
-    print(f"timeline: {args.out / 'conflicts.png'}")
+    markdown = render_markdown(modes, command=command.strip())
+    write_outputs(args.out, modes, markdown, "conflicts.png", render_timeline)
     return 0
 
 

@@ -21,6 +21,8 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     [defaults.lease]
     ttl = "60s"
     max_wait = "10m"                    # drain wait before the run is skipped
+    scope = "partitions"                # one lease per group of partitions; "table": one
+                                        # whole-table lease for every step, as before scopes
     [defaults.plan]
     small_file_fraction = 0.75          # small = under this fraction of the target size
     min_small_files = 10
@@ -30,6 +32,10 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     recent_days = 3                     # rewrite `recent_column >= today - 3 days` only
     recent_column = "dt"
     full_rewrite_at = "03:00"           # UTC; rewrite-all once a day at or after it
+    hot_window = "15m"                  # a partition updated within it is hot (default 0: off)
+    hot_min_small_files = 50            # a hot partition is rewritten, alone, only above these
+    hot_min_delete_files = 50
+    max_partitions_per_group = 10       # cold partitions rewritten under one lease
     [defaults.rewrite_data_files]
     strategy = "binpack"                # or "sort" (sort_order = "event_id ASC NULLS LAST")
     options = { "target-file-size-bytes" = 134217728, "min-input-files" = 5 }
@@ -160,6 +166,9 @@ class LeaseConfig:
     max_wait: timedelta = timedelta(minutes=10)
     # None: the Renewer's default (two thirds of the TTL)
     renew_deadline: timedelta | None = None
+    # "partitions": a scoped lease per group of partitions (compactor.plan); "table": one
+    # whole-table lease for every step, the behaviour before scopes (for comparison)
+    scope: str = "partitions"
 
 
 @dataclass(frozen=True)
@@ -174,6 +183,12 @@ class PlanConfig:
     recent_days: int | None = None
     recent_column: str = "dt"
     full_rewrite_at: time | None = None
+    # a partition a commit touched within this window is hot (0: only a live commit lease on
+    # it makes it hot); hot partitions are rewritten only above the hot thresholds, alone
+    hot_window: timedelta = timedelta(0)
+    hot_min_small_files: int = 50
+    hot_min_delete_files: int = 50
+    max_partitions_per_group: int = 10
 
 
 @dataclass(frozen=True)
@@ -434,7 +449,7 @@ def _coerce(key: str, value: Any, current: Any) -> Any:
         merged = dict(current)
         merged.update({str(k): _option_text(v) for k, v in dict(value).items()})
         return MappingProxyType(merged)
-    if key in {"ttl", "max_wait", "renew_deadline", "older_than"}:
+    if key in {"ttl", "max_wait", "renew_deadline", "older_than", "hot_window"}:
         return parse_duration(value)
     if key == "full_rewrite_at":
         return None if value in (None, "") else time.fromisoformat(str(value))
@@ -478,6 +493,12 @@ def _validate(config: TableConfig, where: str) -> None:
         raise ConfigError(f"{where}: plan.recent_days must be >= 0")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", plan.recent_column):
         raise ConfigError(f"{where}: plan.recent_column must be a column name")
+    if config.lease.scope not in {"partitions", "table"}:
+        raise ConfigError(f"{where}: lease.scope must be partitions or table")
+    if plan.max_partitions_per_group < 1:
+        raise ConfigError(f"{where}: plan.max_partitions_per_group must be at least 1")
+    if plan.hot_window < timedelta(0):
+        raise ConfigError(f"{where}: plan.hot_window must not be negative")
     if config.lease.ttl.total_seconds() < 1:
         raise ConfigError(f"{where}: lease.ttl must be at least 1s")
     manifests = config.rewrite_manifests

@@ -5,6 +5,10 @@
     python -m compactor run --table local.db.events --once
     python -m compactor run --config compactor.toml --every 10m
 
+`plan` lists the partitions in scope (hot or cold, and why), the groups a run would lease one
+after another and the steps run without a lease; it does not ask the service, so only the hot
+window makes a partition hot there (a run also counts live commit leases).
+
 The table is looked up in the catalog of --config, else in the local Hadoop catalog `local`
 with its warehouse in var/warehouse; --catalog and --warehouse point elsewhere. `run` sends the
 bearer token from LAKELOCK_TOKEN (or the variable `[service] token_env` of --config) to the

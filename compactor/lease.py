@@ -2,18 +2,20 @@
 
     lease, waited_s = acquire_maintenance(client, table="local.db.events", holder=h, ttl_s=60,
                                           max_wait_s=600, request_id="compactor-1f3a")
+    acquire_maintenance(client, ..., partitions=["dt=2024-05-01", "dt=2024-05-02"])  # scoped
 
 The first ask registers an intent when commit leases are live (the service answers
 `Draining`); from then on no new commit lease is granted, and the in-flight ones finish. Asking
 again with the same request id keeps the intent alive and is answered with the lease as soon as
-the last commit lease is gone (each ask long-polls on the service for up to `poll_s`).
+the last commit lease is gone (each ask long-polls on the service for up to `poll_s`). With
+`partitions`, only commit leases whose scope intersects them drain, and only those are held.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from service.client import Draining, Lease, LeaseClient
 from service.errors import LakelockError
@@ -44,15 +46,17 @@ def acquire_maintenance(
     ttl_s: float,
     max_wait_s: float,
     request_id: str,
+    partitions: Sequence[str] | None = None,
     poll_s: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[Lease, float]:
-    """The maintenance lease on `table` and the seconds spent waiting for it.
+    """The maintenance lease on `table` (on `partitions` of it; None: the whole table) and the
+    seconds spent waiting for it.
 
     Raises:
         DrainTimeout: still draining after `max_wait_s`.
-        MaintenanceHeld: another maintenance lease or intent is live (skip the run).
+        MaintenanceHeld: a live maintenance lease intersects the scope (skip the run).
         MaintenanceOff: an operator disabled maintenance on the table (skip the run).
         Unavailable, OutcomeUnknown, ServerError: the service cannot be trusted now; do not
             compact (a lease granted unseen expires after its TTL).
@@ -65,7 +69,12 @@ def acquire_maintenance(
         while True:
             asked_at = clock()
             answer = client.acquire_maintenance(
-                table, holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id
+                table,
+                holder=holder,
+                ttl_s=ttl_s,
+                wait_s=wait_s,
+                request_id=request_id,
+                partitions=partitions,
             )
             waited = clock() - started
             if not isinstance(answer, Draining):

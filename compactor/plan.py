@@ -1,13 +1,40 @@
 """Decide whether a table needs maintenance, and which procedures to run: a pure function.
 
-    p = plan(stats, table_config, now)     # stats from compactor.stats.collect_stats
+    p = plan(stats, table_config, now, leased={"dt=2024-05-10"})  # stats: collect_stats
     p.run                                  # False: skip, take no lease (ingest keeps going)
     p.reasons                              # why, with the numbers and the thresholds
-    p.steps                                # Step("rewrite_data_files", ...), ... in order
+    p.groups                               # Group(partitions, steps): one lease each, in order
+    p.unleased                             # expire_snapshots, remove_orphan_files: no lease
+    p.steps                                # every step, in order
     print(p.describe())
 
+Leases (DESIGN.md §3b). With `lease.scope = "partitions"` (the default) the plan is made per
+partition, named by `ingest_gate.partition.partition_name` (the gate's names, byte for byte):
+
+    hot              a live commit lease covers it (`leased`), or a commit touched it within
+                     `plan.hot_window` (`last_updated_at` of the `partitions` table)
+    cold groups      when the cold partitions pay off (the thresholds below, over the cold
+                     partitions), every cold partition a rewrite would change, coldest first, in
+                     groups of at most `plan.max_partitions_per_group`; one lease per group
+    hot partitions   only one whose own debt reaches `plan.hot_min_small_files` or
+                     `plan.hot_min_delete_files`, and then alone: a writer of it waits for one
+                     partition's rewrite at most
+    rewrite_manifests  rewrites the table's manifest list: a whole-table lease of its own, only
+                     when the manifests pay off
+    expire_snapshots, remove_orphan_files  no lease at all, after the groups: they hold no
+                     writer. expire_snapshots commits new table metadata optimistically (a
+                     concurrent commit makes Iceberg retry or fail it, never lose the other) and
+                     removes only snapshots the floors let go, and the files only they reference;
+                     remove_orphan_files deletes only files older than its floor (24 h) that no
+                     snapshot references, which no writer in flight can still be committing
+
+Every lease covers the whole table instead, and the plan says why (`whole_table`), when
+`lease.scope = "table"` (one lease for every step, as before scopes: the comparison baseline),
+the table is not partitioned, its live files use several partition specs (a partition of one
+spec is no partition of the other), or a partition value cannot be named as Iceberg names it.
+
 A run pays off when, within the scope (the recent partitions when `plan.recent_days` is set,
-else the whole table):
+else the whole table; only the cold ones with partition scope):
 
     small files       some partition holds at least `min-input-files` small files (what
                       rewrite_data_files would pick up) and the scope at least `min_small_files`
@@ -42,7 +69,7 @@ tests/spark/test_compactor_converges.py):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
@@ -60,6 +87,8 @@ from compactor.stats import PartitionStats, SnapshotStats, TableStats, Totals
 __all__ = [
     "Mode",
     "Step",
+    "Group",
+    "PartitionPlan",
     "Plan",
     "ExpiryPlan",
     "plan",
@@ -83,6 +112,8 @@ class Step:
     """One procedure call, with everything it needs.
 
     Step("rewrite_data_files", "38 small files", options={...}, where="dt >= '2024-05-01'")
+    Step("rewrite_data_files", "...", partitions=("dt=2024-05-01",),
+         partition_values=({"dt": date(2024, 5, 1)},))   # limited to these partitions
     Step("expire_snapshots", "...", older_than=..., retain_last=10, snapshot_ids=(17, 18))
     """
 
@@ -95,6 +126,10 @@ class Step:
     older_than: datetime | None = None
     retain_last: int | None = None
     snapshot_ids: tuple[int, ...] = ()
+    # the partitions the step is limited to (names, and their values by partition field name,
+    # from which compactor.procedure builds the Iceberg filter); empty: no partition limit
+    partitions: tuple[str, ...] = ()
+    partition_values: tuple[Mapping[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"procedure": self.procedure, "reason": self.reason}
@@ -107,21 +142,97 @@ class Step:
             out["older_than"] = self.older_than.isoformat()
         if self.snapshot_ids:
             out["snapshot_ids"] = list(self.snapshot_ids)
+        if self.partitions:
+            out["partitions"] = list(self.partitions)
         return out
 
 
 @dataclass(frozen=True)
+class Group:
+    """Steps run under one maintenance lease on `partitions` (None: the whole table).
+
+    Group(("dt=2024-05-01", "dt=2024-05-02"), (rewrite_data_files, ...))
+    Group(("dt=2024-05-10",), (...), hot=True)      # a hot partition, always alone
+    Group(None, (Step("rewrite_manifests", ...),))
+    """
+
+    partitions: tuple[str, ...] | None
+    steps: tuple[Step, ...]
+    hot: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "partitions": None if self.partitions is None else list(self.partitions),
+            "hot": self.hot,
+            "steps": [s.as_dict() for s in self.steps],
+        }
+
+    def describe(self) -> str:
+        if self.partitions is None:
+            return "whole table"
+        return f"{'hot' if self.hot else 'cold'}: {', '.join(self.partitions)}"
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """One partition in scope: hot or cold, and the group that rewrites it (None: left alone)."""
+
+    name: str
+    hot: str | None  # why it is hot; None: cold
+    group: int | None
+    stats: PartitionStats
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.stats
+        at = p.last_updated_at
+        return {
+            "name": self.name,
+            "hot": self.hot is not None,
+            "why_hot": self.hot,
+            "group": self.group,
+            "data_files": p.data_files,
+            "small_files": p.small_files,
+            "delete_files": p.delete_files,
+            "dangling_delete_files": p.dangling_delete_files,
+            "last_updated_at": at.isoformat() if at else None,
+        }
+
+    def describe(self) -> str:
+        p = self.stats
+        state = f"hot ({self.hot})" if self.hot else "cold"
+        where = f"group {self.group + 1}" if self.group is not None else "left alone"
+        return (
+            f"{self.name}: {state}, {p.data_files} data files ({p.small_files} small), "
+            f"{p.delete_files} delete files ({p.dangling_delete_files} dangling): {where}"
+        )
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What a run would do to one table, and why."""
+    """What a run would do to one table, and why.
+
+    `groups` run one after another, each under its own maintenance lease; `unleased` steps run
+    after them without one. `whole_table` says why every lease covers the whole table (None:
+    partition scope); `scope` sums the partitions a data rewrite may pick from (the cold ones,
+    within `where`).
+    """
 
     table: str
     run: bool
     mode: Mode
     reasons: tuple[str, ...]
-    steps: tuple[Step, ...] = ()
+    groups: tuple[Group, ...] = ()
     where: str | None = None
     scope: Totals = Totals()
     total: Totals = Totals()
+    whole_table: str | None = None
+    unleased: tuple[Step, ...] = ()
+    partitions: tuple[PartitionPlan, ...] = ()
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Every step, in the order the run takes them."""
+        return tuple(s for g in self.groups for s in g.steps) + self.unleased
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -129,18 +240,25 @@ class Plan:
             "run": self.run,
             "mode": str(self.mode),
             "where": self.where,
+            "lease_scope": "table" if self.whole_table else "partitions",
+            "whole_table": self.whole_table,
             "reasons": list(self.reasons),
             "steps": [s.as_dict() for s in self.steps],
+            "groups": [g.as_dict() for g in self.groups],
+            "unleased": [s.as_dict() for s in self.unleased],
+            "partitions": [p.as_dict() for p in self.partitions],
             "scope": self.scope.as_dict(),
             "total": self.total.as_dict(),
         }
 
     def describe(self) -> str:
-        """A few lines for a person: the decision, the reasons, the steps."""
+        """A few lines for a person: the decision, the reasons, the partitions, the groups."""
         verdict = f"run ({self.mode})" if self.run else "skip"
         lines = [f"{self.table}: {verdict}"]
         if self.where:
             lines.append(f"  where: {self.where}")
+        if self.whole_table:
+            lines.append(f"  leases: whole table, because {self.whole_table}")
         s = self.scope
         lines.append(
             f"  scope: {s.partitions} partitions, {s.data_files} data files "
@@ -149,10 +267,26 @@ class Plan:
             f"{s.dangling_delete_files} more dangling)"
         )
         lines += [f"  because: {r}" for r in self.reasons]
-        for step in self.steps:
-            extra = f" where {step.where}" if step.where else ""
-            lines.append(f"  step: {step.procedure}{extra}: {step.reason}")
+        lines += [f"  partition {p.describe()}" for p in self.partitions if _shown(p)]
+        quiet = sum(1 for p in self.partitions if not _shown(p))
+        if quiet:
+            lines.append(f"  partitions: {quiet} more, cold, with nothing to rewrite")
+        for i, group in enumerate(self.groups):
+            lines.append(f"  group {i + 1} (lease on {group.describe()})")
+            lines += [_step_line(step, "    ") for step in group.steps]
+        if self.unleased:
+            lines.append("  without a lease (behind the retention floors)")
+            lines += [_step_line(step, "    ") for step in self.unleased]
         return "\n".join(lines)
+
+
+def _shown(p: PartitionPlan) -> bool:
+    return p.hot is not None or p.group is not None
+
+
+def _step_line(step: Step, indent: str) -> str:
+    extra = f" where {step.where}" if step.where else ""
+    return f"{indent}step: {step.procedure}{extra}: {step.reason}"
 
 
 @dataclass(frozen=True)
@@ -170,12 +304,16 @@ class ExpiryPlan:
     kept_for_queries: tuple[int, ...]
 
 
-def plan(stats: TableStats, config: TableConfig, now: datetime) -> Plan:
-    """The plan for `stats` under `config` at `now` (an aware UTC datetime).
+def plan(
+    stats: TableStats, config: TableConfig, now: datetime, *, leased: Collection[str] = ()
+) -> Plan:
+    """The plan for `stats` under `config` at `now` (an aware UTC datetime); `leased` names the
+    partitions live commit leases cover (they are hot).
 
     Raises:
         RetentionRefused: a retention setting is below its floor (nothing may run).
-        ValueError: `now` is naive, or `stats` counted small files with another size.
+        ValueError: `now` is naive, `stats` counted small files with another size, or its
+            partitions have no names although it names no reason to lease the whole table.
     """
     if now.tzinfo is None:
         raise ValueError("now must be an aware datetime (UTC)")
@@ -186,26 +324,122 @@ def plan(stats: TableStats, config: TableConfig, now: datetime) -> Plan:
             f"the config says {config.small_file_bytes}"
         )
     total = stats.totals()
+    by_table = config.lease.scope == "table"
+    whole_table = "lease.scope is table" if by_table else stats.scope_refusal
+    reasons: list[str] = []
     if full_rewrite_due(config.plan, last=stats.last_full_rewrite_at, now=now):
         last = stats.last_full_rewrite_at
-        reason = (
+        reasons.append(
             f"daily rewrite-all due at {config.plan.full_rewrite_at:%H:%M} UTC "
             f"(last: {last.isoformat() if last else 'never'})"
         )
         if total.data_files == 0:
-            return Plan(stats.table, False, Mode.REWRITE_ALL, (reason, "but the table is empty"))
-        steps = _steps(stats, config, now, mode=Mode.REWRITE_ALL, where=None, scope=total)
-        return Plan(stats.table, True, Mode.REWRITE_ALL, (reason,), steps, None, total, total)
+            reasons.append("but the table is empty")
+            return Plan(
+                stats.table, False, Mode.REWRITE_ALL, tuple(reasons), whole_table=whole_table
+            )
+        mode, where, in_scope = Mode.REWRITE_ALL, None, list(stats.partitions)
+    else:
+        recent = recent_where(config.plan, now=now)
+        mode, where = Mode.INCREMENTAL, recent[0] if recent else None
+        in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
+    everything = mode is Mode.REWRITE_ALL
+    table_run, table_idle = _table_reasons(stats, config, now)
+    manifests = _manifest_steps(stats, config)
+    unleased = _unleased_steps(stats, config, now)
 
-    recent = recent_where(config.plan, now=now)
-    where = recent[0] if recent else None
-    scoped = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
-    scope = Totals.of(scoped)
-    reasons, idle = _pays_off(stats, scope, config, now)
+    if whole_table is not None:
+        scope = Totals.of(in_scope)
+        data_run, data_idle = _data_reasons(scope, config, stats.small_file_bytes)
+        reasons += [] if everything else data_run + table_run
+        if not reasons:
+            idle = tuple(data_idle + table_idle)
+            return Plan(stats.table, False, mode, idle, (), where, scope, total, whole_table)
+        small_ok = everything or _small_files_pay_off(scope, config)
+        data = _data_steps(config, mode, scope, small_ok=small_ok, where=where)
+        if by_table:
+            # everything under the one lease, as before scopes: the benchmark's baseline
+            groups = _groups(Group(None, data + manifests + unleased))
+            unleased = ()
+        else:
+            groups = _groups(Group(None, data + manifests))
+        return Plan(
+            stats.table,
+            True,
+            mode,
+            tuple(reasons),
+            groups,
+            where,
+            scope,
+            total,
+            whole_table,
+            unleased=unleased,
+        )
+
+    if any(p.name is None for p in in_scope):
+        raise ValueError("partitions without names need stats.scope_refusal (see collect_stats)")
+    cold_at = now - config.plan.hot_window
+    hot = {p.name: why for p in in_scope if (why := _why_hot(p, leased, cold_at, config))}
+    cold = [p for p in in_scope if p.name not in hot]
+    scope = Totals.of(cold)
+    data_run, data_idle = _data_reasons(scope, config, stats.small_file_bytes)
+    hot_debt = sorted(
+        (p for p in in_scope if p.name in hot and _hot_debt_pays_off(p, config)),
+        key=_coldest_first,
+    )
+    hot_run = [_hot_text(p, hot[p.name], config) for p in hot_debt]
+    hot_idle = (
+        [
+            f"{len(hot) - len(hot_debt)} hot partitions left alone, below the hot thresholds "
+            f"({config.plan.hot_min_small_files} small files, "
+            f"{config.plan.hot_min_delete_files} delete files)"
+        ]
+        if len(hot) > len(hot_debt)
+        else []
+    )
+    reasons += ([] if everything else data_run) + hot_run + table_run
     if not reasons:
-        return Plan(stats.table, False, Mode.INCREMENTAL, tuple(idle), (), where, scope, total)
-    steps = _steps(stats, config, now, mode=Mode.INCREMENTAL, where=where, scope=scope)
-    return Plan(stats.table, True, Mode.INCREMENTAL, tuple(reasons), steps, where, scope, total)
+        idle = tuple(data_idle + hot_idle + table_idle)
+        parts = _partition_plans(in_scope, hot, ())
+        return Plan(stats.table, False, mode, idle, (), where, scope, total, None, partitions=parts)
+    reasons += hot_idle
+    picked = (
+        sorted((p for p in cold if _has_debt(p, config, everything=everything)), key=_coldest_first)
+        if everything or data_run
+        else []
+    )
+    size = config.plan.max_partitions_per_group
+    chunks = [picked[i : i + size] for i in range(0, len(picked), size)] + [[p] for p in hot_debt]
+    groups = _groups(
+        *(
+            Group(
+                tuple(str(p.name) for p in chunk),
+                _data_steps(
+                    config,
+                    mode,
+                    Totals.of(chunk),
+                    small_ok=_small_input(chunk, config),
+                    partitions=chunk,
+                ),
+                hot=chunk[0].name in hot,
+            )
+            for chunk in chunks
+        ),
+        Group(None, manifests),
+    )
+    return Plan(
+        stats.table,
+        True,
+        mode,
+        tuple(reasons),
+        groups,
+        where,
+        scope,
+        total,
+        None,
+        unleased=unleased,
+        partitions=_partition_plans(in_scope, hot, groups),
+    )
 
 
 def recent_where(config: PlanConfig, *, now: datetime) -> tuple[str, date] | None:
@@ -286,18 +520,17 @@ def _in_scope(
     return scoped
 
 
-def _pays_off(
-    stats: TableStats, scope: Totals, config: TableConfig, now: datetime
+def _data_reasons(
+    scope: Totals, config: TableConfig, small_file_bytes: int
 ) -> tuple[list[str], list[str]]:
-    """(reasons to run, reasons not to); the run happens when the first list is not empty."""
+    """(reasons to rewrite data and delete files in `scope`, reasons not to)."""
     th = config.plan
     min_input = config.rewrite_data_files.min_input_files
-    small_mib = stats.small_file_bytes / _MIB
     run: list[str] = []
     idle: list[str] = []
     small_ok = _small_files_pay_off(scope, config)
     small_text = (
-        f"{scope.small_files} small files (< {small_mib:.1f} MiB), at most "
+        f"{scope.small_files} small files (< {small_file_bytes / _MIB:.1f} MiB), at most "
         f"{scope.max_small_files_in_partition} in one partition (thresholds: "
         f"{th.min_small_files} in scope, {min_input} in a partition)"
     )
@@ -316,6 +549,15 @@ def _pays_off(
             f"file (threshold: {th.min_delete_files})"
         )
         (run if scope.dangling_delete_files >= th.min_delete_files else idle).append(dangling_text)
+    return run, idle
+
+
+def _table_reasons(
+    stats: TableStats, config: TableConfig, now: datetime
+) -> tuple[list[str], list[str]]:
+    """(reasons to rewrite manifests or expire snapshots, reasons not to)."""
+    run: list[str] = []
+    idle: list[str] = []
     manifests = config.rewrite_manifests
     if manifests.enabled:
         small = _small_manifests(stats, config)
@@ -329,10 +571,76 @@ def _pays_off(
         expirable = len(_expiry(stats, config, now).expired)
         text = (
             f"{expirable} of {len(stats.snapshots)} snapshots can be expired "
-            f"(threshold: {th.max_snapshots})"
+            f"(threshold: {config.plan.max_snapshots})"
         )
-        (run if expirable >= th.max_snapshots else idle).append(text)
+        (run if expirable >= config.plan.max_snapshots else idle).append(text)
     return run, idle
+
+
+def _why_hot(
+    p: PartitionStats, leased: Collection[str], cold_at: datetime, config: TableConfig
+) -> str | None:
+    """Why partition `p` is hot, or None when it is cold."""
+    if p.name in leased:
+        return "a live commit lease covers it"
+    if p.last_updated_at is not None and p.last_updated_at > cold_at and config.plan.hot_window:
+        return (
+            f"updated at {p.last_updated_at:%Y-%m-%d %H:%M:%S}, within the hot window of "
+            f"{format_duration(config.plan.hot_window)}"
+        )
+    return None
+
+
+def _hot_debt_pays_off(p: PartitionStats, config: TableConfig) -> bool:
+    th = config.plan
+    deletes = p.delete_files + p.dangling_delete_files
+    return p.small_files >= th.hot_min_small_files or deletes >= th.hot_min_delete_files
+
+
+def _hot_text(p: PartitionStats, why: str, config: TableConfig) -> str:
+    return (
+        f"hot partition {p.name} ({why}): {p.small_files} small files, "
+        f"{p.delete_files + p.dangling_delete_files} delete files (hot thresholds: "
+        f"{config.plan.hot_min_small_files} small files or {config.plan.hot_min_delete_files} "
+        "delete files): rewritten alone"
+    )
+
+
+def _has_debt(p: PartitionStats, config: TableConfig, *, everything: bool) -> bool:
+    """Whether a data or delete rewrite would change partition `p`."""
+    if p.delete_files > 0 or p.dangling_delete_files > 0:
+        return True
+    if everything:
+        return p.data_files > 0
+    return p.small_files >= config.rewrite_data_files.min_input_files
+
+
+def _small_input(partitions: Sequence[PartitionStats], config: TableConfig) -> bool:
+    """Whether rewrite_data_files would find a file group in one of `partitions`."""
+    min_input = config.rewrite_data_files.min_input_files
+    return any(p.small_files >= min_input for p in partitions)
+
+
+_LONG_AGO = datetime.min.replace(tzinfo=UTC)
+
+
+def _coldest_first(p: PartitionStats) -> tuple[datetime, str]:
+    return (p.last_updated_at or _LONG_AGO, str(p.name))
+
+
+def _groups(*groups: Group) -> tuple[Group, ...]:
+    """The groups that have a step: a lease without work would hold ingest for nothing."""
+    return tuple(g for g in groups if g.steps)
+
+
+def _partition_plans(
+    partitions: Iterable[PartitionStats], hot: Mapping[str, str], groups: Sequence[Group]
+) -> tuple[PartitionPlan, ...]:
+    group_of = {name: i for i, g in enumerate(groups) for name in g.partitions or ()}
+    return tuple(
+        PartitionPlan(str(p.name), hot.get(str(p.name)), group_of.get(str(p.name)), p)
+        for p in sorted(partitions, key=_coldest_first)
+    )
 
 
 def _small_files_pay_off(scope: Totals, config: TableConfig) -> bool:
@@ -356,24 +664,25 @@ def _expiry(stats: TableStats, config: TableConfig, now: datetime) -> ExpiryPlan
     )
 
 
-def _steps(
-    stats: TableStats,
+def _data_steps(
     config: TableConfig,
-    now: datetime,
-    *,
     mode: Mode,
-    where: str | None,
     scope: Totals,
+    *,
+    small_ok: bool,
+    where: str | None = None,
+    partitions: Sequence[PartitionStats] = (),
 ) -> tuple[Step, ...]:
+    """rewrite_data_files and rewrite_position_delete_files over `scope`, each only when it has
+    work; limited to `partitions` when given (else to `where`, else the whole table)."""
     steps: list[Step] = []
     everything = mode is Mode.REWRITE_ALL
+    names = tuple(str(p.name) for p in partitions)
+    values = tuple(p.partition for p in partitions)
     rdf = config.rewrite_data_files
     # only when it has work: a run for manifests or snapshots alone need not plan a rewrite
     rdf_work = (
-        everything
-        or _small_files_pay_off(scope, config)
-        or scope.delete_files > 0
-        or scope.dangling_equality_delete_files > 0
+        everything or small_ok or scope.delete_files > 0 or scope.dangling_equality_delete_files > 0
     )
     if rdf.enabled and rdf_work:
         options = dict(rdf.options)
@@ -393,6 +702,8 @@ def _steps(
                 where=where,
                 strategy=rdf.strategy,
                 sort_order=rdf.sort_order,
+                partitions=names,
+                partition_values=values,
             )
         )
     rpd = config.rewrite_position_delete_files
@@ -410,17 +721,26 @@ def _steps(
                 "no live data file",
                 options=options,
                 where=where,
+                partitions=names,
+                partition_values=values,
             )
         )
+    return tuple(steps)
+
+
+def _manifest_steps(stats: TableStats, config: TableConfig) -> tuple[Step, ...]:
     manifests = config.rewrite_manifests
     small = _small_manifests(stats, config)
-    if manifests.enabled and small >= manifests.min_small_manifests:
-        steps.append(
-            Step(
-                "rewrite_manifests",
-                f"{small} of {len(stats.manifest_bytes)} manifests are small",
-            )
-        )
+    if not manifests.enabled or small < manifests.min_small_manifests:
+        return ()
+    return (
+        Step("rewrite_manifests", f"{small} of {len(stats.manifest_bytes)} manifests are small"),
+    )
+
+
+def _unleased_steps(stats: TableStats, config: TableConfig, now: datetime) -> tuple[Step, ...]:
+    """expire_snapshots and remove_orphan_files (see the module docstring on their lease)."""
+    steps: list[Step] = []
     exp = config.expire_snapshots
     if exp.enabled:
         expiry = _expiry(stats, config, now)

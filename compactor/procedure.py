@@ -18,16 +18,18 @@ job group: tags survive, groups do not (see compactor.run).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from compactor.plan import Step
-from ingest_gate.spark import error_message
+from ingest_gate.spark import error_message, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ProcedureFailed", "run_step", "parse_sort_order", "PROCEDURES"]
+__all__ = ["ProcedureFailed", "run_step", "parse_sort_order", "partition_filter", "PROCEDURES"]
 
 
 class ProcedureFailed(Exception):
@@ -66,15 +68,14 @@ def run_step(
 def _rewrite_data_files(
     spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     action = _actions(spark).rewriteDataFiles(jtable)
     if step.strategy == "sort":
         order = _sort_order(spark, jtable, step.sort_order) if step.sort_order else None
         action = action.sort(order) if order is not None else action.sort()
     else:
         action = action.binPack()
-    if step.where:
-        action = action.filter(_expression(spark, table, step.where))
+    action = _filtered(spark, jtable, action, table, step)
     action = _with(action, step.options, properties)
     result = action.execute()
     return {
@@ -90,10 +91,9 @@ def _rewrite_data_files(
 def _rewrite_position_delete_files(
     spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     action = _actions(spark).rewritePositionDeletes(jtable)
-    if step.where:
-        action = action.filter(_expression(spark, table, step.where))
+    action = _filtered(spark, jtable, action, table, step)
     result = _with(action, step.options, properties).execute()
     return {
         "rewritten_delete_files": int(result.rewrittenDeleteFilesCount()),
@@ -106,7 +106,7 @@ def _rewrite_position_delete_files(
 def _rewrite_manifests(
     spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     result = _with(_actions(spark).rewriteManifests(jtable), step.options, properties).execute()
     size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
     return {
@@ -120,7 +120,7 @@ def _expire_snapshots(
 ) -> dict[str, Any]:
     if step.older_than is None or step.retain_last is None:
         raise ValueError("expire_snapshots needs older_than and retain_last from the plan")
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     action = (
         _actions(spark)
         .expireSnapshots(jtable)
@@ -151,7 +151,7 @@ def _remove_orphan_files(
 ) -> dict[str, Any]:
     if step.older_than is None:
         raise ValueError("remove_orphan_files needs older_than from the plan")
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     action = (
         _actions(spark).deleteOrphanFiles(jtable).olderThan(int(step.older_than.timestamp() * 1000))
     )
@@ -175,19 +175,89 @@ def _actions(spark: SparkSession) -> Any:
     return spark._jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
 
 
-def _load(spark: SparkSession, table: str) -> Any:
-    # loaded fresh for every step: each action must plan against the latest snapshot
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, table
-    )
-
-
 def _with(action: Any, options: Mapping[str, str], properties: Mapping[str, str]) -> Any:
     for key, value in options.items():
         action = action.option(key, str(value))
     for key, value in properties.items():
         action = action.snapshotProperty(key, str(value))
     return action
+
+
+def _filtered(spark: SparkSession, jtable: Any, action: Any, table: str, step: Step) -> Any:
+    """`action` limited to the step's `where` and to its partitions (both, when both are set)."""
+    if step.where:
+        action = action.filter(_expression(spark, table, step.where))
+    if step.partition_values:
+        action = action.filter(partition_filter(spark, jtable, step.partition_values))
+    return action
+
+
+def partition_filter(
+    spark: SparkSession, jtable: Any, partitions: Iterable[Mapping[str, Any]]
+) -> Any:
+    """The Iceberg expression that selects exactly `partitions` of the table's current spec:
+    OR over the partitions of AND over the spec's fields of `transform(source) = value`
+    (`is null` for a null value).
+
+    A predicate on a transform term (`Expressions.day("ts")`, `bucket("id", 16)`) is projected
+    onto the partition field with that transform, so the action plans only the files of these
+    partitions, whichever the transform. `partitions` hold the values by partition field name
+    as Spark reads them from the metadata tables (compactor.stats).
+
+    Raises:
+        ValueError: no partitions, or a value of a type the filter cannot carry.
+        KeyError: a partition lacks a field of the current spec.
+    """
+    expressions = spark._jvm.org.apache.iceberg.expressions.Expressions
+    fields = list(jtable.spec().fields())
+    schema = jtable.schema()
+    result = None
+    for values in partitions:
+        conjunction = expressions.alwaysTrue()
+        for f in fields:
+            term = _term(expressions, str(schema.findColumnName(f.sourceId())), f)
+            value = values[str(f.name())]
+            with_zone = str(schema.findType(f.sourceId()).toString()) == "timestamptz"
+            predicate = (
+                expressions.isNull(term)
+                if value is None
+                else expressions.equal(term, _literal(value, with_zone=with_zone))
+            )
+            # `and` and `or` are Python keywords: py4j reaches them by name
+            conjunction = getattr(expressions, "and")(conjunction, predicate)
+        result = conjunction if result is None else getattr(expressions, "or")(result, conjunction)
+    if result is None:
+        raise ValueError("a partition filter needs at least one partition")
+    return result
+
+
+def _term(expressions: Any, source: str, field: Any) -> Any:
+    transform = str(field.transform().toString())
+    if transform == "identity":
+        return expressions.ref(source)
+    simple = {"day": expressions.day, "hour": expressions.hour, "month": expressions.month}
+    if transform in simple:
+        return simple[transform](source)
+    if transform == "year":
+        return expressions.year(source)
+    match = re.fullmatch(r"(bucket|truncate)\[(\d+)\]", transform)
+    if match:
+        return getattr(expressions, match.group(1))(source, int(match.group(2)))
+    raise ValueError(f"partition field {field.name()}: cannot filter on transform {transform}")
+
+
+def _literal(value: Any, *, with_zone: bool) -> Any:
+    """A partition value as py4j hands it to `Expressions.equal`; Iceberg converts a string to
+    the term's date, timestamp or decimal type when it binds the predicate."""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, datetime):
+        # PySpark gives a timestamptz as naive local time (astimezone reads it so), a timestamp
+        # without zone as its stored wall time
+        return value.astimezone(UTC).isoformat() if with_zone else value.isoformat()
+    if isinstance(value, date | Decimal):
+        return str(value)
+    raise ValueError(f"cannot filter on a partition value of type {type(value).__name__}")
 
 
 def _expression(spark: SparkSession, table: str, where: str) -> Any:

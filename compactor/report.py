@@ -77,6 +77,13 @@ class RunReport:
     steps: list[dict[str, Any]] = field(default_factory=list)
     before: dict[str, Any] | None = None
     after: dict[str, Any] | None = None
+    # "partitions" or "table"; whole_table says why every lease covered the whole table
+    lease_scope: str | None = None
+    whole_table: str | None = None
+    # one entry a lease asked for, in order: partitions (None: whole table), hot, lease_id,
+    # token, lease_wait_s, held_s, steps [{procedure, outcome}], outcome, reason, error
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    # the run's first lease (every lease: `groups`); hold_s and lease_wait_s sum over groups
     lease_id: str | None = None
     token: int | None = None
     lease_wait_s: float | None = None
@@ -92,6 +99,12 @@ class RunReport:
         for key in ("lease_wait_s", "hold_s", "duration_s"):
             if out[key] is not None:
                 out[key] = round(out[key], 3)
+        for group in out["groups"]:
+            for key in ("lease_wait_s", "held_s"):
+                if group.get(key) is not None:
+                    group[key] = round(group[key], 3)
+            if group.get("outcome") is not None:
+                group["outcome"] = str(group["outcome"])
         return out
 
     def totals(self) -> dict[str, int]:

@@ -6,7 +6,13 @@
 
 The order, and why:
 
-    stats, plan      before any lease: a healthy table is skipped without holding ingest
+    stats, plan      before any lease: a healthy table is skipped without holding ingest; with
+                     partition scope the service's state says which partitions live commit
+                     leases hold (hot, see compactor.plan)
+    groups           one after another, each under its own lease on its partitions (or the
+                     whole table), released before the next group asks: a group skipped because
+                     its partitions are held or do not drain leaves the next groups to try; a
+                     failure or a lost lease ends the run
     lease            acquire_maintenance waits through the drain (compactor.lease)
     renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
                      renew, revoke, or no renew within the deadline) it cancels our Spark jobs
@@ -16,6 +22,8 @@ The order, and why:
                      actions replace the job group with their own, the tag survives, so the
                      cancel goes by tag (cancelJobsWithTag) and by group (for our own jobs)
     release          in every path, also after a failure or a lost lease (idempotent)
+    no lease         expire_snapshots, remove_orphan_files after the groups, without a lease
+                     (why that is safe: compactor.plan), unless maintenance is switched off
     report           one JSON line and the service's run history (compactor.report)
 
 What remains: a cancel that lands while an action is already inside its Iceberg commit cannot
@@ -32,13 +40,13 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from compactor.config import RetentionRefused, TableConfig
 from compactor.lease import DrainTimeout, acquire_maintenance
-from compactor.plan import Plan, Step, plan
+from compactor.plan import Group, Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
@@ -133,28 +141,45 @@ def _run(
         return
     report.before = stats.totals().as_dict()
     report.snapshot_before = stats.current_snapshot_id
+    at = now()
     try:
-        the_plan = plan(stats, config, now())
+        the_plan = plan(stats, config, at)
     except RetentionRefused as exc:
         log.error("%s", exc)
         report.outcome, report.error = Outcome.REFUSED, str(exc)
         return
+    state: dict[str, Any] = {}
+    if the_plan.run and config.lease.scope == "partitions":
+        # which partitions live commit leases hold (hot), and the operator's switch, which the
+        # steps without a lease respect too; asked only now, so a healthy table needs no service
+        found = _state(client, config, report)
+        if found is None:
+            return
+        state = found
+        the_plan = plan(stats, config, at, leased=_leased_partitions(state))
     report.mode, report.where = str(the_plan.mode), the_plan.where
+    report.lease_scope = "table" if the_plan.whole_table else "partitions"
+    report.whole_table = the_plan.whole_table
     report.plan_reasons = list(the_plan.reasons)
     if not the_plan.run:
         log.info("%s: skipped, below thresholds: %s", config.name, "; ".join(the_plan.reasons))
         report.outcome, report.reason = Outcome.SKIPPED, "below_thresholds"
         return
 
-    lease = _lease(client, config, report, clock=clock)
-    if lease is None:
-        return
-    held_at = clock()
-    try:
-        _steps(spark, client, config, the_plan, lease, report, before_step=before_step)
-    finally:
-        _release(client, lease)
-        report.hold_s = clock() - held_at
+    done = _groups(spark, client, config, the_plan, report, clock=clock, before_step=before_step)
+    if done and the_plan.unleased:
+        done = _unleased(spark, config, the_plan, report, state, before_step=before_step)
+    if done:
+        ran = any(g["outcome"] != Outcome.SKIPPED for g in report.groups) or any(
+            "lease_id" not in s for s in report.steps
+        )
+        if ran:
+            report.outcome, report.reason, report.error = Outcome.COMPACTED, None, None
+        else:
+            # every group skipped (held, draining): the first group's reason stands
+            first = report.groups[0]
+            report.outcome, report.reason = Outcome.SKIPPED, first["reason"]
+            report.error = first.get("error")
     after = _stats(spark, config, report, after=True)
     if after is not None:
         report.after = after.totals().as_dict()
@@ -163,6 +188,165 @@ def _run(
         # every step ran and changed nothing: the lease held ingest for nothing; say so
         log.warning("%s: every step changed nothing (plan: %s)", config.name, the_plan.reasons)
         report.outcome = Outcome.NO_CHANGE
+
+
+# a group skipped for these reasons leaves the next groups to try: their partitions may be free
+_NEXT_GROUP = frozenset(("maintenance_held", "drain_timeout"))
+
+
+def _groups(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    the_plan: Plan,
+    report: RunReport,
+    *,
+    clock: Callable[[], float],
+    before_step: Callable[[Step], None] | None,
+) -> bool:
+    """Each group of the plan under its own lease, released before the next is asked for;
+    True when the run may go on (every group compacted or was skipped)."""
+    try:
+        return _each_group(
+            spark, client, config, the_plan, report, clock=clock, before_step=before_step
+        )
+    finally:
+        # the report's wait is the run's: the sum over its groups
+        report.lease_wait_s = sum(g.get("lease_wait_s", 0.0) for g in report.groups)
+
+
+def _each_group(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    the_plan: Plan,
+    report: RunReport,
+    *,
+    clock: Callable[[], float],
+    before_step: Callable[[Step], None] | None,
+) -> bool:
+    for i, group in enumerate(the_plan.groups):
+        entry: dict[str, Any] = {
+            "partitions": None if group.partitions is None else list(group.partitions),
+            "hot": group.hot,
+        }
+        report.groups.append(entry)
+        lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
+        entry["lease_wait_s"] = report.lease_wait_s or 0.0
+        if lease is None:
+            entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
+            if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
+                continue
+            return False
+        entry.update(lease_id=lease.lease_id, token=lease.token)
+        if report.lease_id is None:
+            report.lease_id, report.token = lease.lease_id, lease.token
+        held_at = clock()
+        first = len(report.steps)
+        try:
+            _steps(
+                spark,
+                client,
+                config,
+                group.steps,
+                str(the_plan.mode),
+                lease,
+                report,
+                before_step=before_step,
+            )
+        finally:
+            _release(client, lease)
+            held = clock() - held_at
+            report.hold_s = (report.hold_s or 0.0) + held
+            entry["held_s"] = round(held, 3)
+        steps = report.steps[first:]
+        for step in steps:
+            step["lease_id"] = lease.lease_id
+        entry["steps"] = [{"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps]
+        outcome = report.outcome
+        if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
+            outcome = Outcome.NO_CHANGE
+        entry.update(outcome=outcome, error=report.error)
+        if report.outcome is not Outcome.COMPACTED:
+            return False
+    return True
+
+
+def _unleased(
+    spark: SparkSession,
+    config: TableConfig,
+    the_plan: Plan,
+    report: RunReport,
+    state: dict[str, Any],
+    *,
+    before_step: Callable[[Step], None] | None,
+) -> bool:
+    """The steps that hold no writer (see compactor.plan), run without a lease; an operator's
+    `maintenance: disabled` still stops them. True unless one failed."""
+    if (state.get("switch") or {}).get("maintenance") == "disabled":
+        log.warning(
+            "%s: maintenance is disabled: no %s",
+            config.name,
+            "/".join(s.procedure for s in the_plan.unleased),
+        )
+        report.outcome, report.reason = Outcome.SKIPPED, "maintenance_off"
+        return False
+    properties = {"lakelock.run-uid": report.run_uid, "lakelock.mode": str(the_plan.mode)}
+    for step in the_plan.unleased:
+        if before_step is not None:
+            before_step(step)
+        started = time.monotonic()
+        try:
+            output = run_step(spark, table=config.name, step=step, properties=properties)
+        except ProcedureFailed as exc:
+            log.error("%s: %s", config.name, exc)
+            report.outcome, report.error = Outcome.FAILED, exc.message
+            report.steps.append({**step.as_dict(), "error": exc.message})
+            return False
+        report.steps.append(
+            {**step.as_dict(), "output": output, "duration_s": round(time.monotonic() - started, 3)}
+        )
+        log.info("%s: %s done without a lease: %s", config.name, step.procedure, output)
+    return True
+
+
+def _step_outcome(step: dict[str, Any]) -> str:
+    if "error" in step:
+        return "failed"
+    return "changed" if _changed(step) else "no_change"
+
+
+def _changed(step: dict[str, Any]) -> bool:
+    return any(
+        value
+        for key, value in (step.get("output") or {}).items()
+        if isinstance(value, int) and not key.startswith("failed_") and key != "file_groups"
+    )
+
+
+def _state(client: LeaseClient, config: TableConfig, report: RunReport) -> dict[str, Any] | None:
+    """The table's state on the service ({} for a table it does not know yet), or None when
+    it cannot be read (the report then says why)."""
+    try:
+        return client.state(config.name)
+    except NotFound:
+        return {}
+    except (Unavailable, OutcomeUnknown, ServerError) as exc:
+        log.error("%s: lakelock service unavailable, not compacting: %s", config.name, exc)
+        report.outcome, report.error = Outcome.UNAVAILABLE, f"{exc.slug}: {exc}"
+        return None
+    except LakelockError as exc:
+        log.error("%s: cannot read the table's state: %s", config.name, exc)
+        report.outcome, report.error = Outcome.FAILED, f"{exc.slug}: {exc}"
+        return None
+
+
+def _leased_partitions(state: dict[str, Any]) -> set[str]:
+    """The partitions live scoped commit leases cover. A whole-table commit lease names none:
+    it is a writer that could not say, and would make every partition hot."""
+    return {
+        name for lease in state.get("commit_leases") or () for name in lease.get("partitions") or ()
+    }
 
 
 def _stats(
@@ -182,9 +366,18 @@ def _stats(
 
 
 def _lease(
-    client: LeaseClient, config: TableConfig, report: RunReport, *, clock: Callable[[], float]
+    client: LeaseClient,
+    config: TableConfig,
+    report: RunReport,
+    *,
+    group: Group,
+    number: int,
+    clock: Callable[[], float],
 ) -> Lease | None:
+    """The maintenance lease for `group`, or None with the report saying why; `lease_wait_s`
+    is set to the wait either way."""
     asked_at = clock()
+    report.lease_wait_s = None
     try:
         lease, waited = acquire_maintenance(
             client,
@@ -192,7 +385,9 @@ def _lease(
             holder=report.holder,
             ttl_s=config.lease.ttl.total_seconds(),
             max_wait_s=config.lease.max_wait.total_seconds(),
-            request_id=f"compactor-{report.run_uid}",
+            # one request id a group: the idempotent retry of one ask, never of another group's
+            request_id=f"compactor-{report.run_uid}-{number}",
+            partitions=group.partitions,
             clock=clock,
         )
     except (MaintenanceHeld, MaintenanceOff, DrainTimeout) as exc:
@@ -214,8 +409,9 @@ def _lease(
     except LakelockError as exc:
         log.error("%s: maintenance lease refused: %s", config.name, exc)
         report.outcome, report.error = Outcome.FAILED, f"{exc.slug}: {exc}"
+        report.lease_wait_s = clock() - asked_at
         return None
-    report.lease_id, report.token, report.lease_wait_s = lease.lease_id, lease.token, waited
+    report.lease_wait_s = waited
     return lease
 
 
@@ -223,12 +419,14 @@ def _steps(
     spark: SparkSession,
     client: LeaseClient,
     config: TableConfig,
-    the_plan: Plan,
+    steps: Sequence[Step],
+    mode: str,
     lease: Lease,
     report: RunReport,
     *,
     before_step: Callable[[Step], None] | None,
 ) -> None:
+    """`steps` under `lease`; report.outcome is COMPACTED when all ran, else says why not."""
     sc = spark.sparkContext
     group = f"lakelock-compactor-{report.run_uid}"
 
@@ -248,7 +446,7 @@ def _steps(
         "lakelock.token": str(lease.token),
         "lakelock.lease-id": lease.lease_id,
         "lakelock.run-uid": report.run_uid,
-        "lakelock.mode": str(the_plan.mode),
+        "lakelock.mode": mode,
     }
     # Iceberg's actions resolve helper catalogs through the JVM thread's active session, which
     # a thread other than the one that built the session does not have
@@ -257,7 +455,7 @@ def _steps(
     sc.setJobGroup(group, f"lakelock compaction of {config.name}", interruptOnCancel=True)
     sc.addJobTag(group)
     try:
-        for step in the_plan.steps:
+        for step in steps:
             if before_step is not None:
                 before_step(step)
             _check(client, renewer, before=step.procedure)

@@ -4,11 +4,15 @@
     stats.totals()                   # Totals over every partition
     stats.partitions[0].small_files  # data files under small_file_bytes in that partition
     stats.snapshots[-1].query_id     # `lakelock.query-id` of the newest snapshot, if any
+    stats.partitions[0].name         # "dt=2024-05-01", as ingest_gate.partition names it
+    stats.scope_refusal              # why leases must cover the whole table, or None
 
 `collect_stats` is the only function here that touches Spark: it reads the `entries` metadata
 table (the live data and delete files of the current snapshot, told apart by `content`: 0 data,
 1 position deletes, 2 equality deletes, with their data sequence numbers), `manifests`,
-`snapshots` and `refs`. The rest are plain values, so `compactor.plan` is tested without Spark.
+`snapshots`, `refs` and, for each partition's name and `last_updated_at`, the `partitions`
+table through `ingest_gate.partition.table_partitions`. The rest are plain values, so
+`compactor.plan` is tested without Spark.
 
 A delete file counts as a delete (`position_delete_files`, `equality_delete_files`) only while
 it still applies to a live data file of its partition; one that no longer does is *dangling*
@@ -29,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+
+from ingest_gate.partition import partition_name, read_spec, scope_refusal, table_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -79,12 +85,28 @@ class PartitionStats(FileCounts):
     """Files of one partition in the current snapshot.
 
     PartitionStats({"dt": "2024-05-01"}, data_files=40, small_files=38, position_delete_files=9)
+    PartitionStats({"dt": date(2024, 5, 1)}, name="dt=2024-05-01", last_updated_at=t, ...)
+
+    `partition` holds the values by partition field name, as Spark gives them; `name` is the
+    partition's name for a scoped lease (None when the table cannot use partition scope).
     """
 
     partition: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    # when a commit last touched the partition (the `partitions` table), aware UTC
+    last_updated_at: datetime | None = None
 
-    def __init__(self, partition: Mapping[str, Any] | None = None, **counts: int) -> None:
+    def __init__(
+        self,
+        partition: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+        last_updated_at: datetime | None = None,
+        **counts: int,
+    ) -> None:
         object.__setattr__(self, "partition", dict(partition or {}))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "last_updated_at", last_updated_at)
         for name in _COUNTED:
             object.__setattr__(self, name, counts.pop(name, 0))
         if counts:
@@ -158,6 +180,9 @@ class TableStats:
     small_file_bytes: int = 0
     # the length of each manifest of the current snapshot
     manifest_bytes: tuple[int, ...] = ()
+    # why a maintenance lease must cover the whole table (not partitioned, several specs in
+    # use, a partition Python cannot name), or None when partitions carry their names
+    scope_refusal: str | None = None
 
     def totals(self) -> Totals:
         return Totals.of(self.partitions)
@@ -180,9 +205,12 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
         pyspark.errors.AnalysisException: no such table (or not an Iceberg table).
         py4j.protocol.Py4JJavaError: the catalog or the metadata could not be read.
     """
+    rows = spark.sql(_files_sql(spark, table, int(small_file_bytes))).collect()
+    refusal, spec = _scope(spark, table, {int(r["spec_id"]) for r in rows})
+    updated = _last_updated(spark, table, spec) if refusal is None else {}
     partitions = _partitions(
         (
-            json.loads(r["partition"] or "{}"),
+            r["partition"].asDict() if r["partition"] is not None else {},
             r["content"],
             r["applies"],
             r["files"],
@@ -190,8 +218,10 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
             r["records"],
             r["small"],
         )
-        for r in spark.sql(_files_sql(spark, table, int(small_file_bytes))).collect()
+        for r in rows
     )
+    if refusal is None:
+        partitions = tuple(_named(p, spec, updated) for p in partitions)
     snapshots = tuple(
         SnapshotStats(
             snapshot_id=int(r["snapshot_id"]),
@@ -215,7 +245,34 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
         current_snapshot_id=int(main[0]["snapshot_id"]) if main else None,
         small_file_bytes=int(small_file_bytes),
         manifest_bytes=tuple(sorted(int(r["length"]) for r in manifests)),
+        scope_refusal=refusal,
     )
+
+
+def _scope(spark: SparkSession, table: str, specs_in_use: set[int]) -> tuple[str | None, Any]:
+    """(why the whole table, or None; the current spec). The compactor limits its rewrites to
+    the partitions it names, so the gate's merge-key condition does not apply: the key given
+    is the spec's own source columns."""
+    spec = read_spec(spark, table)
+    sources = [f.source for f in spec.fields]
+    return scope_refusal(
+        spec, specs_in_use=specs_in_use or {spec.spec_id}, key_columns=sources
+    ), spec
+
+
+def _last_updated(spark: SparkSession, table: str, spec: Any) -> dict[str, datetime | None]:
+    out = {}
+    for name, row in table_partitions(spark, table, spec).items():
+        at = row.get("last_updated_at")
+        # PySpark gives a naive local datetime; astimezone reads it as local time, as it is
+        out[name] = at.astimezone(UTC) if isinstance(at, datetime) else None
+    return out
+
+
+def _named(p: PartitionStats, spec: Any, updated: Mapping[str, datetime | None]) -> PartitionStats:
+    name = partition_name(spec, p.partition)
+    counts = {k: getattr(p, k) for k in _COUNTED}
+    return PartitionStats(p.partition, name=name, last_updated_at=updated.get(name), **counts)
 
 
 # the reserved field id of a position delete file's `file_path` column
@@ -226,11 +283,14 @@ def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
     """Files of the current snapshot by (partition, content, applies): one scan of the
     manifests, and a join of each delete file with the data files of its partition."""
     columns = spark.table(f"{table}.entries").select("data_file.*").columns
-    partition = "to_json(data_file.partition)" if "partition" in columns else "'{}'"
+    partitioned = "partition" in columns
+    partition = "data_file.partition" if partitioned else "NULL"
+    # joined on its JSON text: struct equality would not match partitions with null values
+    key = "to_json(data_file.partition)" if partitioned else "'{}'"
     referenced = "data_file.referenced_data_file" if "referenced_data_file" in columns else "NULL"
     return f"""
         WITH live AS (
-            SELECT {partition} AS partition, data_file.spec_id AS spec_id,
+            SELECT {partition} AS partition, {key} AS pkey, data_file.spec_id AS spec_id,
                    data_file.content AS content, data_file.file_path AS path,
                    sequence_number AS seq, data_file.file_size_in_bytes AS bytes,
                    data_file.record_count AS records, {referenced} AS ref,
@@ -243,7 +303,7 @@ def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
         deletes AS (SELECT * FROM live WHERE content > 0),
         applying AS (
             SELECT d.* FROM deletes d LEFT SEMI JOIN data x
-            ON d.spec_id = x.spec_id AND d.partition = x.partition AND (
+            ON d.spec_id = x.spec_id AND d.pkey = x.pkey AND (
                 (d.content = 2 AND x.seq < d.seq)
                 OR (d.content = 1 AND x.seq <= d.seq AND (
                     x.path = d.ref
@@ -256,13 +316,13 @@ def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
             UNION ALL SELECT *, false AS applies FROM (
                 SELECT * FROM deletes EXCEPT ALL SELECT * FROM applying)
         )
-        SELECT partition, content, applies,
+        SELECT partition, spec_id, content, applies,
                count(*) AS files,
                coalesce(sum(bytes), 0) AS bytes,
                coalesce(sum(records), 0) AS records,
                coalesce(sum(CASE WHEN bytes < {small_file_bytes} THEN 1 ELSE 0 END), 0) AS small
         FROM tagged
-        GROUP BY 1, 2, 3
+        GROUP BY 1, 2, 3, 4
     """
 
 
@@ -270,21 +330,22 @@ def _partitions(
     rows: Iterable[tuple[dict[str, Any], int, bool, int, int, int, int]],
 ) -> tuple[PartitionStats, ...]:
     """Fold (partition, content, applies, files, bytes, records, small) rows into one entry a
-    partition."""
+    partition (its values keyed by field name)."""
     by_key: dict[str, dict[str, Any]] = {}
     for partition, content, applies, files, size, records, small in rows:
-        key = json.dumps(partition, sort_keys=True)
+        key = json.dumps(partition, sort_keys=True, default=str)
         entry = by_key.setdefault(key, {"partition": partition})
+        # one row per spec as well: a partition's counts add up over the specs that wrote it
         if content == 0:
-            entry.update(data_files=files, data_bytes=size, data_records=records, small_files=small)
-            continue
-        kind = {1: "position_delete_files", 2: "equality_delete_files"}.get(content)
-        if kind is None:
-            continue
-        if not applies:
-            entry[f"dangling_{kind}"] = files
-            continue
-        entry[kind] = files
-        entry["delete_bytes"] = entry.get("delete_bytes", 0) + size
-        entry["delete_records"] = entry.get("delete_records", 0) + records
+            added = dict(data_files=files, data_bytes=size, data_records=records, small_files=small)
+        else:
+            kind = {1: "position_delete_files", 2: "equality_delete_files"}.get(content)
+            if kind is None:
+                continue
+            if applies:
+                added = {kind: files, "delete_bytes": size, "delete_records": records}
+            else:
+                added = {f"dangling_{kind}": files}
+        for name, value in added.items():
+            entry[name] = entry.get(name, 0) + value
     return tuple(PartitionStats(**by_key[k]) for k in sorted(by_key))

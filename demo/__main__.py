@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from ingest_gate.config import SCOPES
 
 __all__ = ["main"]
 
@@ -60,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
         ("--trigger-interval-s", float, defaults.trigger_interval_s, "seconds between batches"),
         ("--compact-every-s", float, defaults.compact_every_s, "seconds between compactor runs"),
         ("--seed", int, defaults.seed, "generator seed"),
+        (
+            "--lease-scope",
+            str,
+            defaults.lease_scope,
+            "partitions | table: what each commit lease of the ingest job covers",
+        ),
         ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
     ):
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
@@ -75,6 +82,8 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     if args.compactions < 0:
         parser.error("--compactions must be >= 0")
+    if args.lease_scope not in SCOPES:
+        parser.error(f"--lease-scope must be one of {', '.join(SCOPES)}")
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
 
@@ -132,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trigger_interval_s=args.trigger_interval_s,
         compact_every_s=args.compact_every_s,
         seed=args.seed,
+        lease_scope=args.lease_scope,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

@@ -36,6 +36,8 @@ Counts of the summary (`PipelineResult.summary()`), each exact:
                                in the drain): the entries of the checkpoint's commit log
     batches_merged             those whose MERGE committed a snapshot (the others held no valid
                                record): the batch ids in the snapshot summaries
+    batches_scoped             those whose commit lease named partitions, not the whole table
+                               (lease_scope "partitions", the default: every merged batch)
     bad_records                bad records the generator wrote
     bad_records_dead_lettered  bad records the completed batches wrote to the dead-letter folder
                                (its lines); equal to bad_records once the drain has read every file
@@ -94,7 +96,14 @@ class PipelineOptions:
     duplicate_ratio: float = 0.1
     late_update_ratio: float = 0.05
     bad_ratio: float = 0.01
+    # updates only to keys of the newest event hours (None: any key), so older partitions go
+    # cold: the workload partition scopes are for (benchmarks/scopes.py)
+    update_window: timedelta | None = None
+    # the compactor leaves partitions a commit touched within it alone (0: only those a live
+    # commit lease covers)
+    hot_window: timedelta = timedelta(0)
     coordinated: bool = True
+    lease_scope: str = "partitions"  # the key (event_id, dt, hr) holds both partition columns
     lease_ttl_s: float = 20.0
     max_hold_s: float = 120.0
     spark_master: str = "local[2]"
@@ -183,6 +192,8 @@ class PipelineResult:
             "rows_in_table": len(self.rows),
             "batches": len(self.batches),
             "batches_merged": sum(b.record.outcome != "empty" for b in self.batches),
+            "lease_scope": self.options.lease_scope,
+            "batches_scoped": sum(isinstance(b.record.scope, list) for b in self.batches),
             "failed_batches": len(self.failed_batches),
             "compactions": len(compacted),
             "compaction_runs": len(self.compactions),
@@ -280,6 +291,7 @@ class Pipeline:
             duplicate_ratio=options.duplicate_ratio,
             late_update_ratio=options.late_update_ratio,
             bad_ratio=options.bad_ratio,
+            update_window=options.update_window,
         )
         self.files: list[FileWritten] = []
         self.batches: list[BatchSeen] = []
@@ -317,6 +329,7 @@ class Pipeline:
             max_hold_s=o.max_hold_s,
             policy="fail",
             poll_s=5.0,
+            lease_scope=o.lease_scope,
             spark_master=o.spark_master,
             # by counts: one landing file per batch, so the batches (and the small files the
             # compactor waits for) come from the event count, not from how fast Spark runs
@@ -328,9 +341,13 @@ class Pipeline:
         return TableConfig(
             name=self.options.table,
             lease=LeaseConfig(
-                ttl=timedelta(seconds=self.options.lease_ttl_s), max_wait=timedelta(seconds=60)
+                ttl=timedelta(seconds=self.options.lease_ttl_s),
+                max_wait=timedelta(seconds=60),
+                scope=self.options.lease_scope,
             ),
-            plan=PlanConfig(min_small_files=8, min_delete_files=8),
+            plan=PlanConfig(
+                min_small_files=8, min_delete_files=8, hot_window=self.options.hot_window
+            ),
             rewrite_data_files=RewriteDataFilesConfig(
                 options={
                     "target-file-size-bytes": str(8 * 1024 * 1024),

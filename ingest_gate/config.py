@@ -42,6 +42,7 @@ __all__ = [
     "ConfigError",
     "IngestConfig",
     "POLICIES",
+    "SCOPES",
     "SOURCES",
     "config_from_args",
     "load_config",
@@ -50,6 +51,10 @@ __all__ = [
 
 POLICIES = ("fail", "proceed")
 """What the gate does after `max_hold_s` without a lease: raise, or commit and warn."""
+
+SCOPES = ("partitions", "table")
+"""What a commit lease covers: `partitions` the batch's partitions when the table allows it
+(DESIGN.md §3b; else the whole table, logged once), `table` always the whole table."""
 
 SOURCES = ("files", "kafka")
 """`files`: a landing folder of JSON-lines files; `kafka`: a Kafka topic (cluster only)."""
@@ -98,6 +103,8 @@ class IngestConfig:
     max_hold_s: float = 300.0
     policy: str = "fail"
     poll_s: float = 10.0
+    lease_scope: str = "partitions"
+    max_lease_partitions: int = 1000
     spark_master: str | None = "local[*]"
 
     def validate(self) -> IngestConfig:
@@ -138,6 +145,10 @@ class IngestConfig:
                 problems.append((name, "must be >= 1 when set"))
         if self.run_for_s is not None and not self.run_for_s > 0:
             problems.append(("run_for_s", "must be > 0 when set"))
+        if self.lease_scope not in SCOPES:
+            problems.append(("lease_scope", f"must be one of {', '.join(SCOPES)}"))
+        if self.max_lease_partitions < 1:
+            problems.append(("max_lease_partitions", "must be >= 1"))
         if self.policy not in POLICIES:
             problems.append(("policy", f"must be one of {', '.join(POLICIES)}"))
         if not self.key_columns:
@@ -294,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
         "max_hold_s": "longest wait for a commit lease before the policy applies",
         "policy": "fail | proceed (after max_hold_s)",
         "poll_s": "longest single wait per lease request",
+        "lease_scope": "partitions | table (what each commit lease covers)",
+        "max_lease_partitions": "a batch in more partitions leases the whole table",
         "spark_master": "Spark master (omit under spark-submit: pass an empty string)",
     }
     for key, help_text in flags.items():

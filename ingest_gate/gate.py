@@ -9,6 +9,9 @@ the commit (see service.leases for the protocol):
         run_merge(batch)
     log.info(json.dumps(gate_pass.as_dict()))
 
+    with gate.commit("cat.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
+        ...                          # a lease on those partitions only (DESIGN.md §3b)
+
 Entering blocks until a commit lease is granted, long-polling the service and retrying while
 ingest is paused, maintenance holds the table, or the service is unreachable; never longer than
 `max_hold_s`. Then `policy` decides: `fail` raises `GateTimeout` (the streaming query fails and
@@ -27,7 +30,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -112,14 +115,16 @@ class GatePass:
     """One pass through the gate: what it waited for, what it held, how it ended.
 
     gate_pass.lease          # the commit lease, or None when proceeding without one
+    gate_pass.partitions     # the partitions asked for, or None for the whole table
     gate_pass.check()        # raises LeaseLost if the lease is no longer safe to commit under
-    gate_pass.as_dict()      # for the job's JSON log line
+    gate_pass.as_dict()      # for the job's JSON log line; "scope": names or "table"
     """
 
     table: str
     holder: str
     request_id: str
     policy: Policy
+    partitions: tuple[str, ...] | None = None
     lease: Lease | None = None
     waited_s: float = 0.0
     wait_reasons: list[str] = field(default_factory=list)
@@ -161,6 +166,7 @@ class GatePass:
             "holder": self.holder,
             "request_id": self.request_id,
             "lease_id": None if self.lease is None else self.lease.lease_id,
+            "scope": "table" if self.partitions is None else list(self.partitions),
             "waited_s": round(self.waited_s, 3),
             "wait_reasons": list(self.wait_reasons),
             "held_s": round(self.held_s, 3),
@@ -221,8 +227,10 @@ class Gate:
         self.clock = clock
 
     @contextmanager
-    def commit(self, table: str) -> Iterator[GatePass]:
-        """Hold a commit lease on `table` for the body; yields its `GatePass`.
+    def commit(self, table: str, *, partitions: Sequence[str] | None = None) -> Iterator[GatePass]:
+        """Hold a commit lease on `table` (on its `partitions` only, named as
+        ingest_gate.partition names them; None for the whole table) for the body; yields its
+        `GatePass`.
 
         Raises:
             GateTimeout: no lease within `max_hold_s` and policy `fail`.
@@ -233,7 +241,11 @@ class Gate:
             Whatever the body raises.
         """
         gate_pass = GatePass(
-            table=table, holder=self.holder, request_id=uuid.uuid4().hex, policy=self.policy
+            table=table,
+            holder=self.holder,
+            request_id=uuid.uuid4().hex,
+            policy=self.policy,
+            partitions=None if partitions is None else tuple(partitions),
         )
         gate_pass.lease = self._acquire(gate_pass)
         group = f"lakelock-commit-{gate_pass.request_id}"
@@ -311,6 +323,7 @@ class Gate:
                     wait_s=wait_s,
                     # one id for the whole pass: a grant whose answer was lost is returned again
                     request_id=gate_pass.request_id,
+                    partitions=gate_pass.partitions,
                 )
             except Locked as exc:
                 gate_pass._note(exc.extra.get("reason") or "locked")

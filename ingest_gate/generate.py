@@ -24,6 +24,7 @@ source reads them in that order.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import random
@@ -88,6 +89,7 @@ class EventGenerator:
 
     EventGenerator(seed=1)                                  # new events and some updates
     EventGenerator(seed=1, duplicate_ratio=0.2, late_update_ratio=0.1, bad_ratio=0.05)
+    EventGenerator(seed=1, update_window=timedelta(hours=3))   # updates touch recent keys only
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class EventGenerator:
         duplicate_ratio: float = 0.0,
         late_update_ratio: float = 0.0,
         bad_ratio: float = 0.0,
+        update_window: timedelta | None = None,
     ) -> None:
         ratios = {
             "update_ratio": update_ratio,
@@ -116,6 +119,10 @@ class EventGenerator:
         self._ratios = ratios
         self._latest: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._keys: list[tuple[Any, ...]] = []
+        # the first event time of each key, in the order of _keys (the clock only moves
+        # forward, so ascending): updates pick among the keys younger than `update_window`
+        self._born: list[datetime] = []
+        self._update_window = update_window
         self._history: list[str] = []
         self.by_kind: Counter[str] = Counter()
         self.files: list[str] = []
@@ -141,7 +148,9 @@ class EventGenerator:
         if kind == "bad":
             return self._bad()
         if kind == "duplicate":
-            line = self._rng.choice(self._history)
+            # with an update window, a copy of a recent record: it touches a recent partition
+            recent = self._history if self._update_window is None else self._history[-1000:]
+            line = self._rng.choice(recent)
         else:
             event = self._event(kind)
             line = json.dumps(event, separators=(",", ":"))
@@ -167,7 +176,7 @@ class EventGenerator:
                 "hr": moment.hour,
                 "amount": round(rng.uniform(0.0, 500.0), 2),
             }
-        key = rng.choice(self._keys)
+        key = rng.choice(self._updatable())
         event = dict(self._latest[key])
         latest = datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
         if kind == "update":
@@ -178,6 +187,14 @@ class EventGenerator:
         event["event_type"] = rng.choice(EVENT_TYPES)
         event["amount"] = round(rng.uniform(0.0, 500.0), 2)
         return event
+
+    def _updatable(self) -> list[tuple[Any, ...]]:
+        """The keys an update may pick: all, or those born within `update_window` of the clock
+        (streams mostly update recent keys, so older partitions go cold); never none."""
+        if self._update_window is None:
+            return self._keys
+        first = bisect.bisect_left(self._born, self._clock - self._update_window)
+        return self._keys[min(first, len(self._keys) - 1) :]
 
     def _bad(self) -> str:
         rng = self._rng
@@ -200,6 +217,7 @@ class EventGenerator:
         current = self._latest.get(key)
         if current is None:
             self._keys.append(key)
+            self._born.append(datetime.fromisoformat(event["event_time"].replace("Z", "+00:00")))
             self._latest[key] = event
         elif event["event_time"] >= current["event_time"]:
             # same fixed-width UTC format: string order is time order; >= : later written wins

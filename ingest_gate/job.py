@@ -11,9 +11,16 @@ Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
 2. keep the latest version of each key (ingest_gate.schema.dedupe_latest);
 3. skip the batch when a snapshot of the table already carries this query id and batch id: the
    batch committed before a crash and is being replayed from the checkpoint;
-4. enter the gate (a commit lease; see ingest_gate.gate) and run the MERGE (ingest_gate.merge)
-   with the query id, batch id and lease id in the snapshot summary;
+4. name the batch's partitions (ingest_gate.partition), enter the gate with a commit lease on
+   them (see ingest_gate.gate) and run the MERGE (ingest_gate.merge), its ON condition limited
+   to them, with the query id, batch id and lease id in the snapshot summary;
 5. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+
+Lease scope (`lease_scope`, DESIGN.md §3b) is decided once per run, at the first batch: the
+batch's partitions when the table has one partition spec in use and the key holds every
+partition source column, else the whole table, with the reason logged once. A batch in more
+than `max_lease_partitions` partitions leases the whole table (its MERGE keeps the filter).
+`lease_scope = "table"` keeps every lease and MERGE exactly as without scopes.
 
 A batch that raises fails the streaming query; a restart from the same checkpoint replays the
 batch, which step 3 and the MERGE's event-time guard make harmless. The query id (not the run
@@ -27,12 +34,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ingest_gate.merge import merge_sql
+from ingest_gate.merge import merge_sql, partition_predicate
+from ingest_gate.partition import (
+    PartitionScope,
+    batch_partition_values,
+    partition_names,
+    partition_scope,
+)
 from ingest_gate.schema import dedupe_latest, parse_events, split_valid, write_dead_letters
 from ingest_gate.snapshots import (
     batch_properties,
@@ -71,7 +84,9 @@ class IngestError(Exception):
 
 
 class GateLike(Protocol):
-    def commit(self, table: str) -> contextlib.AbstractContextManager[Any]: ...
+    def commit(
+        self, table: str, *, partitions: Sequence[str] | None = None
+    ) -> contextlib.AbstractContextManager[Any]: ...
 
 
 @dataclass
@@ -81,6 +96,7 @@ class BatchRecord:
     outcome: committed | proceeded_without_lease | proceeded_after_lease_lost | ungated (the
              MERGE ran) | empty (no valid rows) | replayed (committed before) | timed_out |
              lease_lost | failed (nothing committed, the batch raised)
+    scope:   the partitions its commit lease covered, or "table"
     """
 
     query_id: str
@@ -94,6 +110,7 @@ class BatchRecord:
     wait_reasons: list[str] = field(default_factory=list)
     lease_calls_s: float = 0.0
     lease_id: str | None = None
+    scope: list[str] | str = "table"
     commit_s: float = 0.0
     snapshot_id: int | None = None
     dead_letter_path: str | None = None
@@ -117,14 +134,22 @@ class BatchHooks:
     after_merge: Callable[[int, Any], None] | None = None
 
 
+@dataclass
 class _UngatedPass:
-    lease = None
+    partitions: Sequence[str] | None
+    lease: None = None
 
     def check(self) -> None:
         return None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"waited_s": 0.0, "wait_reasons": [], "lease_calls_s": 0.0, "outcome": "ungated"}
+        return {
+            "scope": "table" if self.partitions is None else list(self.partitions),
+            "waited_s": 0.0,
+            "wait_reasons": [],
+            "lease_calls_s": 0.0,
+            "outcome": "ungated",
+        }
 
 
 class Ungated:
@@ -132,8 +157,10 @@ class Ungated:
     then rely on Iceberg's validation alone, and fail whenever compaction overlaps."""
 
     @contextlib.contextmanager
-    def commit(self, table: str) -> Iterator[_UngatedPass]:
-        yield _UngatedPass()
+    def commit(
+        self, table: str, *, partitions: Sequence[str] | None = None
+    ) -> Iterator[_UngatedPass]:
+        yield _UngatedPass(partitions)
 
 
 def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
@@ -182,6 +209,9 @@ class BatchWriter:
         # (batch id, step) of the batch being written, for operators and tests; None between
         self.in_progress: tuple[int, str] | None = None
         self.last_error: BaseException | None = None
+        # the table's partition scope, decided at the first batch that merges (see _table_scope)
+        self._scope: PartitionScope | None = None
+        self._scope_decided = False
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
 
@@ -281,17 +311,20 @@ class BatchWriter:
     def _merge(self, spark: SparkSession, deduped: DataFrame, record: BatchRecord) -> None:
         cfg = self.config
         view = f"lakelock_batch_{record.batch_id}"
+        # before the gate: naming the partitions is a Spark job, not to be run under the lease
+        partitions, partition_filter = self._batch_scope(spark, deduped, record.batch_id)
         deduped.createOrReplaceTempView(view)
         statement = merge_sql(
             target=cfg.table,
             source=view,
             key_columns=cfg.key_columns,
             event_time_column=cfg.event_time_column,
+            partition_filter=partition_filter,
         )
         gate_pass = None
         self.in_progress = (record.batch_id, "gate")
         try:
-            with self.gate.commit(cfg.table) as gate_pass:
+            with self.gate.commit(cfg.table, partitions=partitions) as gate_pass:
                 self.in_progress = (record.batch_id, "merge")
                 self._note_gate(record, gate_pass)
                 if self.hooks.before_merge is not None:
@@ -327,9 +360,69 @@ class BatchWriter:
         if self.hooks.after_merge is not None:
             self.hooks.after_merge(record.batch_id, gate_pass)
 
+    def _table_scope(self, spark: SparkSession) -> PartitionScope | None:
+        """The table's partition scope when its leases may name partitions, else None (the
+        whole table, the reason logged). Decided once per writer, at its first merge.
+
+        Raises:
+            as ingest_gate.partition.partition_scope.
+        """
+        if self._scope_decided:
+            return self._scope
+        cfg = self.config
+        if cfg.lease_scope == "table":
+            log.info("commit leases on %s cover the whole table (lease_scope = table)", cfg.table)
+        else:
+            scope = partition_scope(spark, cfg.table, key_columns=cfg.key_columns)
+            if scope.usable:
+                log.info(
+                    "commit leases on %s cover each batch's partitions (spec %d: %s)",
+                    cfg.table,
+                    scope.spec.spec_id,
+                    ", ".join(f"{f.transform}({f.source})" for f in scope.spec.fields),
+                )
+                self._scope = scope
+            else:
+                log.warning(
+                    "commit leases on %s cover the whole table, not partitions: %s",
+                    cfg.table,
+                    scope.reason,
+                )
+        self._scope_decided = True
+        return self._scope
+
+    def _batch_scope(
+        self, spark: SparkSession, deduped: DataFrame, batch_id: int
+    ) -> tuple[list[str] | None, str | None]:
+        """The partitions to lease for `deduped` (None: the whole table) and the MERGE's
+        partition filter (None: none).
+
+        Raises:
+            as ingest_gate.partition.batch_partition_values; TypeError from the filter.
+        """
+        cfg = self.config
+        scope = self._table_scope(spark)
+        if scope is None:
+            return None, None
+        values = batch_partition_values(deduped, scope.spec, catalog=cfg.catalog.name)
+        names = partition_names(scope.spec, values)
+        partition_filter = partition_predicate(scope.spec, values, catalog=cfg.catalog.name)
+        if len(names) > cfg.max_lease_partitions:
+            log.warning(
+                "batch %d touches %d partitions of %s (max_lease_partitions %d): "
+                "leasing the whole table",
+                batch_id,
+                len(names),
+                cfg.table,
+                cfg.max_lease_partitions,
+            )
+            return None, partition_filter
+        return names, partition_filter
+
     @staticmethod
     def _note_gate(record: BatchRecord, gate_pass: Any) -> None:
         info = gate_pass.as_dict()
+        record.scope = info.get("scope", "table")
         record.gate_wait_s = info.get("waited_s", 0.0)
         record.wait_reasons = list(info.get("wait_reasons", []))
         record.lease_calls_s = info.get("lease_calls_s", 0.0)

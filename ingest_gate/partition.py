@@ -51,6 +51,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from ingest_gate.spark import load_table
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -64,6 +66,9 @@ __all__ = [
     "scope_refusal",
     "read_spec",
     "partition_scope",
+    "transform_sql",
+    "batch_partition_values",
+    "partition_names",
     "batch_partition_names",
     "table_partitions",
     "table_partition_names",
@@ -305,12 +310,6 @@ def _check_nameable(field: PartitionField) -> None:
 # --- Spark side: py4j and DataFrames; pyspark is imported by the caller's session only ---
 
 
-def _load(spark: SparkSession, table: str) -> Any:
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, table
-    )
-
-
 def _spec_of(jtable: Any) -> PartitionSpec:
     schema = jtable.schema()
     jspec = jtable.spec()
@@ -332,7 +331,7 @@ def read_spec(spark: SparkSession, table: str) -> PartitionSpec:
     Raises:
         py4j.protocol.Py4JJavaError: the table cannot be loaded.
     """
-    return _spec_of(_load(spark, table))
+    return _spec_of(load_table(spark, table))
 
 
 def partition_scope(
@@ -349,7 +348,7 @@ def partition_scope(
     """
     from ingest_gate.merge import quote_identifier
 
-    jtable = _load(spark, table)
+    jtable = load_table(spark, table)
     spec = _spec_of(jtable)
     in_use = [spec.spec_id]
     if int(jtable.specs().size()) > 1:
@@ -360,10 +359,18 @@ def partition_scope(
     return PartitionScope(spec, scope_refusal(spec, specs_in_use=in_use, key_columns=key_columns))
 
 
-def _transform_sql(field: PartitionField, catalog: str) -> str:
+def transform_sql(field: PartitionField, catalog: str, *, alias: str | None = None) -> str:
+    """Spark SQL for `field`'s partition value of a row: the source column (`alias`.column when
+    given) through Iceberg's transform function of `catalog`, e.g. `local`.system.days(`ts`).
+
+    Raises:
+        UnsupportedPartition: a transform this module cannot name.
+    """
     from ingest_gate.merge import quote_identifier
 
     column = quote_identifier(field.source)
+    if alias is not None:
+        column = f"{alias}.{column}"
     system = f"{quote_identifier(catalog)}.system"
     functions = {"day": "days", "hour": "hours", "month": "months", "year": "years"}
     if field.transform == "identity":
@@ -380,9 +387,12 @@ def _transform_sql(field: PartitionField, catalog: str) -> str:
     )
 
 
-def batch_partition_names(batch: DataFrame, spec: PartitionSpec, *, catalog: str) -> list[str]:
-    """The sorted distinct partition names of the rows of `batch` (a micro-batch whose columns
-    have the table's types), computed with Iceberg's own transform functions of `catalog`.
+def batch_partition_values(
+    batch: DataFrame, spec: PartitionSpec, *, catalog: str
+) -> list[tuple[Any, ...]]:
+    """The distinct partition tuples of the rows of `batch` (a micro-batch whose columns have
+    the table's types): one transformed value per spec field, in spec order, computed with
+    Iceberg's own transform functions of `catalog`. Name them with `partition_names`.
 
     Raises:
         ValueError: the spec has no fields.
@@ -391,9 +401,27 @@ def batch_partition_names(batch: DataFrame, spec: PartitionSpec, *, catalog: str
     """
     if not spec.fields:
         raise ValueError("an unpartitioned table has no partitions; lease the whole table")
-    exprs = [f"{_transform_sql(f, catalog)} AS `p{i}`" for i, f in enumerate(spec.fields)]
-    rows = batch.selectExpr(*exprs).distinct().collect()
-    return sorted({partition_name(spec, tuple(row)) for row in rows})
+    exprs = [f"{transform_sql(f, catalog)} AS `p{i}`" for i, f in enumerate(spec.fields)]
+    return [tuple(row) for row in batch.selectExpr(*exprs).distinct().collect()]
+
+
+def partition_names(spec: PartitionSpec, values: Iterable[Sequence[Any]]) -> list[str]:
+    """The sorted distinct names of partition tuples `values` (a null and the string "null"
+    share one name, as in Iceberg's paths).
+
+    Raises:
+        as partition_name.
+    """
+    return sorted({partition_name(spec, v) for v in values})
+
+
+def batch_partition_names(batch: DataFrame, spec: PartitionSpec, *, catalog: str) -> list[str]:
+    """The sorted distinct partition names of the rows of `batch` (see batch_partition_values).
+
+    Raises:
+        as batch_partition_values.
+    """
+    return partition_names(spec, batch_partition_values(batch, spec, catalog=catalog))
 
 
 def table_partitions(

@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -28,6 +28,7 @@ __all__ = [
     "SparkJobGroups",
     "bundled_iceberg_jar",
     "build_session",
+    "load_table",
 ]
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -188,3 +189,15 @@ def error_message(exc: BaseException) -> str:
         inner = f"{root.getClass().getName()}: {root.getMessage()}"
         message = f"{inner} (in {outer})"
     return " ".join(message.split())[:_MAX_MESSAGE]
+
+
+def load_table(spark: SparkSession, table: str) -> Any:
+    """`table` as Iceberg's Java `Table`, loaded fresh through Spark's catalog (py4j): the spec
+    and the snapshot are the latest committed, as each maintenance action must plan against.
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the table cannot be loaded.
+    """
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, table
+    )

@@ -42,6 +42,7 @@ from service.schemas import (
     lease_out,
     state_out,
 )
+from service.scope import label
 
 __all__ = ["router", "RuntimeDep", "problems"]
 
@@ -86,6 +87,18 @@ async def _runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(_runtime)]
+
+
+def _check_acquire(rt: Runtime, body: AcquireBody) -> None:
+    _check_ttl(rt, body.ttl_s, body.wait_s)
+    most = rt.settings.max_partitions
+    if body.partitions is not None and len(body.partitions) > most:
+        raise InvalidRequest(
+            f"partitions names {len(body.partitions)} partitions, more than the {most} this "
+            "service takes (LAKELOCK_MAX_PARTITIONS); leave the field out for a lease on the "
+            "whole table, or split the work into leases of at most that many",
+            field="partitions",
+        )
 
 
 def _check_ttl(rt: Runtime, ttl_s: float | None, wait_s: float = 0.0) -> None:
@@ -295,7 +308,7 @@ async def report_run(
 async def acquire_commit(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
 ) -> Any:
-    _check_ttl(rt, body.ttl_s, body.wait_s)
+    _check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
     until = _clock() + body.wait_s
     while True:
@@ -305,13 +318,20 @@ async def acquire_commit(
         try:
             lease = await rt.transact(
                 lambda conn: leases.acquire_commit(
-                    conn, table=table, holder=body.holder, ttl=ttl, request_id=body.request_id
+                    conn,
+                    table=table,
+                    holder=body.holder,
+                    ttl=ttl,
+                    request_id=body.request_id,
+                    partitions=body.partitions,
                 )
             )
             return lease_out(lease)
         except Locked as exc:
             if _clock() >= until or rt.changes.closing.is_set():
-                rt.metrics.denials.labels("commit", exc.extra.get("reason", "")).inc()
+                rt.metrics.denials.labels(
+                    "commit", exc.extra.get("reason", ""), label(body.partitions)
+                ).inc()
                 raise
             retry = exc.retry_after_s
             try:
@@ -341,7 +361,7 @@ async def acquire_commit(
 async def acquire_maintenance(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
 ) -> Any:
-    _check_ttl(rt, body.ttl_s, body.wait_s)
+    _check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
     intent_ttl = timedelta(seconds=rt.settings.intent_ttl_s)
     until = _clock() + body.wait_s
@@ -356,10 +376,11 @@ async def acquire_maintenance(
                     ttl=ttl,
                     request_id=body.request_id,
                     intent_ttl=intent_ttl,
+                    partitions=body.partitions,
                 )
             )
         except Refused as exc:
-            rt.metrics.denials.labels("maintenance", exc.slug).inc()
+            rt.metrics.denials.labels("maintenance", exc.slug, label(body.partitions)).inc()
             raise
         if isinstance(result, leases.Lease):
             return lease_out(result)

@@ -408,8 +408,11 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             target = next((o for o in ttl.get("anyOf", []) if o.get("type") == "number"), ttl)
             target.pop("exclusiveMinimum", None)
             target.update(minimum=settings.min_ttl_s, maximum=settings.max_ttl_s)
-    wait = bodies.get("AcquireBody", {}).get("properties", {}).get("wait_s")
-    if wait is not None:
-        wait["maximum"] = settings.max_wait_s
+    acquire = bodies.get("AcquireBody", {}).get("properties", {})
+    if "wait_s" in acquire:
+        acquire["wait_s"]["maximum"] = settings.max_wait_s
+    for option in acquire.get("partitions", {}).get("anyOf", []):
+        if option.get("type") == "array":
+            option.update(minItems=1, maxItems=settings.max_partitions, uniqueItems=True)
     app.openapi_schema = schema
     return schema

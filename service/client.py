@@ -25,7 +25,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -69,6 +69,7 @@ class Lease:
     ttl_s: float
     remaining_s: float
     held_s: float = 0.0
+    partitions: tuple[str, ...] | None = None  # None: the whole table
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Lease:
@@ -83,6 +84,7 @@ class Lease:
             ttl_s=float(body["ttl_s"]),
             remaining_s=float(body["remaining_s"]),
             held_s=float(body.get("held_s") or 0.0),
+            partitions=_scope(body.get("partitions")),
         )
 
 
@@ -98,6 +100,7 @@ class Draining:
     retry_after_s: float
     intent: dict[str, Any]
     request_id: str = ""
+    partitions: tuple[str, ...] | None = None  # None: the whole table
 
 
 class LeaseClient:
@@ -142,8 +145,10 @@ class LeaseClient:
         ttl_s: float,
         wait_s: float = 0.0,
         request_id: str | None = None,
+        partitions: Sequence[str] | None = None,
     ) -> Lease:
-        """A shared commit lease on `table`, waiting up to `wait_s` on the server for it.
+        """A shared commit lease on `table` (or on `partitions` of it, named as Iceberg names
+        them, `dt=2024-06-20/hr=13`), waiting up to `wait_s` on the server for it.
 
         Raises:
             Locked: ingest is paused, or a maintenance lease or intent is live (`reason`).
@@ -151,7 +156,9 @@ class LeaseClient:
             OutcomeUnknown: timed out; retry with the same `request_id`.
             Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
         """
-        body = self._acquire_body(holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id)
+        body = self._acquire_body(
+            holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
+        )
         answer = self._call("POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s)
         return Lease.from_json(answer.json())
 
@@ -163,8 +170,10 @@ class LeaseClient:
         ttl_s: float,
         wait_s: float = 0.0,
         request_id: str | None = None,
+        partitions: Sequence[str] | None = None,
     ) -> Lease | Draining:
-        """The exclusive maintenance lease on `table`, or `Draining` while commits drain.
+        """The exclusive maintenance lease on `table` (or on `partitions` of it), or `Draining`
+        while the commits it conflicts with drain.
 
         Raises:
             MaintenanceHeld: another maintenance lease or intent is live.
@@ -173,7 +182,9 @@ class LeaseClient:
             OutcomeUnknown: timed out; retry with the same `request_id`.
             Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
         """
-        body = self._acquire_body(holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id)
+        body = self._acquire_body(
+            holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
+        )
         answer = self._call(
             "POST", f"/v1/tables/{table}/maintenance-lease", json=body, wait_s=wait_s
         )
@@ -185,6 +196,7 @@ class LeaseClient:
                 retry_after_s=float(data.get("retry_after_s", 1.0)),
                 intent=dict(data.get("intent") or {}),
                 request_id=body["request_id"],
+                partitions=_scope(data.get("partitions")),
             )
         return Lease.from_json(data)
 
@@ -324,16 +336,24 @@ class LeaseClient:
 
     @staticmethod
     def _acquire_body(
-        *, holder: str, ttl_s: float, wait_s: float, request_id: str | None
+        *,
+        holder: str,
+        ttl_s: float,
+        wait_s: float,
+        request_id: str | None,
+        partitions: Sequence[str] | None,
     ) -> dict[str, Any]:
         # one id per acquire call, sent on every retry: a retry after a lost answer then gets
         # the lease the first attempt was granted instead of a second one
-        return {
+        body: dict[str, Any] = {
             "holder": holder,
             "ttl_s": ttl_s,
             "request_id": request_id or uuid.uuid4().hex,
             "wait_s": wait_s,
         }
+        if partitions is not None:
+            body["partitions"] = list(partitions)
+        return body
 
     def _call(
         self,
@@ -421,6 +441,10 @@ class LeaseClient:
             "effect, retry with the same request id",
             attempts=attempts,
         )
+
+
+def _scope(partitions: Any) -> tuple[str, ...] | None:
+    return None if partitions is None else tuple(str(name) for name in partitions)
 
 
 def _problem(response: httpx.Response) -> LakelockError:

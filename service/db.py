@@ -40,6 +40,8 @@ __all__ = [
     "metadata",
     "tables_t",
     "commit_leases_t",
+    "maintenance_leases_t",
+    "intents_t",
     "events_t",
     "runs_t",
     "Instant",
@@ -56,6 +58,10 @@ metadata = MetaData()
 # DATETIME(6) on MySQL/MariaDB: the default DATETIME drops microseconds, and expiry needs them
 Instant = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
+# a lease's partitions, a JSON array (NULL: the whole table); up to 1,000 names of 512
+# characters do not fit MySQL's 64 KiB TEXT
+Scope = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
 # SQLite autoincrements only an INTEGER PRIMARY KEY
 BigId = BigInteger().with_variant(Integer, "sqlite")
 NAME = 255  # an Iceberg identifier catalog.namespace.table
@@ -70,45 +76,56 @@ tables_t = Table(
     Column("switch_reason", String(1024)),
     Column("switch_by", String(255)),
     Column("switch_at", Instant),
-    # the one maintenance lease; its columns stay after it ends, until the next grant, so a
-    # repeated release or a late renew can still be answered exactly
-    Column("maint_lease_id", String(ID)),
-    Column("maint_holder", String(255)),
-    Column("maint_request_id", String(128)),
-    Column("maint_token", BigInteger),
-    Column("maint_ttl_s", Float),
-    Column("maint_acquired_at", Instant),
-    Column("maint_expires_at", Instant),
-    Column("maint_ended_at", Instant),
-    Column("maint_end", String(16)),  # released | expired | revoked
-    # the open intent (writer preference): no commit lease is granted while it is live
-    Column("intent_holder", String(255)),
-    Column("intent_request_id", String(128)),
-    Column("intent_opened_at", Instant),
-    Column("intent_expires_at", Instant),
+    # no maintenance lease nor intent on the table is live after this instant (NULL: none was
+    # ever granted): a commit grant reads them only before it, so the common grant stays one
+    # locking read. Raised with every grant, renewal and intent; lowered when one ends.
+    Column("holds_until", Instant),
     Column("next_token", BigInteger, nullable=False),
     # no version column: a table's state version is the id of its newest event (leases.py)
     Column("created_at", Instant, nullable=False),
-    Index("ix_lakelock_tables_maint_lease", "maint_lease_id"),
 )
 
-commit_leases_t = Table(
-    "lakelock_commit_leases",
+
+def _lease_table(kind: str, *own: Column) -> Table:
+    """The table of `kind` leases, one row per grant; `own` adds the kind's own columns."""
+    name = f"lakelock_{kind}_leases"
+    return Table(
+        name,
+        metadata,
+        Column("id", String(ID), primary_key=True),
+        Column("table_name", String(NAME), nullable=False),
+        Column("holder", String(255), nullable=False),
+        Column("request_id", String(128), nullable=False),
+        *own,
+        Column("partitions", Scope),
+        Column("ttl_s", Float, nullable=False),
+        Column("acquired_at", Instant, nullable=False),
+        Column("expires_at", Instant, nullable=False),
+        Column("ended_at", Instant),
+        Column("end", String(16)),  # released | expired | revoked
+        Index(f"ix_{name}_live", "table_name", "ended_at", "expires_at"),
+        # a repeated acquire is caught by the insert itself
+        Index(f"ux_{name}_request", "table_name", "request_id", unique=True),
+        # the sweeper's "expired but not ended, on any table" and pruning's "ended before the
+        # cutoff"
+        Index(f"ix_{name}_ended", "ended_at", "expires_at"),
+    )
+
+
+commit_leases_t = _lease_table("commit")
+maintenance_leases_t = _lease_table("maintenance", Column("token", BigInteger, nullable=False))
+
+# an open intent (writer preference) of one maintenance request; deleted when it ends
+intents_t = Table(
+    "lakelock_intents",
     metadata,
-    Column("id", String(ID), primary_key=True),
-    Column("table_name", String(NAME), nullable=False),
+    Column("table_name", String(NAME), primary_key=True),
+    Column("request_id", String(128), primary_key=True),
     Column("holder", String(255), nullable=False),
-    Column("request_id", String(128), nullable=False),
-    Column("ttl_s", Float, nullable=False),
-    Column("acquired_at", Instant, nullable=False),
+    Column("partitions", Scope),
+    Column("opened_at", Instant, nullable=False),
     Column("expires_at", Instant, nullable=False),
-    Column("ended_at", Instant),
-    Column("end", String(16)),  # released | expired | revoked
-    Index("ix_lakelock_commit_leases_live", "table_name", "ended_at", "expires_at"),
-    # a repeated acquire is caught by the insert itself
-    Index("ux_lakelock_commit_leases_request", "table_name", "request_id", unique=True),
-    # the sweeper's "expired but not ended, on any table" and pruning's "ended before the cutoff"
-    Index("ix_lakelock_commit_leases_ended", "ended_at", "expires_at"),
+    Index("ix_lakelock_intents_expires", "expires_at"),
 )
 
 events_t = Table(

@@ -106,7 +106,7 @@ class Locked(Refused):
 
 
 class MaintenanceHeld(Refused):
-    """Another maintenance lease or intent is live on the table; skip this run or retry later."""
+    """A live maintenance lease intersects the scope asked for; skip this run or retry later."""
 
     status, slug, title = 409, "maintenance-held", "Maintenance lease held"
 

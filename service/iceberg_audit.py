@@ -37,6 +37,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from service.scope import intersects, scope_of
+
 __all__ = [
     "TOKEN",
     "LEASE_ID",
@@ -171,15 +173,6 @@ def _parse_at(value: str) -> datetime:
     return at if at.tzinfo else at.replace(tzinfo=UTC)
 
 
-def _scope(value: Any) -> frozenset[str] | None:
-    """A `partitions` list as sent by the service; absent or null means the whole table."""
-    return None if value is None else frozenset(str(p) for p in value)
-
-
-def _intersects(a: frozenset[str] | None, b: frozenset[str] | None) -> bool:
-    return a is None or b is None or bool(a & b)
-
-
 def lease_intervals(events: Iterable[Mapping[str, Any]]) -> dict[str, LeaseInterval]:
     """Every lease the events mention, by id, with the interval it was live."""
     acquired: dict[str, Mapping[str, Any]] = {}
@@ -213,7 +206,7 @@ def lease_intervals(events: Iterable[Mapping[str, Any]]) -> dict[str, LeaseInter
             kind=str(first.get("kind") or ""),
             holder=first.get("holder"),
             token=first.get("token"),
-            partitions=_scope(first.get("partitions", detail.get("partitions"))),
+            partitions=scope_of(first.get("partitions", detail.get("partitions"))),
             start=start,
             end=stop,
         )
@@ -290,7 +283,7 @@ def _problems(
     if snap.kind == "ingest":
         scope = snap.partitions if snap.partitions is not None else lease.partitions
         for held in maintenance:
-            if held.strictly_holds(at, skew=skew) and _intersects(scope, held.partitions):
+            if held.strictly_holds(at, skew=skew) and intersects(scope, held.partitions):
                 problems.append(
                     f"landed inside maintenance lease {held.lease_id} "
                     f"(token {held.token}, holder {held.holder}) over an intersecting scope"

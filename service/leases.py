@@ -1,42 +1,49 @@
 """Leases on Iceberg tables: the lock protocol, as plain functions over one transaction.
 
-lakelock_tables has one row per table (switch, the maintenance lease, the open intent,
-next_token); lakelock_commit_leases one row per commit grant. Each function runs in the caller's
-transaction and first locks the table row (`SELECT ... FOR UPDATE` on MySQL/MariaDB, reading
-the clock in the same statement; `BEGIN IMMEDIATE` on SQLite), so two grants on one table never
-both see "nothing live".
+lakelock_tables has one row per table (the switch, next_token, holds_until);
+lakelock_commit_leases and lakelock_maintenance_leases one row per grant, lakelock_intents one
+row per open intent. Each function runs in the caller's transaction and first locks the table
+row (`SELECT ... FOR UPDATE` on MySQL/MariaDB, reading the clock in the same statement;
+`BEGIN IMMEDIATE` on SQLite), so two grants on one table never both see "nothing live".
 
-    commit       shared; granted while ingest is running, no maintenance lease is live and no
-                 intent is open. Many may be live at once.
-    maintenance  exclusive; granted when no commit lease is live, else an intent is opened
-                 (drain) and the caller is told how many commits are in flight.
-    intent       writer preference: while it is live no commit lease is granted, so in-flight
-                 commits drain and compaction is not starved. It expires `intent_ttl` after the
-                 last time its holder asked; asking again (same request id) keeps it open; its
-                 holder may withdraw it.
+Every lease and intent has a scope (`service.scope`): the whole table, or a set of partitions.
+Two of them conflict when their kinds conflict and their scopes intersect (DESIGN.md §3b):
+
+    commit       shared; granted while ingest is running and no live maintenance lease or open
+                 intent intersects its scope. Commit leases never exclude each other.
+    maintenance  exclusive on its scope; granted when no live maintenance lease and no live
+                 commit lease intersects it. When only commit leases do, an intent is opened
+                 (drain) and the caller is told how many of them are in flight.
+    intent       writer preference: while it is live no commit lease intersecting its scope is
+                 granted, so those in flight drain and compaction is not starved. It expires
+                 `intent_ttl` after the last time its request asked; asking again (same request
+                 id) keeps it open; its holder may withdraw it. It does not exclude another
+                 maintenance request.
     switch       ingest running|paused (no commit grants), maintenance enabled|disabled (no
                  maintenance grants); leases already live are not cut short by a switch.
-    token        next_token at a maintenance grant, then bumped: strictly increasing per table.
-                 Renew and release of a maintenance lease carry it; another one is StaleToken.
+    token        next_token at each maintenance grant, whatever its scope, then bumped: strictly
+                 increasing per table. Renew and release of a maintenance lease carry it;
+                 another one is StaleToken.
     expiry       judged by the database clock, read once per transaction (`db.locked_clock`).
                  A lease whose expiry passed is never live again: renew refuses it
-                 (LeaseExpired), and a sweep marks it ended and audits `lease.expired` (the
-                 maintenance lease and intent before any grant; expired commit leases before a
-                 maintenance grant or by the background sweeper, since they never block a
-                 commit grant).
+                 (LeaseExpired), and a sweep marks it ended and audits `lease.expired`
+                 (maintenance leases and intents whenever a call reads them; expired commit
+                 leases before a maintenance grant or by the background sweeper, since they
+                 never block a commit grant).
     renew        extends a live lease only. Outcomes: ok | not_found | expired | not_owner
                  (another holder, or revoked, naming who) | token_mismatch.
     release      by the holder (and the token for maintenance); idempotent: releasing an ended
                  lease answers its state again. An operator's release is a revoke.
     request id   an acquire repeated with the same request id answers the same lease (or keeps
-                 the same intent), so a client may retry after a timeout; for commit leases the
-                 unique key (table, request id) catches the repeat at the insert.
+                 the same intent), so a client may retry after a timeout; the unique key
+                 (table, request id) of each lease table catches the repeat at the insert.
     version      the id of the table's newest audit event: every change writes one under the
                  row lock, so it grows with each change; `GET ...?since=` long-polls on it.
 
 The commit path is lean on purpose (benchmarks/lease_throughput.py counts it): a grant is the
 locking read, the lease insert and its event; a release the locking read of lease and table
-(one join), the update and its event.
+(one join), the update and its event. The table row's `holds_until` (no maintenance lease or
+intent of the table is unended after it) lets a commit grant skip reading them while none is.
 
 Refusals are raised as `service.errors` exceptions. `db.run_transaction` commits what a refused
 call recorded (the sweep, a `lease.renew_failed` event) before re-raising, and nothing else is
@@ -46,18 +53,26 @@ written before a refusal is decided.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, Literal
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import Table, delete, func, insert, select, update
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from service import audit
-from service.db import commit_leases_t, events_t, locked_clock, now, tables_t
+from service.db import (
+    commit_leases_t,
+    events_t,
+    intents_t,
+    locked_clock,
+    maintenance_leases_t,
+    now,
+    tables_t,
+)
 from service.errors import (
     InvalidRequest,
     LeaseExpired,
@@ -68,10 +83,12 @@ from service.errors import (
     NotOwner,
     StaleToken,
 )
+from service.scope import Scope, conflicts, decode, encode, scope_of
 
 __all__ = [
     "LeaseKind",
     "Lease",
+    "Intent",
     "Draining",
     "TableState",
     "acquire_commit",
@@ -109,6 +126,21 @@ class Lease:
     remaining_s: float
     held_s: float
     state: LeaseEnd = "live"
+    partitions: list[str] | None = None  # None: the whole table
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Intent:
+    """An open intent: maintenance request `request_id` is draining the commits on its scope."""
+
+    holder: str
+    request_id: str
+    partitions: list[str] | None
+    remaining_s: float
+    open_s: float
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,11 +148,13 @@ class Lease:
 
 @dataclass(frozen=True)
 class Draining:
-    """Maintenance asked while commit leases are live: an intent is open, commits drain."""
+    """Maintenance asked while intersecting commit leases are live: an intent is open, they
+    drain."""
 
     table: str
     holder: str
     request_id: str
+    partitions: list[str] | None
     in_flight_commits: int
     intent_remaining_s: float
     retry_after_s: float
@@ -135,10 +169,17 @@ class TableState:
     switch_reason: str | None
     switch_by: str | None
     switch_age_s: float | None
-    maintenance_lease: Lease | None
-    intent: dict[str, Any] | None
+    maintenance_leases: list[Lease]
+    intents: list[Intent]
     commit_leases: list[Lease]
     next_token: int
+    # the oldest of each, for clients of the one-lease-per-table protocol
+    maintenance_lease: Lease | None = field(init=False)
+    intent: Intent | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "maintenance_lease", next(iter(self.maintenance_leases), None))
+        object.__setattr__(self, "intent", next(iter(self.intents), None))
 
 
 def _seconds(delta: timedelta) -> float:
@@ -147,6 +188,9 @@ def _seconds(delta: timedelta) -> float:
 
 def _ttl(seconds: float) -> timedelta:
     return timedelta(seconds=seconds)
+
+
+_LEASES: dict[LeaseKind, Table] = {"commit": commit_leases_t, "maintenance": maintenance_leases_t}
 
 
 # -- the table row ---------------------------------------------------------------------------
@@ -187,6 +231,13 @@ def _lock_table(
     return row, at
 
 
+def _locked_table(conn: Connection, table: str) -> tuple[dict, datetime]:
+    """The locked row of `table`, created on first use, and the clock."""
+    locked = _lock_table(conn, table)
+    assert locked is not None  # created
+    return locked
+
+
 def _change(conn: Connection, row: dict, **values: Any) -> None:
     """Update the locked row. Every state change also writes an audit event, whose id is the
     table's new version (`table_version`): that is what long-polls wait on."""
@@ -195,16 +246,107 @@ def _change(conn: Connection, row: dict, **values: Any) -> None:
         row.update(values)
 
 
-def _maintenance_live(row: dict, at: datetime) -> bool:
-    return (
-        row["maint_lease_id"] is not None
-        and row["maint_ended_at"] is None
-        and row["maint_expires_at"] > at
+def _live(lease: Any, at: datetime) -> bool:
+    return lease.ended_at is None and lease.expires_at > at
+
+
+def _scope(stored: Any) -> Scope:
+    return scope_of(decode(stored.partitions))
+
+
+# -- holds: the maintenance leases and intents of a table ------------------------------------
+
+
+@dataclass
+class _Holds:
+    """The live maintenance leases and open intents of a table, oldest first."""
+
+    leases: list[Any] = field(default_factory=list)
+    intents: list[Any] = field(default_factory=list)
+
+    def blocking_commits(self, scope: Scope) -> tuple[Any | None, Any | None]:
+        """The first live maintenance lease and the first intent a commit on `scope` conflicts
+        with."""
+        lease = next(
+            (x for x in self.leases if conflicts("commit", scope, "maintenance", _scope(x))), None
+        )
+        intent = next(
+            (x for x in self.intents if conflicts("commit", scope, "intent", _scope(x))), None
+        )
+        return lease, intent
+
+
+def _holds(conn: Connection, row: dict, at: datetime, *, sweep: bool) -> _Holds:
+    """The table's live maintenance leases and intents. With `sweep`, those whose expiry passed
+    are ended (each audited) and `holds_until` is brought down to the latest live expiry.
+    No statement while `holds_until` says none can be unended."""
+    if row["holds_until"] is None:
+        return _Holds()
+    m, i = maintenance_leases_t.c, intents_t.c
+    leases = list(
+        conn.execute(
+            select(maintenance_leases_t)
+            .where(m.table_name == row["name"], m.ended_at.is_(None))
+            .order_by(m.acquired_at)
+        )
     )
+    intents = list(
+        conn.execute(select(intents_t).where(i.table_name == row["name"]).order_by(i.opened_at))
+    )
+    holds = _Holds(
+        [x for x in leases if x.expires_at > at], [x for x in intents if x.expires_at > at]
+    )
+    if not sweep:
+        return holds
+    for lease in leases:
+        if lease.expires_at <= at:
+            _end_expired(conn, "maintenance", lease, at)
+    for intent in intents:
+        if intent.expires_at <= at:
+            conn.execute(delete(intents_t).where(_intent(intent.table_name, intent.request_id)))
+            audit.record(
+                conn,
+                at=at,
+                table=row["name"],
+                event="intent.expired",
+                holder=intent.holder,
+                request_id=intent.request_id,
+                partitions=decode(intent.partitions),
+                expired_at=intent.expires_at.isoformat(),
+            )
+    latest = max((x.expires_at for x in [*holds.leases, *holds.intents]), default=None)
+    if latest != row["holds_until"]:
+        _change(conn, row, holds_until=latest)
+    return holds
 
 
-def _intent_live(row: dict, at: datetime) -> bool:
-    return row["intent_holder"] is not None and row["intent_expires_at"] > at
+def _hold_until(conn: Connection, row: dict, until: datetime) -> None:
+    """A maintenance lease or intent of the table is live until `until`: commit grants read
+    the holds until then."""
+    if row["holds_until"] is None or until > row["holds_until"]:
+        _change(conn, row, holds_until=until)
+
+
+def _end_expired(conn: Connection, kind: LeaseKind, lease: Any, at: datetime) -> None:
+    """Mark a lease whose expiry passed as ended, with its `lease.expired` event."""
+    leases_t = _LEASES[kind]
+    conn.execute(
+        update(leases_t)
+        .where(leases_t.c.id == lease.id)
+        .values(ended_at=lease.expires_at, end="expired")
+    )
+    audit.record(
+        conn,
+        at=at,
+        table=lease.table_name,
+        event="lease.expired",
+        lease_id=lease.id,
+        kind=kind,
+        holder=lease.holder,
+        token=getattr(lease, "token", None),
+        partitions=decode(lease.partitions),
+        held_s=_seconds(lease.expires_at - lease.acquired_at),
+    )
 
 
 def _live_commit_rows(conn: Connection, table: str, at: datetime) -> list[Any]:
@@ -217,137 +359,54 @@ def _live_commit_rows(conn: Connection, table: str, at: datetime) -> list[Any]:
     return list(conn.execute(query))
 
 
-def _sweep_row(conn: Connection, row: dict, at: datetime) -> None:
-    """End what expired on this table (locked): commit leases, the maintenance lease, the intent."""
-    _sweep_commits(conn, row, at)
-    _sweep_holds(conn, row, at)
-
-
 def _sweep_commits(conn: Connection, row: dict, at: datetime) -> None:
     """End the table's commit leases whose expiry passed, each with its `lease.expired` event."""
     c = commit_leases_t.c
-    expired = list(
-        conn.execute(
-            select(commit_leases_t).where(
-                c.table_name == row["name"], c.ended_at.is_(None), c.expires_at <= at
-            )
+    expired = conn.execute(
+        select(commit_leases_t).where(
+            c.table_name == row["name"], c.ended_at.is_(None), c.expires_at <= at
         )
     )
-    for lease in expired:
-        conn.execute(
-            update(commit_leases_t)
-            .where(c.id == lease.id)
-            .values(ended_at=lease.expires_at, end="expired")
-        )
-        audit.record(
-            conn,
-            at=at,
-            table=row["name"],
-            event="lease.expired",
-            lease_id=lease.id,
-            kind="commit",
-            holder=lease.holder,
-            held_s=_seconds(lease.expires_at - lease.acquired_at),
-        )
-
-
-def _sweep_holds(conn: Connection, row: dict, at: datetime) -> None:
-    """End the maintenance lease and the intent of the row if their expiry passed; no statement
-    unless one did (both live in the row already read)."""
-    changes: dict[str, Any] = {}
-    if (
-        row["maint_lease_id"] is not None
-        and row["maint_ended_at"] is None
-        and row["maint_expires_at"] <= at
-    ):
-        changes.update(maint_ended_at=row["maint_expires_at"], maint_end="expired")
-        audit.record(
-            conn,
-            at=at,
-            table=row["name"],
-            event="lease.expired",
-            lease_id=row["maint_lease_id"],
-            kind="maintenance",
-            holder=row["maint_holder"],
-            token=row["maint_token"],
-            held_s=_seconds(row["maint_expires_at"] - row["maint_acquired_at"]),
-        )
-    if row["intent_holder"] is not None and row["intent_expires_at"] <= at:
-        audit.record(
-            conn,
-            at=at,
-            table=row["name"],
-            event="intent.expired",
-            holder=row["intent_holder"],
-            expired_at=row["intent_expires_at"].isoformat(),
-        )
-        changes.update(_NO_INTENT)
-    _change(conn, row, **changes)
-
-
-_NO_INTENT = {
-    "intent_holder": None,
-    "intent_request_id": None,
-    "intent_opened_at": None,
-    "intent_expires_at": None,
-}
-
-
-def _locked_table(
-    conn: Connection, table: str, *, sweep_commits: bool = True
-) -> tuple[dict, datetime]:
-    """The locked row (created on first use) and the clock, with what expired on it ended.
-
-    `sweep_commits=False` for a commit grant: commit leases never exclude each other, so ending
-    expired ones can wait for the sweeper (or the next maintenance request); liveness is judged
-    by expiry everywhere, so a lease past its expiry is never taken for live meanwhile.
-    """
-    locked = _lock_table(conn, table)
-    assert locked is not None
-    row, at = locked
-    if sweep_commits:
-        _sweep_commits(conn, row, at)
-    _sweep_holds(conn, row, at)
-    return row, at
+    for lease in list(expired):
+        _end_expired(conn, "commit", lease, at)
 
 
 # -- views -----------------------------------------------------------------------------------
 
 
-def _commit_view(lease: Any, at: datetime) -> Lease:
+def _lease_view(kind: LeaseKind, lease: Any, at: datetime) -> Lease:
+    live = _live(lease, at)
     return Lease(
         lease_id=lease.id,
         table=lease.table_name,
-        kind="commit",
+        kind=kind,
         holder=lease.holder,
         request_id=lease.request_id,
-        token=None,
+        token=lease.token if kind == "maintenance" else None,
         ttl_s=lease.ttl_s,
-        remaining_s=max(0.0, _seconds(lease.expires_at - at)),
-        held_s=_seconds((lease.ended_at or at) - lease.acquired_at),
-        state=lease.end or ("live" if lease.expires_at > at else "expired"),
+        remaining_s=max(0.0, _seconds(lease.expires_at - at)) if live else 0.0,
+        held_s=_seconds((lease.ended_at or min(at, lease.expires_at)) - lease.acquired_at),
+        state="live" if live else (lease.end or "expired"),
+        partitions=decode(lease.partitions),
     )
 
 
-def _maintenance_view(row: dict, at: datetime) -> Lease:
-    ended = row["maint_ended_at"]
-    live = ended is None and row["maint_expires_at"] > at
-    return Lease(
-        lease_id=row["maint_lease_id"],
-        table=row["name"],
-        kind="maintenance",
-        holder=row["maint_holder"],
-        request_id=row["maint_request_id"],
-        token=row["maint_token"],
-        ttl_s=row["maint_ttl_s"],
-        remaining_s=max(0.0, _seconds(row["maint_expires_at"] - at)) if live else 0.0,
-        held_s=_seconds((ended or min(at, row["maint_expires_at"])) - row["maint_acquired_at"]),
-        state="live" if live else (row["maint_end"] or "expired"),
+def _intent_view(intent: Any, at: datetime) -> Intent:
+    return Intent(
+        holder=intent.holder,
+        request_id=intent.request_id,
+        partitions=decode(intent.partitions),
+        remaining_s=_seconds(intent.expires_at - at),
+        open_s=_seconds(at - intent.opened_at),
     )
 
 
-def _repeated(view: Lease, request_id: str) -> Lease:
+def _repeated(view: Lease, request_id: str, holder: str, scope: Scope) -> Lease:
     """The answer to an acquire repeated with `request_id`: its lease while live."""
+    if view.holder != holder:
+        # another holder's lease (and fencing token) must not be handed out by its id
+        raise _request_id_taken(request_id)
+    _same_scope(request_id, scope_of(view.partitions), scope)
     if view.state != "live":
         raise LeaseExpired(
             f"the lease granted to request_id {request_id!r} is {view.state}; "
@@ -358,46 +417,16 @@ def _repeated(view: Lease, request_id: str) -> Lease:
     return view
 
 
-# -- acquire ---------------------------------------------------------------------------------
-
-
-def _commit_refusal(row: dict, at: datetime) -> Locked | None:
-    """Why no commit lease may be granted on the (locked, swept) table now, or None."""
-    table = row["name"]
-    if row["ingest"] == "paused":
-        return Locked(
-            f"ingest on {table} is paused by {row['switch_by']}: {row['switch_reason']}",
-            reason="paused",
-            blocking_holder=row["switch_by"],
-            retry_after_s=None,
+def _same_scope(request_id: str, earlier: Scope, asked: Scope) -> None:
+    """A retry asks for what the first attempt asked for; other partitions under the same
+    request id would get a lease (or an intent) that does not cover them."""
+    if earlier != asked:
+        raise NotOwner(
+            f"request_id {request_id!r} was used for "
+            + ("the whole table" if earlier is None else f"{len(earlier)} other partitions")
+            + "; send a new request_id for a different scope",
+            field="request_id",
         )
-    if _maintenance_live(row, at):
-        return Locked(
-            f"{table} is held for maintenance by {row['maint_holder']}",
-            reason="maintenance",
-            blocking_holder=row["maint_holder"],
-            retry_after_s=_seconds(row["maint_expires_at"] - at),
-        )
-    if _intent_live(row, at):
-        return Locked(
-            f"{table} is draining for maintenance by {row['intent_holder']}",
-            reason="intent",
-            blocking_holder=row["intent_holder"],
-            retry_after_s=None,
-        )
-    return None
-
-
-def _commit_by_request(conn: Connection, table: str, request_id: str) -> Any:
-    c = commit_leases_t.c
-    query = select(commit_leases_t).where(c.table_name == table, c.request_id == request_id)
-    return conn.execute(query).first()
-
-
-def _repeated_commit(earlier: Any, *, holder: str, request_id: str, at: datetime) -> Lease:
-    if earlier.holder != holder:
-        raise _request_id_taken(request_id)
-    return _repeated(_commit_view(earlier, at), request_id)
 
 
 def _request_id_taken(request_id: str) -> NotOwner:
@@ -408,58 +437,130 @@ def _request_id_taken(request_id: str) -> NotOwner:
     )
 
 
+def _by_request(conn: Connection, kind: LeaseKind, table: str, request_id: str) -> Any:
+    leases_t = _LEASES[kind]
+    query = select(leases_t).where(
+        leases_t.c.table_name == table, leases_t.c.request_id == request_id
+    )
+    return conn.execute(query).first()
+
+
+def _where(partitions: list[str] | None) -> str:
+    return (
+        ""
+        if partitions is None
+        else f" (partitions {', '.join(partitions[:3])}"
+        + (f" and {len(partitions) - 3} more)" if len(partitions) > 3 else ")")
+    )
+
+
+# -- acquire ---------------------------------------------------------------------------------
+
+
+def _commit_refusal(conn: Connection, row: dict, at: datetime, scope: Scope) -> Locked | None:
+    """Why no commit lease on `scope` may be granted on the (locked) table now, or None."""
+    table = row["name"]
+    if row["ingest"] == "paused":
+        return Locked(
+            f"ingest on {table} is paused by {row['switch_by']}: {row['switch_reason']}",
+            reason="paused",
+            blocking_holder=row["switch_by"],
+            retry_after_s=None,
+        )
+    lease, intent = _holds(conn, row, at, sweep=True).blocking_commits(scope)
+    if lease is not None:
+        partitions = decode(lease.partitions)
+        return Locked(
+            f"{table}{_where(partitions)} is held for maintenance by {lease.holder}",
+            reason="maintenance",
+            blocking_holder=lease.holder,
+            blocking_partitions=partitions,
+            retry_after_s=_seconds(lease.expires_at - at),
+        )
+    if intent is not None:
+        partitions = decode(intent.partitions)
+        return Locked(
+            f"{table}{_where(partitions)} is draining for maintenance by {intent.holder}",
+            reason="intent",
+            blocking_holder=intent.holder,
+            blocking_partitions=partitions,
+            retry_after_s=None,
+        )
+    return None
+
+
 def acquire_commit(
-    conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str
+    conn: Connection,
+    *,
+    table: str,
+    holder: str,
+    ttl: timedelta,
+    request_id: str,
+    partitions: list[str] | None = None,
 ) -> Lease:
-    """Grant a shared commit lease on `table`.
+    """Grant a shared commit lease on `table`, or on `partitions` of it (None: the whole table).
 
     Raises:
-        Locked: ingest is paused, a maintenance lease is live, or an intent is open
-            (`reason` says which, `retry_after_s` when to ask again).
+        Locked: ingest is paused, or a maintenance lease or intent intersecting the scope is
+            live (`reason` says which, `retry_after_s` when to ask again).
         LeaseExpired: this request id was granted a lease that has ended since.
         NotOwner: this request id belongs to another holder.
     """
-    row, at = _locked_table(conn, table, sweep_commits=False)
-    refusal = _commit_refusal(row, at)
+    row, at = _locked_table(conn, table)
+    scope = scope_of(partitions)
+    refusal = _commit_refusal(conn, row, at, scope)
     if refusal is not None:
         # a retry of a request granted before the table became locked still gets its lease
-        earlier = _commit_by_request(conn, table, request_id)
+        earlier = _by_request(conn, "commit", table, request_id)
         if earlier is None:
             raise refusal
-        return _repeated_commit(earlier, holder=holder, request_id=request_id, at=at)
-    lease_id = str(uuid.uuid4())
-    values = {
-        "id": lease_id,
-        "table_name": table,
-        "holder": holder,
-        "request_id": request_id,
-        "ttl_s": ttl.total_seconds(),
-        "acquired_at": at,
-        "expires_at": at + ttl,
-    }
+        return _repeated(_lease_view("commit", earlier, at), request_id, holder, scope)
+    values = _new_lease(table, holder, request_id, partitions, ttl, at)
     try:
         conn.execute(insert(commit_leases_t).values(**values))
     except IntegrityError:
         # the unique key (table, request id) says this request was granted before: a retry
-        earlier = _commit_by_request(conn, table, request_id)
+        earlier = _by_request(conn, "commit", table, request_id)
         if earlier is None:
             raise
-        return _repeated_commit(earlier, holder=holder, request_id=request_id, at=at)
-    return _granted(
-        conn,
-        Lease(
-            lease_id=lease_id,
-            table=table,
-            kind="commit",
-            holder=holder,
-            request_id=request_id,
-            token=None,
-            ttl_s=ttl.total_seconds(),
-            remaining_s=ttl.total_seconds(),
-            held_s=0.0,
-        ),
-        at,
-    )
+        return _repeated(_lease_view("commit", earlier, at), request_id, holder, scope)
+    return _granted(conn, _lease_view("commit", _row(values), at), at)
+
+
+def _new_lease(
+    table: str,
+    holder: str,
+    request_id: str,
+    partitions: list[str] | None,
+    ttl: timedelta,
+    at: datetime,
+    **own: Any,
+) -> dict[str, Any]:
+    """The row of a lease granted now, of either kind (`own`: the kind's own columns)."""
+    return {
+        "id": str(uuid.uuid4()),
+        "table_name": table,
+        "holder": holder,
+        "request_id": request_id,
+        "partitions": encode(partitions),
+        "ttl_s": ttl.total_seconds(),
+        "acquired_at": at,
+        "expires_at": at + ttl,
+        "ended_at": None,
+        "end": None,
+        **own,
+    }
+
+
+def _intent(table: str, request_id: str) -> Any:
+    """The where clause of one intent's row."""
+    i = intents_t.c
+    return (i.table_name == table) & (i.request_id == request_id)
+
+
+def _row(values: dict[str, Any]) -> Any:
+    """A lease row this transaction just wrote, as if read back."""
+    return SimpleNamespace(**values)
 
 
 def acquire_maintenance(
@@ -470,96 +571,113 @@ def acquire_maintenance(
     ttl: timedelta,
     request_id: str,
     intent_ttl: timedelta,
+    partitions: list[str] | None = None,
 ) -> Lease | Draining:
-    """Grant the exclusive maintenance lease on `table`, or open (keep) an intent and drain.
+    """Grant an exclusive maintenance lease on `table` or on `partitions` of it, or open (keep)
+    an intent on that scope while the commit leases it conflicts with drain.
 
     Raises:
         MaintenanceOff: an operator disabled maintenance on the table.
-        MaintenanceHeld: another maintenance lease or another holder's intent is live.
+        MaintenanceHeld: a live maintenance lease intersects the scope.
         LeaseExpired: this request id was granted a lease that has ended since.
         NotOwner: this request id belongs to another holder.
     """
+    scope = scope_of(partitions)
     row, at = _locked_table(conn, table)
-    if request_id in (row["maint_request_id"], row["intent_request_id"]):
-        owner = row["maint_holder" if row["maint_request_id"] == request_id else "intent_holder"]
-        if owner != holder:
-            # another holder's lease (and fencing token) must not be handed out by its id
+    _sweep_commits(conn, row, at)
+    holds = _holds(conn, row, at, sweep=True)
+    earlier = _by_request(conn, "maintenance", table, request_id)
+    if earlier is not None:
+        return _repeated(_lease_view("maintenance", earlier, at), request_id, holder, scope)
+    mine = next((x for x in holds.intents if x.request_id == request_id), None)
+    if mine is not None:
+        if mine.holder != holder:
             raise _request_id_taken(request_id)
-    if row["maint_request_id"] == request_id and row["maint_lease_id"] is not None:
-        return _repeated(_maintenance_view(row, at), request_id)
+        _same_scope(request_id, _scope(mine), scope)
     if row["maintenance"] == "disabled":
         raise MaintenanceOff(
             f"maintenance on {table} is disabled by {row['switch_by']}: {row['switch_reason']}",
             blocking_holder=row["switch_by"],
         )
-    if _maintenance_live(row, at):
+    held = [x for x in holds.leases if conflicts("maintenance", scope, "maintenance", _scope(x))]
+    if held:
+        other = decode(held[0].partitions)
         raise MaintenanceHeld(
-            f"{table} is held for maintenance by {row['maint_holder']}",
-            blocking_holder=row["maint_holder"],
-            retry_after_s=_seconds(row["maint_expires_at"] - at),
+            f"{table}{_where(other)} is held for maintenance by {held[0].holder}",
+            blocking_holder=held[0].holder,
+            blocking_partitions=other,
+            retry_after_s=_seconds(held[0].expires_at - at),
         )
-    if _intent_live(row, at) and row["intent_holder"] != holder:
-        raise MaintenanceHeld(
-            f"{row['intent_holder']} is already draining {table} for maintenance",
-            blocking_holder=row["intent_holder"],
-            retry_after_s=_seconds(row["intent_expires_at"] - at),
-        )
-    in_flight = _live_commit_rows(conn, table, at)
+    in_flight = [
+        x
+        for x in _live_commit_rows(conn, table, at)
+        if conflicts("maintenance", scope, "commit", _scope(x))
+    ]
     if in_flight:
-        expires = at + intent_ttl
-        if _intent_live(row, at):
-            # asking again keeps the intent open; not a state change, so no version bump
-            conn.execute(
-                update(tables_t)
-                .where(tables_t.c.name == table)
-                .values(intent_expires_at=expires, intent_request_id=request_id)
-            )
-        else:
-            _change(
-                conn,
-                row,
-                intent_holder=holder,
-                intent_request_id=request_id,
-                intent_opened_at=at,
-                intent_expires_at=expires,
-            )
-            audit.record(
-                conn,
-                at=at,
-                table=table,
-                event="intent.opened",
-                kind="maintenance",
-                holder=holder,
+        return _drain(conn, row, at, holder, request_id, partitions, in_flight, mine, intent_ttl)
+    token = row["next_token"]
+    values = _new_lease(table, holder, request_id, partitions, ttl, at, token=token)
+    conn.execute(insert(maintenance_leases_t).values(**values))
+    _change(conn, row, next_token=token + 1)
+    _hold_until(conn, row, at + ttl)
+    if mine is not None:
+        # the intent has done its work; holds_until may stay later than needed until a sweep
+        conn.execute(delete(intents_t).where(_intent(table, request_id)))
+    return _granted(conn, _lease_view("maintenance", _row(values), at), at)
+
+
+def _drain(
+    conn: Connection,
+    row: dict,
+    at: datetime,
+    holder: str,
+    request_id: str,
+    partitions: list[str] | None,
+    in_flight: list[Any],
+    mine: Any,
+    intent_ttl: timedelta,
+) -> Draining:
+    """Open the intent of maintenance request `request_id`, or keep it open, while the commit
+    leases `in_flight` drain."""
+    table = row["name"]
+    expires = at + intent_ttl
+    if mine is not None:
+        # asking again keeps the intent open; not a state change, so no version bump
+        conn.execute(update(intents_t).where(_intent(table, request_id)).values(expires_at=expires))
+        partitions = decode(mine.partitions)
+    else:
+        conn.execute(
+            insert(intents_t).values(
+                table_name=table,
                 request_id=request_id,
-                in_flight_commits=len(in_flight),
+                holder=holder,
+                partitions=encode(partitions),
+                opened_at=at,
+                expires_at=expires,
             )
-        longest = max(lease.expires_at for lease in in_flight)
-        return Draining(
+        )
+        audit.record(
+            conn,
+            at=at,
             table=table,
+            event="intent.opened",
+            kind="maintenance",
             holder=holder,
             request_id=request_id,
+            partitions=partitions,
             in_flight_commits=len(in_flight),
-            intent_remaining_s=intent_ttl.total_seconds(),
-            retry_after_s=min(_seconds(longest - at), intent_ttl.total_seconds() / 2),
         )
-    token = row["next_token"]
-    lease_id = str(uuid.uuid4())
-    _change(
-        conn,
-        row,
-        maint_lease_id=lease_id,
-        maint_holder=holder,
-        maint_request_id=request_id,
-        maint_token=token,
-        maint_ttl_s=ttl.total_seconds(),
-        maint_acquired_at=at,
-        maint_expires_at=at + ttl,
-        maint_ended_at=None,
-        maint_end=None,
-        next_token=token + 1,
-        **_NO_INTENT,
+    _hold_until(conn, row, expires)
+    longest = max(lease.expires_at for lease in in_flight)
+    return Draining(
+        table=table,
+        holder=holder,
+        request_id=request_id,
+        partitions=partitions,
+        in_flight_commits=len(in_flight),
+        intent_remaining_s=intent_ttl.total_seconds(),
+        retry_after_s=min(_seconds(longest - at), intent_ttl.total_seconds() / 2),
     )
-    return _granted(conn, _maintenance_view(row, at), at)
 
 
 def _granted(conn: Connection, lease: Lease, at: datetime) -> Lease:
@@ -574,6 +692,7 @@ def _granted(conn: Connection, lease: Lease, at: datetime) -> Lease:
         holder=lease.holder,
         token=lease.token,
         request_id=lease.request_id,
+        partitions=lease.partitions,
         ttl_s=lease.ttl_s,
     )
     return lease
@@ -585,60 +704,54 @@ def _granted(conn: Connection, lease: Lease, at: datetime) -> Lease:
 @dataclass
 class _Found:
     kind: LeaseKind
-    table: str
-    row: dict
+    lease: Any  # its row
     at: datetime
-    commit: Any = None  # the commit lease row, for kind == "commit"
 
-    def view(self) -> Lease:
-        if self.kind == "commit":
-            return _commit_view(self.commit, self.at)
-        return _maintenance_view(self.row, self.at)
+    @property
+    def table(self) -> str:
+        return self.lease.table_name
 
     @property
     def token(self) -> int | None:
-        return self.row["maint_token"] if self.kind == "maintenance" else None
+        return self.lease.token if self.kind == "maintenance" else None
+
+    def view(self) -> Lease:
+        return _lease_view(self.kind, self.lease, self.at)
 
 
 def _find(conn: Connection, lease_id: str) -> _Found | dict[str, Any]:
-    """The lease, its table row locked; or, for a maintenance lease that a later grant has
-    replaced, its last audit event; raises NotFound for an id never granted."""
-    commit = _locked_commit(conn, lease_id)
-    if commit is not None:
-        lease, at = commit
-        return _Found("commit", lease.table_name, {}, at, lease)
-    table = conn.execute(
-        select(tables_t.c.name).where(tables_t.c.maint_lease_id == lease_id)
-    ).scalar()
-    if table is None:
-        event = audit.last_for_lease(conn, lease_id)
-        if event is None:
-            raise NotFound(f"no lease {lease_id}; acquire a new one", lease_id=lease_id)
-        return event
-    row, at = _locked_table(conn, table)
-    if row["maint_lease_id"] != lease_id:  # replaced between the lookup and the lock
-        return _find(conn, lease_id)
-    return _Found("maintenance", table, row, at)
+    """The lease, its table row locked; or, for a lease pruned from its table, its last audit
+    event; raises NotFound for an id never granted."""
+    for kind in _LEASES:
+        found = _locked_lease(conn, kind, lease_id)
+        if found is not None:
+            return found
+    event = audit.last_for_lease(conn, lease_id)
+    if event is None:
+        raise NotFound(f"no lease {lease_id}; acquire a new one", lease_id=lease_id)
+    return event
 
 
-def _locked_commit(conn: Connection, lease_id: str) -> tuple[Any, datetime] | None:
-    """The commit lease `lease_id` with its table's row locked, and the clock, in one statement
-    (the join locks both rows); None for another id. Ending or extending one commit lease
-    changes nothing another grant depends on, so nothing else is read or swept here."""
-    c = commit_leases_t.c
+def _locked_lease(conn: Connection, kind: LeaseKind, lease_id: str) -> _Found | None:
+    """The `kind` lease `lease_id` with its table's row locked, and the clock, in one statement
+    (the join locks both rows); None for another id. Ending or extending one lease changes
+    nothing another grant depends on but the table's `holds_until`, read here too."""
+    leases_t = _LEASES[kind]
     clock = locked_clock(conn)
-    columns = [commit_leases_t] if clock is None else [commit_leases_t, clock.label("db_now")]
+    columns = [leases_t, tables_t.c.holds_until]
+    if clock is not None:
+        columns.append(clock.label("db_now"))
     query = (
         select(*columns)
-        .join(tables_t, tables_t.c.name == c.table_name)
-        .where(c.id == lease_id)
+        .join(tables_t, tables_t.c.name == leases_t.c.table_name)
+        .where(leases_t.c.id == lease_id)
         .with_for_update()
     )
     lease = conn.execute(query).first()
     if lease is None:
         return None
     at = lease.db_now if clock is not None else now(conn)
-    return lease, at
+    return _Found(kind, lease, at)
 
 
 def _replaced_state(event: dict[str, Any]) -> LeaseEnd:
@@ -646,8 +759,8 @@ def _replaced_state(event: dict[str, Any]) -> LeaseEnd:
 
 
 def lease_state(conn: Connection, *, lease_id: str) -> Lease | dict[str, Any]:
-    """The lease as it is now (any state), or a summary from the audit trail for a maintenance
-    lease a later grant replaced. Raises NotFound for an id never granted."""
+    """The lease as it is now (any state), or a summary from the audit trail for a lease pruned
+    from its table. Raises NotFound for an id never granted."""
     found = _find(conn, lease_id)
     if isinstance(found, dict):
         return {
@@ -656,6 +769,7 @@ def lease_state(conn: Connection, *, lease_id: str) -> Lease | dict[str, Any]:
             "kind": found["kind"],
             "holder": found["holder"],
             "token": found["token"],
+            "partitions": found["detail"].get("partitions"),
             "state": _replaced_state(found),
         }
     return found.view()
@@ -688,6 +802,10 @@ def renew(
     if view.state == "revoked":
         failure = _revoked(audit.last_for_lease(conn, lease_id) or {"lease_id": lease_id})
     elif view.state != "live":
+        if found.lease.ended_at is None:  # expired, not swept yet: end it now
+            _end_expired(conn, found.kind, found.lease, found.at)
+            if found.kind == "maintenance":
+                _holds_ended(conn, found.table)
         failure = LeaseExpired(
             f"lease {lease_id} is {view.state}; acquire a new one", outcome="expired"
         )
@@ -715,21 +833,17 @@ def renew(
         raise failure
     extend = ttl if ttl is not None else _ttl(view.ttl_s)
     expires = found.at + extend
-    if found.kind == "commit":
-        c = commit_leases_t.c
-        conn.execute(
-            update(commit_leases_t)
-            .where(c.id == lease_id, c.ended_at.is_(None), c.expires_at > found.at)
-            .values(expires_at=expires, ttl_s=extend.total_seconds())
-        )
-        found.commit = conn.execute(select(commit_leases_t).where(c.id == lease_id)).one()
-    else:
-        conn.execute(
-            update(tables_t)
-            .where(tables_t.c.name == found.table, tables_t.c.maint_lease_id == lease_id)
-            .values(maint_expires_at=expires, maint_ttl_s=extend.total_seconds())
-        )
-        found.row.update(maint_expires_at=expires, maint_ttl_s=extend.total_seconds())
+    leases_t = _LEASES[found.kind]
+    conn.execute(
+        update(leases_t)
+        .where(leases_t.c.id == lease_id)
+        .values(expires_at=expires, ttl_s=extend.total_seconds())
+    )
+    if found.kind == "maintenance":
+        _hold_until(conn, {"name": found.table, "holds_until": found.lease.holds_until}, expires)
+    found.lease = _row(
+        {**found.lease._asdict(), "expires_at": expires, "ttl_s": extend.total_seconds()}
+    )
     return found.view()
 
 
@@ -751,16 +865,14 @@ def _end(
 ) -> Lease:
     """End a live lease (`released` or `revoked`) and audit it."""
     at = found.at
-    if found.kind == "commit":
-        conn.execute(
-            update(commit_leases_t)
-            .where(commit_leases_t.c.id == found.commit.id)
-            .values(ended_at=at, end=end)
-        )
-        # the row is ours under the table lock: its new state is known without reading it back
-        found.commit = SimpleNamespace(**{**found.commit._asdict(), "ended_at": at, "end": end})
-    else:
-        _change(conn, found.row, maint_ended_at=at, maint_end=end)
+    leases_t = _LEASES[found.kind]
+    conn.execute(
+        update(leases_t).where(leases_t.c.id == found.lease.id).values(ended_at=at, end=end)
+    )
+    # the row is ours under the table lock: its new state is known without reading it back
+    found.lease = _row({**found.lease._asdict(), "ended_at": at, "end": end})
+    if found.kind == "maintenance":
+        _holds_ended(conn, found.table)
     view = found.view()
     audit.record(
         conn,
@@ -772,10 +884,28 @@ def _end(
         holder=view.holder,
         token=view.token,
         actor=actor,
+        partitions=view.partitions,
         held_s=view.held_s,
         **detail,
     )
     return view
+
+
+def _holds_ended(conn: Connection, table: str) -> None:
+    """A maintenance lease or intent of the (locked) table ended: `holds_until` becomes the
+    latest expiry of those left unended, so commit grants stop reading them when none is."""
+    m, i = maintenance_leases_t.c, intents_t.c
+    leases = select(func.max(m.expires_at)).where(m.table_name == table, m.ended_at.is_(None))
+    intents = select(func.max(i.expires_at)).where(i.table_name == table)
+    latest = max(
+        (
+            x
+            for x in conn.execute(select(leases.scalar_subquery(), intents.scalar_subquery())).one()
+            if x is not None
+        ),
+        default=None,
+    )
+    conn.execute(update(tables_t).where(tables_t.c.name == table).values(holds_until=latest))
 
 
 def release(
@@ -859,6 +989,7 @@ def set_switch(
 ) -> TableState:
     """Set the operator switch; either field may be None (unchanged). Always audited."""
     row, at = _locked_table(conn, table)
+    _holds(conn, row, at, sweep=True)
     before = {"ingest": row["ingest"], "maintenance": row["maintenance"]}
     _change(
         conn,
@@ -883,14 +1014,7 @@ def set_switch(
 
 
 def _state(conn: Connection, row: dict, at: datetime) -> TableState:
-    intent = None
-    if _intent_live(row, at):
-        intent = {
-            "holder": row["intent_holder"],
-            "request_id": row["intent_request_id"],
-            "remaining_s": _seconds(row["intent_expires_at"] - at),
-            "open_s": _seconds(at - row["intent_opened_at"]),
-        }
+    holds = _holds(conn, row, at, sweep=False)
     return TableState(
         table=row["name"],
         version=table_version(conn, table=row["name"]),
@@ -899,9 +1023,11 @@ def _state(conn: Connection, row: dict, at: datetime) -> TableState:
         switch_reason=row["switch_reason"],
         switch_by=row["switch_by"],
         switch_age_s=_seconds(at - row["switch_at"]) if row["switch_at"] else None,
-        maintenance_lease=_maintenance_view(row, at) if _maintenance_live(row, at) else None,
-        intent=intent,
-        commit_leases=[_commit_view(x, at) for x in _live_commit_rows(conn, row["name"], at)],
+        maintenance_leases=[_lease_view("maintenance", x, at) for x in holds.leases],
+        intents=[_intent_view(x, at) for x in holds.intents],
+        commit_leases=[
+            _lease_view("commit", x, at) for x in _live_commit_rows(conn, row["name"], at)
+        ],
         next_token=row["next_token"],
     )
 
@@ -955,7 +1081,7 @@ def hold_table(conn: Connection, *, table: str) -> None:
 
 def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: str) -> bool:
     """Close the open intent of maintenance request `request_id` (a compactor that gives up
-    draining); True when one was open. Commit leases are granted again at once.
+    draining); True when one was open. Commit leases on its scope are granted again at once.
 
     Raises:
         NotOwner: the intent is another holder's.
@@ -964,16 +1090,17 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
     if locked is None:
         return False
     row, at = locked
-    _sweep_row(conn, row, at)
-    if row["intent_request_id"] != request_id or not _intent_live(row, at):
+    holds = _holds(conn, row, at, sweep=True)
+    intent = next((x for x in holds.intents if x.request_id == request_id), None)
+    if intent is None:
         return False
-    if row["intent_holder"] != holder:
+    if intent.holder != holder:
         raise NotOwner(
-            f"the intent {request_id!r} on {table} is {row['intent_holder']}'s, not {holder}'s",
+            f"the intent {request_id!r} on {table} is {intent.holder}'s, not {holder}'s",
             outcome="not_owner",
         )
-    opened = row["intent_opened_at"]
-    _change(conn, row, **_NO_INTENT)
+    conn.execute(delete(intents_t).where(_intent(table, request_id)))
+    _holds_ended(conn, table)
     audit.record(
         conn,
         at=at,
@@ -982,7 +1109,8 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
         kind="maintenance",
         holder=holder,
         request_id=request_id,
-        open_s=_seconds(at - opened),
+        partitions=decode(intent.partitions),
+        open_s=_seconds(at - intent.opened_at),
     )
     return True
 
@@ -996,26 +1124,13 @@ def list_tables(conn: Connection) -> list[TableState]:
 def tables_due_for_sweep(conn: Connection) -> list[str]:
     """Tables with a lease or intent whose expiry passed but which is not yet marked ended."""
     at = now(conn)
-    t, c = tables_t.c, commit_leases_t.c
-    due = set(
-        conn.execute(
-            select(c.table_name).where(c.ended_at.is_(None), c.expires_at <= at).distinct()
-        ).scalars()
-    )
-    due.update(
-        conn.execute(
-            select(t.name).where(
-                (
-                    and_(
-                        t.maint_lease_id.is_not(None),
-                        t.maint_ended_at.is_(None),
-                        t.maint_expires_at <= at,
-                    )
-                )
-                | (and_(t.intent_holder.is_not(None), t.intent_expires_at <= at))
-            )
-        ).scalars()
-    )
+    due: set[str] = set()
+    for leases_t in _LEASES.values():
+        c = leases_t.c
+        expired = select(c.table_name).where(c.ended_at.is_(None), c.expires_at <= at)
+        due.update(conn.execute(expired.distinct()).scalars())
+    i = intents_t.c
+    due.update(conn.execute(select(i.table_name).where(i.expires_at <= at).distinct()).scalars())
     return sorted(due)
 
 
@@ -1023,4 +1138,6 @@ def sweep(conn: Connection, *, table: str) -> None:
     """Mark what expired on `table` as ended, with its audit events (one transaction)."""
     locked = _lock_table(conn, table, create=False)
     if locked is not None:
-        _sweep_row(conn, *locked)
+        row, at = locked
+        _sweep_commits(conn, row, at)
+        _holds(conn, row, at, sweep=True)

@@ -26,12 +26,20 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, and_, case, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.db import commit_leases_t, is_unavailable, now, tables_t
+from service.db import (
+    commit_leases_t,
+    intents_t,
+    is_unavailable,
+    maintenance_leases_t,
+    now,
+    tables_t,
+)
+from service.scope import label
 
 __all__ = [
     "Metrics",
@@ -54,9 +62,13 @@ class Metrics:
         # the metrics live here; what a scrape renders is `self.registry`, which in
         # multiprocess mode reads every worker's files instead
         own = CollectorRegistry(auto_describe=True)
-        self.grants = Counter("lakelock_grants", "Leases granted", ["kind"], registry=own)
+        # `scope`: table (a whole-table lease) or partitions (a partition-scoped one)
+        self.grants = Counter("lakelock_grants", "Leases granted", ["kind", "scope"], registry=own)
         self.denials = Counter(
-            "lakelock_denials", "Lease requests refused", ["kind", "reason"], registry=own
+            "lakelock_denials",
+            "Lease requests refused",
+            ["kind", "reason", "scope"],
+            registry=own,
         )
         self.expiries = Counter("lakelock_expiries", "Leases expired", ["kind"], registry=own)
         self.ends = Counter("lakelock_lease_ends", "Leases ended", ["kind", "end"], registry=own)
@@ -64,7 +76,9 @@ class Metrics:
         self.renew_failures = Counter(
             "lakelock_renew_failures", "Renews refused, by outcome", ["outcome"], registry=own
         )
-        self.intents = Counter("lakelock_intents_opened", "Intents opened (drains)", registry=own)
+        self.intents = Counter(
+            "lakelock_intents_opened", "Intents opened (drains)", ["scope"], registry=own
+        )
         self.pruned = Counter(
             "lakelock_pruned_rows",
             "Rows deleted past the retention (LAKELOCK_RETENTION_DAYS)",
@@ -74,7 +88,7 @@ class Metrics:
         self.hold = Histogram(
             "lakelock_lease_hold_seconds",
             "How long leases were held, from grant to release, expiry or revoke",
-            ["kind"],
+            ["kind", "scope"],
             buckets=_HOLD_BUCKETS,
             registry=own,
         )
@@ -97,10 +111,11 @@ class Metrics:
         for event in events:
             name, kind = event["event"], event.get("kind") or "none"
             detail = event.get("detail") or {}
+            scope = label(detail.get("partitions"))
             if name == "lease.acquired":
-                self.grants.labels(kind).inc()
+                self.grants.labels(kind, scope).inc()
             elif name == "intent.opened":
-                self.intents.inc()
+                self.intents.labels(scope).inc()
             elif name == "lease.renew_failed":
                 self.renew_failures.labels(detail.get("outcome", "unknown")).inc()
             elif name in ("lease.released", "lease.expired", "lease.revoked"):
@@ -109,7 +124,7 @@ class Metrics:
                 if end == "expired":
                     self.expiries.labels(kind).inc()
                 if "held_s" in detail:
-                    self.hold.labels(kind).observe(float(detail["held_s"]))
+                    self.hold.labels(kind, scope).observe(float(detail["held_s"]))
 
     def track_state(self, engine: Engine) -> None:
         """Add the state gauges, read from `engine`'s database at each scrape."""
@@ -165,36 +180,19 @@ class StateCollector(Collector):
 def read_state(conn: Connection) -> dict[str, int]:
     """Counts of live commit and maintenance leases, open intents and paused tables."""
     at = now(conn)
-    c, t = commit_leases_t.c, tables_t.c
-    # by ix_lakelock_commit_leases_ended: not ended, expiry ahead
-    commit = conn.execute(
-        select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)
+    counts: dict[str, int] = {}
+    for kind, leases_t in (("commit", commit_leases_t), ("maintenance", maintenance_leases_t)):
+        c = leases_t.c
+        # by the (ended_at, expires_at) index: not ended, expiry ahead
+        live = select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)
+        counts[kind] = conn.execute(live).scalar_one()
+    counts["intents"] = conn.execute(
+        select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
-    # COUNT(CASE ...) counts the rows that match: MariaDB has no aggregate FILTER clause
-    maintenance, intents, paused = conn.execute(
-        select(
-            func.count(
-                case(
-                    (
-                        and_(
-                            t.maint_lease_id.is_not(None),
-                            t.maint_ended_at.is_(None),
-                            t.maint_expires_at > at,
-                        ),
-                        1,
-                    )
-                )
-            ),
-            func.count(case((and_(t.intent_holder.is_not(None), t.intent_expires_at > at), 1))),
-            func.count(case((t.ingest == "paused", 1))),
-        )
-    ).one()
-    return {
-        "commit": commit,
-        "maintenance": maintenance,
-        "intents": intents,
-        "paused": paused,
-    }
+    counts["paused"] = conn.execute(
+        select(func.count()).where(tables_t.c.ingest == "paused")
+    ).scalar_one()
+    return counts
 
 
 @contextmanager

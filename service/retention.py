@@ -1,4 +1,4 @@
-"""Retention: delete audit events and ended commit leases older than LAKELOCK_RETENTION_DAYS.
+"""Retention: delete audit events and ended leases older than LAKELOCK_RETENTION_DAYS.
 
     pruned = prune(engine, retention=timedelta(days=30), batch_rows=1000)
     pruner = Pruner(engine, settings, metrics); pruner.start(); ...; pruner.stop()
@@ -10,10 +10,11 @@ tables (and on SQLite, the whole file) wait at most one batch.
     events          walked by primary key from the oldest: ids grow with time, so a pass stops at
                     the first row younger than the cutoff. Each table's newest event is kept, the
                     trail's last word on it.
-    commit leases   found by `ix_lakelock_commit_leases_ended`: ended before the cutoff. Live or
-                    expired-but-unswept leases have no `ended_at` and are never touched.
-    maintenance     lives on the `lakelock_tables` row and is overwritten by the next grant:
-                    nothing to prune.
+    leases          commit and maintenance leases, found by their `(ended_at, expires_at)`
+                    index: ended before the cutoff. Live or expired-but-unswept leases have no
+                    `ended_at` and are never touched. A pruned lease is still answered from its
+                    last audit event while that is kept.
+    intents         deleted when they end: nothing to prune.
 
 The cutoff is the database clock minus the retention, read once per pass. Every replica prunes;
 two passes over the same rows only delete fewer.
@@ -30,10 +31,17 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import takewhile
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, Table, delete, func, select
 from sqlalchemy.engine import Connection
 
-from service.db import commit_leases_t, events_t, is_unavailable, now, run_transaction
+from service.db import (
+    commit_leases_t,
+    events_t,
+    is_unavailable,
+    maintenance_leases_t,
+    now,
+    run_transaction,
+)
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -48,6 +56,7 @@ class Pruned:
 
     events: int = 0
     commit_leases: int = 0
+    maintenance_leases: int = 0
     batches: int = 0
     longest_batch_s: float = 0.0
 
@@ -59,7 +68,7 @@ def prune(
     batch_rows: int,
     pause: Callable[[float], bool] = lambda _s: False,
 ) -> Pruned:
-    """Delete events and ended commit leases older than `retention`, batch by batch.
+    """Delete events and ended leases older than `retention`, batch by batch.
 
     `pause(seconds)` is called after each batch with the batch's duration; it returns True to
     stop the pass early (the service's shutdown), False to go on.
@@ -78,13 +87,18 @@ def prune(
         done=done,
         pause=pause,
     )
-    if not stopped:
-        done.commit_leases, _ = _in_batches(
+    for kind, leases_t in (("commit", commit_leases_t), ("maintenance", maintenance_leases_t)):
+        if stopped:
+            break
+        deleted, stopped = _in_batches(
             engine,
-            lambda conn, _cursor: _prune_commit_leases(conn, cutoff=cutoff, limit=batch_rows),
+            lambda conn, _cursor, t=leases_t: _prune_leases(
+                conn, t, cutoff=cutoff, limit=batch_rows
+            ),
             done=done,
             pause=pause,
         )
+        setattr(done, f"{kind}_leases", deleted)
     return done
 
 
@@ -140,19 +154,19 @@ def _prune_events(
     return len(doomed), old[-1].id if len(old) == limit else None
 
 
-def _prune_commit_leases(
-    conn: Connection, *, cutoff: datetime, limit: int
+def _prune_leases(
+    conn: Connection, leases_t: Table, *, cutoff: datetime, limit: int
 ) -> tuple[int, int | None]:
-    """Delete up to `limit` commit leases that ended before `cutoff`; returns (deleted, 0 when
-    more may be left, else None). Deleted rows leave the index, so no cursor is needed."""
-    c = commit_leases_t.c
+    """Delete up to `limit` leases of `leases_t` that ended before `cutoff`; returns (deleted, 0
+    when more may be left, else None). Deleted rows leave the index, so no cursor is needed."""
+    c = leases_t.c
     ids = list(
         conn.execute(
             select(c.id).where(c.ended_at < cutoff).order_by(c.ended_at).limit(limit)
         ).scalars()
     )
     if ids:
-        conn.execute(delete(commit_leases_t).where(c.id.in_(ids), c.ended_at < cutoff))
+        conn.execute(delete(leases_t).where(c.id.in_(ids), c.ended_at < cutoff))
     return len(ids), 0 if len(ids) == limit else None
 
 
@@ -199,12 +213,14 @@ class Pruner:
         )
         self.metrics.pruned.labels("events").inc(pruned.events)
         self.metrics.pruned.labels("commit_leases").inc(pruned.commit_leases)
-        if pruned.events or pruned.commit_leases:
+        self.metrics.pruned.labels("maintenance_leases").inc(pruned.maintenance_leases)
+        if pruned.events or pruned.commit_leases or pruned.maintenance_leases:
             log.info(
                 "pruned rows past the retention",
                 extra={
                     "events": pruned.events,
                     "commit_leases": pruned.commit_leases,
+                    "maintenance_leases": pruned.maintenance_leases,
                     "batches": pruned.batches,
                     "longest_batch_ms": round(pruned.longest_batch_s * 1000, 1),
                 },

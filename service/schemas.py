@@ -21,6 +21,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 
 from service.leases import Draining, Lease, TableState
+from service.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
 
 __all__ = [
     "TABLE_PATTERN",
@@ -78,6 +79,21 @@ HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
 Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
 
 
+# the rules are in the schema for clients, and checked by AcquireBody's validator and the routes
+# (`LAKELOCK_MAX_PARTITIONS`) with messages that say what to send instead
+PartitionName = Annotated[
+    str,
+    Field(
+        json_schema_extra={
+            "pattern": PARTITION_PATTERN,
+            "minLength": 2,
+            "maxLength": MAX_NAME_CHARS,
+        }
+    ),
+]
+Partitions = list[PartitionName]
+
+
 class AcquireBody(_Body):
     holder: Holder
     ttl_s: float = Field(gt=0, description="lease time to live; renew at a third of it")
@@ -88,6 +104,36 @@ class AcquireBody(_Body):
         "lease back",
     )
     wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait up to this long")
+    partitions: Partitions | None = Field(
+        default=None,
+        description="the partitions the lease covers, each named by its Iceberg partition path "
+        "(`dt=2024-06-20/hr=13`, `ts_day=2024-06-20`, `id_bucket=7`); absent or null: the whole "
+        "table. At most LAKELOCK_MAX_PARTITIONS names, no duplicates",
+        examples=[["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]],
+    )
+
+    @field_validator("partitions")
+    @classmethod
+    def _distinct_names(cls, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        if not names:
+            raise ValueError(
+                "partitions is empty; send at least one partition name, or leave the field out "
+                "(or send null) for the whole table"
+            )
+        bad = next((name for name in names if not is_name(name)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{bad[:80]!r} is not a partition name; send Iceberg partition paths "
+                "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
+                f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
+            )
+        seen: set[str] = set()
+        repeated = next((name for name in names if name in seen or seen.add(name)), None)
+        if repeated is not None:
+            raise ValueError(f"partition {repeated!r} is listed twice; send each name once")
+        return names
 
 
 class RenewBody(_Body):
@@ -163,6 +209,7 @@ def _depth(value: Any, level: int = 0) -> int:
 class _IntentOut(BaseModel):
     holder: str
     request_id: str
+    partitions: list[str] | None
     remaining_s: float
 
 
@@ -171,6 +218,7 @@ class DrainingOut(BaseModel):
 
     status: Literal["draining"]
     table: str
+    partitions: list[str] | None
     intent: _IntentOut
     in_flight_commits: int
     retry_after_s: float
@@ -184,9 +232,11 @@ def draining_out(draining: Draining) -> dict[str, Any]:
     return {
         "status": "draining",
         "table": draining.table,
+        "partitions": draining.partitions,
         "intent": {
             "holder": draining.holder,
             "request_id": draining.request_id,
+            "partitions": draining.partitions,
             "remaining_s": draining.intent_remaining_s,
         },
         "in_flight_commits": draining.in_flight_commits,
@@ -205,10 +255,13 @@ def state_out(state: TableState) -> dict[str, Any]:
             "by": state.switch_by,
             "changed_s_ago": state.switch_age_s,
         },
+        "maintenance_leases": [lease_out(lease) for lease in state.maintenance_leases],
+        "intents": [intent.as_dict() for intent in state.intents],
+        # the oldest of each: what a client of the one-lease-per-table protocol reads
         "maintenance_lease": lease_out(state.maintenance_lease)
         if state.maintenance_lease
         else None,
-        "intent": state.intent,
+        "intent": state.intent.as_dict() if state.intent else None,
         "commit_leases": [lease_out(lease) for lease in state.commit_leases],
         "next_token": state.next_token,
     }

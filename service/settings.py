@@ -122,6 +122,13 @@ class Settings(BaseSettings):
         description="`Retry-After` on 503 answers and on refusals without an estimate of "
         "their own.",
     )
+    max_partitions: int = Field(
+        default=1000,
+        ge=1,
+        le=100000,
+        description="Most partitions one lease may name (more is a 422; the jobs then lease "
+        "the whole table). Each name costs about its length in the body (`max_body_bytes`).",
+    )
     max_body_bytes: int = Field(
         default=65536, ge=1024, description="Largest request body; larger ones get 413."
     )

@@ -67,6 +67,8 @@ def _empty_mariadb(url: str) -> None:
     with engine.begin() as conn:
         for table in (
             "lakelock_commit_leases",
+            "lakelock_maintenance_leases",
+            "lakelock_intents",
             "lakelock_events",
             "lakelock_runs",
             "lakelock_tables",

@@ -59,41 +59,30 @@ def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, A
 
 def backdate(db_url: str, lease: dict[str, Any], seconds: float = 3600) -> None:
     """Move a lease's expiry into the past, as if its TTL ran out without renewal."""
-    engine = create_engine(db_url)
-    with engine.begin() as conn:
-        if lease["kind"] == "commit":
-            at = conn.execute(
-                text("SELECT expires_at FROM lakelock_commit_leases WHERE id = :id"),
-                {"id": lease["lease_id"]},
-            ).scalar_one()
-            conn.execute(
-                text("UPDATE lakelock_commit_leases SET expires_at = :at WHERE id = :id"),
-                {"at": _minus(at, seconds), "id": lease["lease_id"]},
-            )
-        else:
-            at = conn.execute(
-                text("SELECT maint_expires_at FROM lakelock_tables WHERE maint_lease_id = :id"),
-                {"id": lease["lease_id"]},
-            ).scalar_one()
-            conn.execute(
-                text(
-                    "UPDATE lakelock_tables SET maint_expires_at = :at WHERE maint_lease_id = :id"
-                ),
-                {"at": _minus(at, seconds), "id": lease["lease_id"]},
-            )
-    engine.dispose()
+    leases = f"lakelock_{lease['kind']}_leases"
+    _backdate(db_url, leases, "id = :id", {"id": lease["lease_id"]}, seconds)
 
 
-def backdate_intent(db_url: str, table: str, seconds: float = 3600) -> None:
+def backdate_intent(
+    db_url: str, table: str, seconds: float = 3600, *, request_id: str | None = None
+) -> None:
+    """Move the expiry of the table's intents (or of request `request_id`'s) into the past."""
+    where, values = "table_name = :t", {"t": table}
+    if request_id is not None:
+        where, values = f"{where} AND request_id = :r", {**values, "r": request_id}
+    _backdate(db_url, "lakelock_intents", where, values, seconds)
+
+
+def _backdate(db_url: str, rows: str, where: str, values: dict[str, Any], seconds: float) -> None:
     engine = create_engine(db_url)
     with engine.begin() as conn:
-        at = conn.execute(
-            text("SELECT intent_expires_at FROM lakelock_tables WHERE name = :t"), {"t": table}
-        ).scalar_one()
-        conn.execute(
-            text("UPDATE lakelock_tables SET intent_expires_at = :at WHERE name = :t"),
-            {"at": _minus(at, seconds), "t": table},
-        )
+        found = conn.execute(text(f"SELECT expires_at FROM {rows} WHERE {where}"), values).all()
+        assert found, f"nothing in {rows} where {where} {values}"
+        for (at,) in found:
+            conn.execute(
+                text(f"UPDATE {rows} SET expires_at = :at WHERE {where} AND expires_at = :was"),
+                {**values, "at": _minus(at, seconds), "was": at},
+            )
     engine.dispose()
 
 

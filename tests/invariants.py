@@ -1,4 +1,14 @@
-"""A checker of DESIGN.md's five invariants over a recorded history.
+"""A checker of DESIGN.md's five invariants over a recorded history, with scopes (§3b).
+
+Every lease and intent covers the whole table (`partitions` null) or a set of partitions. Two
+conflict when their kinds do and their partition sets intersect, the whole table intersecting
+everything; the checker has its own `_overlap` for that, apart from the service's code:
+
+- inv1: never two live maintenance leases with intersecting scopes on one table;
+- inv2: never a live commit and a live maintenance lease with intersecting scopes;
+- inv3: maintenance tokens strictly increase per table, whatever their scopes;
+- inv4: no renew revives a lease past its TTL;
+- inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open.
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -66,6 +76,20 @@ def _instant(value: Any) -> datetime | None:
     return datetime.fromisoformat(value)
 
 
+Scope = frozenset[str] | None
+
+
+def _scope(partitions: Any) -> Scope:
+    """A scope from an event's detail or a lease row (a JSON array, a list, or null)."""
+    if isinstance(partitions, str):
+        partitions = json.loads(partitions)
+    return None if partitions is None else frozenset(partitions)
+
+
+def _overlap(a: Scope, b: Scope) -> bool:
+    return a is None or b is None or bool(a & b)
+
+
 def replay(history: History) -> list[str]:
     """Invariants 1, 2, 3 and 5 by replaying each table's events in commit order."""
     violations: list[str] = []
@@ -73,78 +97,94 @@ def replay(history: History) -> list[str]:
     for event in history.events:
         by_table[event["table_name"]].append(event)
     for table, events in by_table.items():
-        commits: set[str] = set()
-        maintenance: str | None = None
-        intent: str | None = None
+        commits: dict[str, Scope] = {}
+        maintenance: dict[str, Scope] = {}
+        intents: dict[str, Scope] = {}  # by request id
         paused = False
         last_token = 0
         for e in events:
-            name, lease_id = e["event"], e["lease_id"]
+            name, lease_id, detail = e["event"], e["lease_id"], e["detail"]
+            scope = _scope(detail.get("partitions"))
             where = f"{table} event {e['id']} ({name} {lease_id})"
             if name == "lease.acquired" and e["kind"] == "commit":
-                if maintenance:
+                if any(_overlap(scope, held) for held in maintenance.values()):
                     violations.append(f"inv2: commit granted while maintenance live: {where}")
-                if intent:
+                if any(_overlap(scope, held) for held in intents.values()):
                     violations.append(f"inv5: commit granted while intent open: {where}")
                 if paused:
                     violations.append(f"inv5: commit granted while paused: {where}")
-                commits.add(lease_id)
+                commits[lease_id] = scope
             elif name == "lease.acquired":
-                if maintenance:
-                    violations.append(f"inv1: second maintenance lease: {where}")
-                if commits:
-                    violations.append(
-                        f"inv2: maintenance granted over {len(commits)} commits: {where}"
-                    )
+                if any(_overlap(scope, held) for held in maintenance.values()):
+                    violations.append(f"inv1: intersecting maintenance leases: {where}")
+                live = sum(_overlap(scope, held) for held in commits.values())
+                if live:
+                    violations.append(f"inv2: maintenance granted over {live} commits: {where}")
                 if e["token"] <= last_token:
                     violations.append(f"inv3: token {e['token']} after {last_token}: {where}")
                 last_token = e["token"]
-                maintenance, intent = lease_id, None
+                maintenance[lease_id] = scope
+                intents.pop(detail.get("request_id"), None)
             elif name in ("lease.released", "lease.expired", "lease.revoked"):
-                commits.discard(lease_id)
-                if maintenance == lease_id:
-                    maintenance = None
+                commits.pop(lease_id, None)
+                maintenance.pop(lease_id, None)
             elif name == "intent.opened":
-                intent = e["holder"]
+                intents[detail["request_id"]] = scope
             elif name in ("intent.expired", "intent.withdrawn"):
-                intent = None
+                intents.pop(detail["request_id"], None)
             elif name == "switch.set":
-                paused = e["detail"]["after"]["ingest"] == "paused"
+                paused = detail["after"]["ingest"] == "paused"
     return violations
 
 
-def intervals(history: History) -> list[str]:
-    """Invariants 1 and 2 again, on live intervals in database time."""
-    violations: list[str] = []
-    maint: dict[str, list[tuple[datetime, datetime, str, int]]] = defaultdict(list)
+Span = tuple[datetime, datetime, str, Scope]
+
+
+def maintenance_spans(history: History) -> dict[str, list[Span]]:
+    """Each maintenance lease's live interval in database time, per table."""
+    spans: dict[str, list[Span]] = defaultdict(list)
     granted: dict[str, dict[str, Any]] = {}
     for e in history.events:
         if e["kind"] != "maintenance" or not e["lease_id"]:
             continue
         if e["event"] == "lease.acquired":
             granted[e["lease_id"]] = e
-        elif e["event"] in ("lease.released", "lease.revoked"):
+            continue
+        if e["event"] in ("lease.released", "lease.revoked"):
             start = granted.pop(e["lease_id"])
-            maint[e["table_name"]].append((start["at"], e["at"], e["lease_id"], start["token"]))
+            end = e["at"]
         elif e["event"] == "lease.expired":
             start = granted.pop(e["lease_id"])
             end = start["at"] + timedelta(seconds=e["detail"]["held_s"])
-            maint[e["table_name"]].append((start["at"], end, e["lease_id"], start["token"]))
+        else:
+            continue
+        scope = _scope(start["detail"].get("partitions"))
+        spans[e["table_name"]].append((start["at"], end, e["lease_id"], scope))
     for lease_id, start in granted.items():  # still live at the end: open-ended
-        maint[start["table_name"]].append((start["at"], datetime.max, lease_id, start["token"]))
-    for table, spans in maint.items():
-        spans.sort()
-        for (_, e1, id1, t1), (s2, _, id2, t2) in zip(spans, spans[1:], strict=False):
-            if s2 < e1:
-                violations.append(f"inv1: {table} maintenance {id1} and {id2} overlap")
-            if t2 <= t1:
-                violations.append(f"inv3: {table} token {t2} granted after {t1}")
+        scope = _scope(start["detail"].get("partitions"))
+        spans[start["table_name"]].append((start["at"], datetime.max, lease_id, scope))
+    return spans
+
+
+def commit_span(lease: dict[str, Any]) -> tuple[datetime, datetime]:
+    end = min(lease["ended_at"] or lease["expires_at"], lease["expires_at"])
+    return lease["acquired_at"], end
+
+
+def intervals(history: History) -> list[str]:
+    """Invariants 1 and 2 again, on live intervals in database time."""
+    violations: list[str] = []
+    spans = maintenance_spans(history)
+    for table, leases in spans.items():
+        for n, (s1, e1, id1, scope1) in enumerate(leases):
+            for s2, e2, id2, scope2 in leases[n + 1 :]:
+                if s2 < e1 and s1 < e2 and _overlap(scope1, scope2):
+                    violations.append(f"inv1: {table} maintenance {id1} and {id2} overlap")
     for lease in history.commit_leases:
-        start = lease["acquired_at"]
-        end = lease["ended_at"] or lease["expires_at"]
-        end = min(end, lease["expires_at"])
-        for s, e, lease_id, _ in maint.get(lease["table_name"], []):
-            if start < e and s < end:
+        start, end = commit_span(lease)
+        scope = _scope(lease.get("partitions"))
+        for s, e, lease_id, held in spans.get(lease["table_name"], []):
+            if start < e and s < end and _overlap(scope, held):
                 table = lease["table_name"]
                 violations.append(
                     f"inv2: {table} commit {lease['id']} overlaps maintenance {lease_id}"

@@ -45,6 +45,7 @@ def part(
 ) -> PartitionStats:
     return PartitionStats(
         {"dt": dt},
+        name=f"dt={dt}",
         data_files=data,
         data_bytes=data * 120 * MIB,
         small_files=small,
@@ -229,7 +230,9 @@ def test_recent_small_files_are_rewritten_with_the_where_filter():
     p = plan(stats(part("2024-04-01"), part("2024-05-10", small=20)), config(recent_days=1), NOW)
 
     assert p.run
-    assert p.steps[0].where == "dt >= '2024-05-09'"
+    assert p.where == "dt >= '2024-05-09'"
+    # partition scope: the rewrite is limited to the recent partition it picked
+    assert p.steps[0].partitions == ("dt=2024-05-10",)
 
 
 # -- daily rewrite-all -----------------------------------------------------------------------

@@ -47,3 +47,26 @@ def test_ingest_is_held_from_the_intent_or_the_grant_to_the_release():
 
     assert ingest_held_s(events) == 10.0
     assert ingest_held_s([]) is None
+
+
+def test_the_report_lists_each_group_with_its_lease_and_outcome():
+    r = report({"rewritten_data_files": 12})
+    r.groups = [
+        {
+            "partitions": ["dt=2024-06-20/hr=10"],
+            "hot": False,
+            "lease_id": "l1",
+            "token": 7,
+            "lease_wait_s": 0.12345,
+            "held_s": 1.23456,
+            "steps": [{"procedure": "rewrite_data_files", "outcome": "changed"}],
+            "outcome": Outcome.COMPACTED,
+        },
+        {"partitions": None, "hot": False, "outcome": Outcome.SKIPPED, "reason": "drain_timeout"},
+    ]
+
+    groups = r.as_dict()["groups"]
+
+    assert groups[0]["held_s"] == 1.235 and groups[0]["lease_wait_s"] == 0.123
+    assert [g["outcome"] for g in groups] == ["compacted", "skipped"]
+    assert type(groups[0]["outcome"]) is str

@@ -43,6 +43,7 @@ class FakeLakelock:
         self.leases: dict[str, dict[str, Any]] = {}  # lease_id -> {state, request_id, ...}
         self.by_request: dict[str, str] = {}
         self.acquire_ids: list[str] = []
+        self.acquire_bodies: list[dict[str, Any]] = []
         self.renews = 0
         self.calls = 0
         self.released: list[str] = []
@@ -87,6 +88,7 @@ class FakeLakelock:
     def _acquire(self, body: dict[str, Any]) -> httpx.Response:
         with self.cond:
             self.acquire_ids.append(body["request_id"])
+            self.acquire_bodies.append(body)
             # like the service: answer as soon as the state changes, else at the deadline
             seen = self.version
             self.cond.wait_for(
@@ -341,6 +343,31 @@ def test_gate_pass_reports_what_the_job_logs(service: FakeLakelock, client: Leas
     assert report["outcome"] == "committed"
     assert gate_pass.lease_calls_s > 0
     assert set(report) >= {"waited_s", "wait_reasons", "held_s", "lease_calls_s"}
+
+
+def test_whole_table_pass_asks_without_partitions(
+    service: FakeLakelock, client: LeaseClient
+) -> None:
+    with make_gate(client).commit(TABLE) as gate_pass:
+        pass
+    assert "partitions" not in service.acquire_bodies[0]  # the request as before scopes
+    assert gate_pass.as_dict()["scope"] == "table"
+
+
+def test_scoped_pass_asks_for_exactly_its_partitions_on_every_try(
+    service: FakeLakelock, client: LeaseClient
+) -> None:
+    names = ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]
+    service.block("maintenance")
+    threading.Timer(0.3, service.block, args=(None,)).start()
+    with make_gate(client).commit(TABLE, partitions=names) as gate_pass:
+        pass
+    assert len(service.acquire_bodies) >= 2
+    assert all(b["partitions"] == names for b in service.acquire_bodies)
+    assert gate_pass.partitions == tuple(names)
+    report = gate_pass.as_dict()
+    assert report["scope"] == names and report["wait_reasons"] == ["maintenance"]
+    json.dumps(report)
 
 
 def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server: Any) -> None:

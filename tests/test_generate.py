@@ -107,3 +107,23 @@ def test_command_line_prints_a_summary_and_writes_expected_rows(tmp_path: Path, 
     summary = json.loads(capsys.readouterr().out)
     assert summary["records"] == 12 and len(summary["files"]) == 2
     assert len(expected.read_text().splitlines()) == summary["expected_rows"]
+
+
+def test_an_update_window_keeps_updates_and_copies_on_recent_keys():
+    from datetime import UTC, datetime, timedelta
+
+    window = timedelta(hours=2)
+    gen = EventGenerator(seed=5, update_ratio=0.4, duplicate_ratio=0.1, update_window=window)
+    born: dict[str, datetime] = {}
+    newest = datetime.min.replace(tzinfo=UTC)
+    old_touched = 0
+    for line in gen.records(20_000):
+        event = json.loads(line)
+        at = datetime.fromisoformat(event["event_time"].replace("Z", "+00:00"))
+        first = born.setdefault(event["event_id"], at)
+        newest = max(newest, first)
+        # a record on a key born more than the window (plus the spread of the last 1,000
+        # records a copy is taken from) before the newest key is one the window kept out
+        old_touched += first < newest - window - timedelta(hours=1)
+    assert newest - min(born.values()) > 2 * window  # most keys fell out of the window
+    assert old_touched == 0

@@ -5,6 +5,7 @@ history afterwards and fails on any violation."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -16,11 +17,19 @@ import httpx
 import pytest
 
 from tests.conftest import auth, start_server
-from tests.invariants import History, RenewObservation, check, load_history
+from tests.invariants import (
+    History,
+    RenewObservation,
+    check,
+    commit_span,
+    load_history,
+    maintenance_spans,
+)
 
 pytestmark = pytest.mark.slow
 
 TABLES = ["lake.db.hot", "lake.db.hot", "lake.db.hot", "lake.db.warm"]
+PARTITIONS = [f"dt=2024-06-20/hr={hour:02d}" for hour in range(8)]
 INGEST_CLIENTS = 16
 COMPACTORS = 3
 ROUNDS = 70  # per ingest client; each round is 1-4 calls
@@ -35,6 +44,13 @@ class Workload:
         self.errors: list[str] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
+
+    @staticmethod
+    def scope(rng: random.Random, *, whole: float) -> dict[str, list[str]]:
+        """Most requests name one or two partitions; a share `whole` the whole table."""
+        if rng.random() < whole:
+            return {}
+        return {"partitions": rng.sample(PARTITIONS, rng.choice([1, 1, 2]))}
 
     def client(self, role: str) -> httpx.Client:
         return httpx.Client(headers=auth(role), timeout=30)
@@ -89,7 +105,12 @@ class Workload:
                     rng,
                     "POST",
                     f"/v1/tables/{table}/commit-leases",
-                    json={"holder": f"ingest-{seed}", "ttl_s": ttl, "wait_s": rng.uniform(0, 0.3)},
+                    json={
+                        "holder": f"ingest-{seed}",
+                        "ttl_s": ttl,
+                        "wait_s": rng.uniform(0, 0.3),
+                        **self.scope(rng, whole=0.2),
+                    },
                 )
                 if response.status_code == 201:
                     self.hold(http, rng, response.json(), ttl, time.monotonic())
@@ -101,7 +122,7 @@ class Workload:
         with self.client("job") as http:
             while not self.stop.is_set():
                 table, ttl = rng.choice(TABLES), rng.choice([0.4, 0.8])
-                request_id = uuid.uuid4().hex
+                request_id, scope = uuid.uuid4().hex, self.scope(rng, whole=0.1)
                 for _ in range(6):
                     response = self.call(
                         http,
@@ -113,15 +134,21 @@ class Workload:
                             "ttl_s": ttl,
                             "wait_s": 0.3,
                             "request_id": request_id,
+                            **scope,
                         },
                     )
                     if response.status_code != 202:
                         break
                 if response.status_code == 201:
                     self.hold(http, rng, response.json(), ttl, time.monotonic())
-                else:
-                    assert response.status_code in (202, 409, 410), response.text
-                    time.sleep(rng.uniform(0.05, 0.2))
+                    continue
+                assert response.status_code in (202, 409, 410), response.text
+                if response.status_code == 202:
+                    # gives up draining, as the compactor does: its intent goes at once
+                    path = f"/v1/tables/{table}/intents/{request_id}"
+                    params = {"holder": f"compactor-{seed}"}
+                    self.call(http, rng, "DELETE", path, params=params)
+                time.sleep(rng.uniform(0.05, 0.2))
 
     def operator(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -129,10 +156,12 @@ class Workload:
             while not self.stop.is_set():
                 time.sleep(rng.uniform(0.1, 0.3))
                 table = rng.choice(TABLES)
-                state = self.call(http, rng, "GET", f"/v1/tables/{table}").json()
-                live = state["commit_leases"] + [state["maintenance_lease"]] * bool(
-                    state["maintenance_lease"]
-                )
+                response = self.call(http, rng, "GET", f"/v1/tables/{table}")
+                if response.status_code == 404:
+                    continue  # no client has used this table yet
+                assert response.status_code == 200, response.text
+                state = response.json()
+                live = state["commit_leases"] + state["maintenance_leases"]
                 if live and rng.random() < 0.6:
                     lease = rng.choice(live)
                     self.call(
@@ -148,11 +177,25 @@ class Workload:
                     time.sleep(rng.uniform(0.05, 0.15))
                     self.call(http, rng, "PUT", path, json={"ingest": "running", "reason": "ok"})
 
+    def guarded(self, role, seed: int) -> threading.Thread:
+        """A thread whose failure is recorded: a role that dies early would leave the run
+        without the transitions it was there to cause."""
+
+        def target() -> None:
+            try:
+                role(seed)
+            except BaseException as exc:
+                with self.lock:
+                    self.errors.append(f"{role.__name__}({seed}) died: {exc!r}")
+                raise
+
+        return threading.Thread(target=target)
+
     def run(self) -> None:
-        background = [
-            threading.Thread(target=self.compactor, args=(100 + n,)) for n in range(COMPACTORS)
-        ] + [threading.Thread(target=self.operator, args=(200,))]
-        ingest = [threading.Thread(target=self.ingest, args=(n,)) for n in range(INGEST_CLIENTS)]
+        background = [self.guarded(self.compactor, 100 + n) for n in range(COMPACTORS)] + [
+            self.guarded(self.operator, 200)
+        ]
+        ingest = [self.guarded(self.ingest, n) for n in range(INGEST_CLIENTS)]
         for thread in background + ingest:
             thread.start()
         for thread in ingest:
@@ -189,6 +232,28 @@ def test_invariants_hold_under_concurrency_across_two_service_processes(db_url, 
     ]:
         assert seen[needed] > 0, f"the workload never produced {needed}: {seen}"
     assert workload.calls["POST 423"] > 0
+    # and scopes let through what they must: leases on disjoint partitions live at once
+    together = _disjoint_overlaps(history)
+    assert together["maintenance"] > 0 and together["commit"] > 0, together
+
+
+def _disjoint_overlaps(history: History) -> Counter[str]:
+    """How often a maintenance lease was live at once with another maintenance lease, or with a
+    commit lease, on disjoint partitions of the same table."""
+    found: Counter[str] = Counter()
+    spans = maintenance_spans(history)
+    for leases in spans.values():
+        for n, (s1, e1, _, scope1) in enumerate(leases):
+            for s2, e2, _, scope2 in leases[n + 1 :]:
+                if s2 < e1 and s1 < e2 and scope1 and scope2 and not scope1 & scope2:
+                    found["maintenance"] += 1
+    for lease in history.commit_leases:
+        start, end = commit_span(lease)
+        scope = frozenset(json.loads(lease["partitions"])) if lease["partitions"] else None
+        for s, e, _, held in spans.get(lease["table_name"], []):
+            if start < e and s < end and scope and held and not scope & held:
+                found["commit"] += 1
+    return found
 
 
 # -- the checker finds what it must --------------------------------------------------------------
@@ -229,9 +294,9 @@ def test_checker_flags_a_commit_inside_maintenance_or_intent_or_pause():
             _event(1, "lease.acquired", "m1", "maintenance", 1, at=0),
             _event(2, "lease.acquired", "c1", "commit", at=1),
             _event(3, "lease.released", "m1", "maintenance", at=2, held_s=2),
-            _event(4, "intent.opened", kind="maintenance", at=3),
+            _event(4, "intent.opened", kind="maintenance", at=3, request_id="r1"),
             _event(5, "lease.acquired", "c2", "commit", at=4),
-            _event(6, "intent.expired", at=5),
+            _event(6, "intent.expired", at=5, request_id="r1"),
             _event(7, "switch.set", at=6, after={"ingest": "paused"}),
             _event(8, "lease.acquired", "c3", "commit", at=7),
         ],
@@ -258,3 +323,43 @@ def test_checker_flags_a_renew_that_resurrected_an_expired_lease():
     )
     found = check(History(events=[], commit_leases=[], renews=[late, timely, refused]))
     assert len(found) == 1 and "inv4" in found[0] and "c1" in found[0]
+
+
+def _commit_row(lease_id, start, end, partitions=None):
+    return {
+        "id": lease_id,
+        "table_name": "db.t",
+        "partitions": json.dumps(partitions) if partitions is not None else None,
+        "acquired_at": T0 + timedelta(seconds=start),
+        "expires_at": T0 + timedelta(seconds=end),
+        "ended_at": None,
+    }
+
+
+def test_checker_allows_disjoint_scopes_and_flags_intersecting_ones():
+    hr13, hr14, hr15 = (["dt=2024-06-20/hr=13"], ["dt=2024-06-20/hr=14"], ["dt=2024-06-20/hr=15"])
+    disjoint = History(
+        events=[
+            _event(1, "lease.acquired", "m1", "maintenance", 1, at=0, partitions=hr13),
+            _event(2, "lease.acquired", "m2", "maintenance", 2, at=1, partitions=hr14),
+            _event(3, "intent.opened", kind="maintenance", at=2, request_id="r", partitions=hr13),
+            _event(4, "lease.acquired", "c1", "commit", at=3, partitions=hr15),
+        ],
+        commit_leases=[_commit_row("c1", 3, 9, hr15)],
+    )
+    assert check(disjoint) == []
+    intersecting = History(
+        events=[
+            _event(1, "lease.acquired", "m1", "maintenance", 1, at=0, partitions=hr13),
+            _event(2, "lease.acquired", "m2", "maintenance", 2, at=1, partitions=hr13 + hr14),
+            _event(3, "intent.opened", kind="maintenance", at=2, request_id="r", partitions=hr14),
+            _event(4, "lease.acquired", "c1", "commit", at=3, partitions=hr14),
+            _event(5, "lease.acquired", "c2", "commit", at=4),  # the whole table
+        ],
+        commit_leases=[_commit_row("c1", 3, 9, hr14), _commit_row("c2", 4, 9)],
+    )
+    found = " ".join(check(intersecting))
+    assert found.count("inv1") == 2  # replay and intervals: m2 intersects m1
+    # replay: c1 and c2 granted under maintenance; intervals: c1 with m2, c2 with m1 and m2
+    assert found.count("inv2") == 5
+    assert found.count("inv5") == 2  # c1 and c2 under the intent on hr14

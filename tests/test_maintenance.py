@@ -55,11 +55,20 @@ def test_second_maintenance_lease_is_refused_with_409(api):
     assert other.json()["blocking_holder"] == "compactor-1"
 
 
-def test_another_compactors_intent_is_refused_with_409(api):
-    commit(api)
-    maintenance(api)
-    other = maintenance(api, holder="compactor-2")
-    assert other.status_code == 409
+def test_two_compactors_drain_together_and_the_first_to_ask_after_the_drain_wins(api):
+    # an intent blocks commits only (DESIGN §3b): a second maintenance request drains too, and
+    # the lease goes to whichever asks first once the commits are gone; the other then gets 409
+    in_flight = commit(api).json()
+    first = maintenance(api, request_id="run-1")
+    second = maintenance(api, holder="compactor-2", request_id="run-2")
+    assert (first.status_code, second.status_code) == (202, 202)
+    assert {i["holder"] for i in state(api)["intents"]} == {"compactor-1", "compactor-2"}
+    release(api, in_flight)
+    granted = maintenance(api, holder="compactor-2", request_id="run-2")
+    assert granted.status_code == 201
+    late = maintenance(api, request_id="run-1")
+    assert late.status_code == 409
+    assert late.json()["blocking_holder"] == "compactor-2"
 
 
 def test_disabled_maintenance_is_refused_with_423(api):

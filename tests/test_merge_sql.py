@@ -1,6 +1,10 @@
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
 import pytest
 
-from ingest_gate.merge import merge_sql, quote_identifier
+from ingest_gate.merge import merge_sql, partition_predicate, quote_identifier, sql_literal
+from ingest_gate.partition import PartitionField, PartitionSpec
 from ingest_gate.table import TABLE_PROPERTIES, create_table_sql
 
 
@@ -61,3 +65,113 @@ def test_new_tables_are_merge_on_read_v2_partitioned_by_config():
 
 def test_unpartitioned_table_has_no_partition_clause():
     assert "PARTITIONED" not in create_table_sql("local.db.events", partition_columns=())
+
+
+DT_HR = PartitionSpec(
+    spec_id=0,
+    fields=(
+        PartitionField("dt", "date", "identity", "dt"),
+        PartitionField("hr", "int", "identity", "hr"),
+    ),
+)
+
+
+def _field(source_type: str, transform: str = "identity", source: str = "c") -> PartitionField:
+    return PartitionField(source, source_type, transform, f"{source}_{transform}")
+
+
+def test_merge_without_a_partition_filter_is_unchanged():
+    assert _default_merge() == merge_sql(
+        target="local.db.events",
+        source="batch_7",
+        key_columns=("event_id", "dt", "hr"),
+        event_time_column="event_time",
+        partition_filter=None,
+    )
+
+
+def test_partition_filter_is_anded_to_the_key_match():
+    values = [(date(2024, 6, 20), 14), (date(2024, 6, 20), 13), (date(2024, 6, 20), 13)]
+    predicate = partition_predicate(DT_HR, values, catalog="local")
+    assert predicate == (
+        "(t.`dt` = DATE'2024-06-20' AND t.`hr` = 13) OR (t.`dt` = DATE'2024-06-20' AND t.`hr` = 14)"
+    )
+    sql = merge_sql(
+        target="local.db.events",
+        source="batch_7",
+        key_columns=("event_id", "dt", "hr"),
+        event_time_column="event_time",
+        partition_filter=predicate,
+    )
+    assert (
+        "ON t.`event_id` = s.`event_id` AND t.`dt` = s.`dt` AND t.`hr` = s.`hr` AND "
+        f"({predicate})\nWHEN MATCHED"
+    ) in sql
+
+
+def test_transforms_compare_through_icebergs_functions():
+    spec = PartitionSpec(
+        spec_id=3,
+        fields=(
+            PartitionField("ts", "timestamptz", "day", "ts_day"),
+            PartitionField("id", "long", "bucket[16]", "id_bucket"),
+            PartitionField("name", "string", "truncate[2]", "name_trunc"),
+            PartitionField("ts", "timestamptz", "hour", "ts_hour"),
+            PartitionField("x", "int", "void", "x_null"),
+        ),
+    )
+    predicate = partition_predicate(
+        spec, [(date(2024, 6, 20), 7, "ab", 475069, None)], catalog="my cat"
+    )
+    assert predicate == (
+        "(`my cat`.system.days(t.`ts`) = DATE'2024-06-20'"
+        " AND `my cat`.system.bucket(16, t.`id`) = 7"
+        " AND `my cat`.system.truncate(2, t.`name`) = 'ab'"
+        " AND `my cat`.system.hours(t.`ts`) = 475069)"
+    )
+
+
+def test_null_partition_values_test_the_column():
+    assert partition_predicate(DT_HR, [(None, None)], catalog="local") == (
+        "(t.`dt` IS NULL AND t.`hr` IS NULL)"
+    )
+    day = PartitionSpec(0, (PartitionField("ts", "timestamp", "day", "ts_day"),))
+    assert partition_predicate(day, [(None,)], catalog="local") == "(t.`ts` IS NULL)"
+
+
+def test_no_values_or_only_void_fields_give_no_filter():
+    assert partition_predicate(DT_HR, [], catalog="local") is None
+    void = PartitionSpec(0, (PartitionField("x", "int", "void", "x_null"),))
+    assert partition_predicate(void, [(None,)], catalog="local") is None
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "literal"),
+    [
+        (_field("boolean"), True, "TRUE"),
+        (_field("long"), 3_000_000_000, "3000000000"),
+        (_field("decimal(9,2)"), Decimal("1.50"), "1.50BD"),
+        (_field("date"), date(2024, 6, 20), "DATE'2024-06-20'"),
+        (
+            _field("timestamp"),
+            datetime(2024, 6, 20, 13, 45, 0, 500000),
+            "TIMESTAMP_NTZ'2024-06-20 13:45:00.500000'",
+        ),
+        (
+            _field("timestamptz"),
+            datetime(2024, 6, 20, 13, 45, tzinfo=UTC),
+            "TIMESTAMP'2024-06-20 13:45:00Z'",
+        ),
+        (_field("string"), "a b/c=d%e ü", "'a b/c=d%e ü'"),
+        (_field("string"), "it's", "CAST(X'69742773' AS STRING)"),
+        (_field("string"), "a\\b", "CAST(X'615c62' AS STRING)"),
+        (_field("binary"), bytearray(b"\x00\xff"), "X'00ff'"),
+    ],
+)
+def test_literals_keep_the_value_and_type(field, value, literal):
+    assert sql_literal(value, field) == literal
+
+
+def test_a_value_without_a_literal_form_is_refused():
+    with pytest.raises(TypeError, match="c_identity"):
+        sql_literal(1.5, _field("double"))

@@ -22,12 +22,30 @@ def test_metrics_count_grants_denials_expiries_and_renew_failures(api, db_url):
     backdate(db_url, held)
     renew(api, held)  # expired
     samples = _samples(api)
-    assert samples[("lakelock_grants_total", (("kind", "commit"),))] == 1
-    assert samples[("lakelock_grants_total", (("kind", "maintenance"),))] == 1
-    assert samples[("lakelock_denials_total", (("kind", "commit"), ("reason", "intent")))] == 1
+    table = ("scope", "table")
+    assert samples[("lakelock_grants_total", (("kind", "commit"), table))] == 1
+    assert samples[("lakelock_grants_total", (("kind", "maintenance"), table))] == 1
+    denied = ("lakelock_denials_total", (("kind", "commit"), ("reason", "intent"), table))
+    assert samples[denied] == 1
     assert samples[("lakelock_expiries_total", (("kind", "maintenance"),))] == 1
     assert samples[("lakelock_renew_failures_total", (("outcome", "expired"),))] == 1
-    assert samples[("lakelock_lease_hold_seconds_count", (("kind", "commit"),))] == 1
+    assert samples[("lakelock_lease_hold_seconds_count", (("kind", "commit"), table))] == 1
+
+
+def test_metrics_tell_partition_scoped_leases_from_whole_table_ones(api):
+    commit(api, partitions=["dt=2024-06-20/hr=13"])
+    commit(api, table="lake.db.other", holder="ingest-2")
+    maintenance(api, partitions=["dt=2024-06-19/hr=01"])  # disjoint: granted
+    maintenance(api, holder="compactor-2", partitions=["dt=2024-06-20/hr=13"])  # drains
+    commit(api, holder="ingest-3", partitions=["dt=2024-06-20/hr=13"])  # denied: intent
+    samples = _samples(api)
+    scoped, table = ("scope", "partitions"), ("scope", "table")
+    assert samples[("lakelock_grants_total", (("kind", "commit"), scoped))] == 1
+    assert samples[("lakelock_grants_total", (("kind", "commit"), table))] == 1
+    assert samples[("lakelock_grants_total", (("kind", "maintenance"), scoped))] == 1
+    assert samples[("lakelock_intents_opened_total", (scoped,))] == 1
+    denied = ("lakelock_denials_total", (("kind", "commit"), ("reason", "intent"), scoped))
+    assert samples[denied] == 1
 
 
 def test_request_latency_is_recorded_per_route(api):

@@ -15,7 +15,7 @@ from tests.conftest import ServerProcess, auth, start_server
 
 pytestmark = pytest.mark.slow
 
-GRANTS = ("lakelock_grants_total", (("kind", "commit"),))
+GRANTS = ("lakelock_grants_total", (("kind", "commit"), ("scope", "table")))
 LIVE = ("lakelock_live_leases", (("kind", "commit"),))
 
 
@@ -36,7 +36,7 @@ def _grants_per_process(folder: Path) -> dict[str, float]:
     for path in folder.glob("counter_*.db"):
         for key, value, _timestamp, _pos in MmapedDict.read_all_values_from_file(str(path)):
             _family, name, labels, _help = json.loads(key)
-            if name == "lakelock_grants_total" and labels == {"kind": "commit"}:
+            if name == "lakelock_grants_total" and labels == {"kind": "commit", "scope": "table"}:
                 found[path.name] = value
     return found
 
@@ -56,7 +56,11 @@ def test_counters_are_summed_over_workers(db_url: str, tmp_path: Path):
     # a dead run's file: it must be cleared at start, not counted
     stale = MmapedDict(str(folder / "counter_999999.db"))
     stale.write_value(
-        mmap_key("lakelock_grants", "lakelock_grants_total", ("kind",), ("commit",), "x"), 1000, 0
+        mmap_key(
+            "lakelock_grants", "lakelock_grants_total", ("kind", "scope"), ("commit", "table"), "x"
+        ),
+        1000,
+        0,
     )
     stale.close()
 

@@ -1,15 +1,40 @@
+from datetime import timedelta
+
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
-from service import migrate
+from service import leases, migrate
+from service.db import make_engine, now, run_transaction
+from service.errors import Locked
 
-TABLES = {"lakelock_tables", "lakelock_commit_leases", "lakelock_events", "lakelock_runs"}
+TABLES = {
+    "lakelock_tables",
+    "lakelock_commit_leases",
+    "lakelock_maintenance_leases",
+    "lakelock_intents",
+    "lakelock_events",
+    "lakelock_runs",
+}
 
 
 @pytest.fixture
 def empty_url(db_url):
+    """The test database with no lakelock tables; at the head again afterwards (the MariaDB one
+    is shared by the whole session)."""
     migrate.downgrade(db_url, "base")
-    return db_url
+    yield db_url
+    migrate.upgrade(db_url)
+
+
+def _row_before_scopes(url, *columns):
+    """Columns of table lake.db.a's row in a database at revision 0004."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = f"SELECT {', '.join(columns)} FROM lakelock_tables WHERE name = 'lake.db.a'"
+            return tuple(conn.execute(text(query)).one())
+    finally:
+        engine.dispose()
 
 
 def _tables(url):
@@ -60,3 +85,88 @@ def test_schema_matches_the_code(db_url):
         diff = compare_metadata(MigrationContext.configure(conn), metadata)
     engine.dispose()
     assert diff == []
+
+
+def test_a_live_maintenance_lease_and_intent_survive_the_move_to_scoped_leases(empty_url):
+    migrate.upgrade(empty_url, "0004")
+    engine = make_engine(empty_url)
+    with engine.begin() as conn:
+        at = now(conn)
+        conn.execute(
+            text(
+                "INSERT INTO lakelock_tables (name, ingest, maintenance, next_token, created_at, "
+                "maint_lease_id, maint_holder, maint_request_id, maint_token, maint_ttl_s, "
+                "maint_acquired_at, maint_expires_at) VALUES ('lake.db.a', 'running', "
+                "'enabled', 8, :at, 'lease-a', 'compactor-1', 'run-a', 7, 600, :at, :later)"
+            ),
+            {"at": at, "later": at + timedelta(minutes=10)},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO lakelock_tables (name, ingest, maintenance, next_token, created_at, "
+                "intent_holder, intent_request_id, intent_opened_at, intent_expires_at) VALUES "
+                "('lake.db.b', 'running', 'enabled', 1, :at, 'compactor-2', 'run-b', :at, :later)"
+            ),
+            {"at": at, "later": at + timedelta(minutes=10)},
+        )
+    engine.dispose()
+    migrate.upgrade(empty_url)
+    engine = make_engine(empty_url)
+    try:
+        a = run_transaction(engine, lambda conn: leases.table_state(conn, table="lake.db.a"))
+        b = run_transaction(engine, lambda conn: leases.table_state(conn, table="lake.db.b"))
+        assert [(x.lease_id, x.token, x.partitions) for x in a.maintenance_leases] == [
+            ("lease-a", 7, None)
+        ]
+        assert [(x.request_id, x.partitions) for x in b.intents] == [("run-b", None)]
+        for table, reason in (("lake.db.a", "maintenance"), ("lake.db.b", "intent")):
+            with pytest.raises(Locked) as refused:
+                run_transaction(
+                    engine,
+                    lambda conn, t=table: leases.acquire_commit(
+                        conn,
+                        table=t,
+                        holder="ingest-1",
+                        ttl=timedelta(seconds=30),
+                        request_id="batch-1",
+                        partitions=["dt=2024-06-20"],
+                    ),
+                )
+            assert refused.value.extra["reason"] == reason
+    finally:
+        engine.dispose()
+    migrate.downgrade(empty_url, "0004")
+    assert _row_before_scopes(empty_url, "maint_lease_id", "maint_token") == ("lease-a", 7)
+
+
+def test_going_back_before_scopes_keeps_the_live_maintenance_lease(empty_url):
+    migrate.upgrade(empty_url)
+    engine = make_engine(empty_url)
+
+    def acquire(partitions, request_id):
+        return run_transaction(
+            engine,
+            lambda conn: leases.acquire_maintenance(
+                conn,
+                table="lake.db.a",
+                holder="compactor-1",
+                ttl=timedelta(minutes=10),
+                request_id=request_id,
+                intent_ttl=timedelta(seconds=5),
+                partitions=partitions,
+            ),
+        )
+
+    try:
+        live = acquire(["dt=1"], "run-1")
+        ended = acquire(["dt=2"], "run-2")  # a higher token, released
+        run_transaction(
+            engine,
+            lambda conn: leases.release(
+                conn, lease_id=ended.lease_id, actor="t", holder="compactor-1", token=ended.token
+            ),
+        )
+    finally:
+        engine.dispose()
+    migrate.downgrade(empty_url, "0004")
+    assert _row_before_scopes(empty_url, "maint_lease_id", "maint_end") == (live.lease_id, None)

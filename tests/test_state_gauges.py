@@ -47,13 +47,13 @@ def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url)
 
 def test_a_scrape_without_the_database_still_has_the_counters():
     metrics = Metrics()
-    metrics.grants.labels("commit").inc()
+    metrics.grants.labels("commit", "table").inc()
     unreachable = make_engine(f"mysql+pymysql://nobody@127.0.0.1:{free_port()}/none", timeout_s=1)
     metrics.track_state(unreachable)
     try:
         text = metrics.render().decode()
     finally:
         unreachable.dispose()
-    assert 'lakelock_grants_total{kind="commit"} 1.0' in text
+    assert 'lakelock_grants_total{kind="commit",scope="table"} 1.0' in text
     assert "lakelock_state_up 0.0" in text
     assert "lakelock_live_leases" not in text

@@ -25,11 +25,12 @@ from tests.spark.conftest import ingest_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-COMPACTIONS = 5
-WAIT_S = 240.0  # a bound on the whole scenario, so a stuck run fails instead of hanging
+COMPACTIONS = 3
+WAIT_S = 800.0  # a bound on the whole scenario, so a stuck run fails instead of hanging
 
 
-def test_five_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
+@pytest.mark.timeout(900)
+def test_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
     spark, tmp_path, lakelock_server
 ):
     table = "local.db.soak"
@@ -59,8 +60,11 @@ def test_five_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
     stop = threading.Event()
 
     def feed() -> None:
-        while not stop.wait(0.7):
-            gen.write_file(landing, 40)
+        # a new file whenever the stream is at most one file behind: ingest never stops and
+        # never falls behind, however fast this machine runs it (one file per batch)
+        while not stop.wait(0.1):
+            if len(gen.files) - len(handle.records) < 2:
+                gen.write_file(landing, 40)
 
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()

@@ -120,6 +120,9 @@ def test_demo_summary_counts_match_what_is_on_disk(demo_run):
     assert summary["batches"] == EVENTS // 100
     assert len(snapshot_ids) == len(set(snapshot_ids)), "a batch committed twice"
     assert summary["batches_merged"] == len(snapshot_ids)
+    # the demo's key holds its partition columns: every merged batch leased its partitions only
+    assert summary["lease_scope"] == "partitions"
+    assert summary["batches_scoped"] == summary["batches_merged"]
     assert set(snapshot_ids) <= commits
     assert summary["bad_records_dead_lettered"] == _dead_letter_lines(workdir)
     assert summary["bad_records_dead_lettered"] == summary["bad_records"]

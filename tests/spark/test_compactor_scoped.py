@@ -1,0 +1,134 @@
+"""The compactor with partition scope on a real partitioned table and a real lakelock service:
+one scoped maintenance lease per group of cold partitions, named as the `partitions` metadata
+table names them, while a writer keeps its commit lease on a hot partition."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.report import Outcome
+from compactor.run import run_table
+from ingest_gate.partition import read_spec, table_partition_names
+from service.client import LeaseClient
+from tests.spark import test_compactor_run
+from tests.spark.test_compactor_converges import read_with_pyiceberg
+
+pytestmark = pytest.mark.spark
+
+job_client = test_compactor_run.job_client
+operator = test_compactor_run.operator
+
+HOURS = (10, 11, 12, 13)
+HOT = "dt=2024-06-20/hr=13"
+
+
+def make_hourly_table(spark, name: str) -> str:
+    """Partitions dt=2024-06-20/hr=10..13, each with 12 small files (3 commits x 4 slices)."""
+    table = f"local.db.{name}"
+    spark.sql(
+        f"""
+        CREATE TABLE {table} (event_id BIGINT, dt DATE, hr INT, payload STRING)
+        USING iceberg PARTITIONED BY (dt, hr)
+        TBLPROPERTIES ('format-version' = '2', 'write.distribution-mode' = 'none')
+        """
+    )
+    for i in range(3):
+        spark.sql(
+            f"""
+            INSERT INTO {table}
+            SELECT id, DATE '2024-06-20', CAST({HOURS[0]} + id % {len(HOURS)} AS INT),
+                   sha2(CAST(id AS STRING), 256)
+            FROM range({i * 400}, {(i + 1) * 400}, 1, 4)
+            """
+        )
+    return table
+
+
+def files_per_partition(spark, table: str) -> dict[str, int]:
+    rows = spark.sql(
+        f"SELECT partition.hr AS hr, count(*) AS n FROM {table}.files WHERE content = 0 GROUP BY 1"
+    ).collect()
+    return {f"dt=2024-06-20/hr={r['hr']}": r["n"] for r in rows}
+
+
+def maintenance_grants(operator: LeaseClient, table: str) -> list[dict]:
+    """The service's audit trail of maintenance grants on `table`, oldest first."""
+    return [
+        e
+        for e in reversed(operator.events(table=table, limit=500))
+        if e["kind"] == "maintenance" and e["event"] == "lease.acquired"
+    ]
+
+
+def scope(event: dict) -> list[str] | None:
+    """The scope an audit event carries (None: the whole table)."""
+    if "partitions" in event:
+        return event["partitions"]
+    return event["detail"]["partitions"]
+
+
+def test_cold_partitions_are_compacted_in_scoped_groups_while_a_hot_one_keeps_committing(
+    spark, job_client, operator
+):
+    table = make_hourly_table(spark, "scoped")
+    names = table_partition_names(spark, table, read_spec(spark, table))
+    assert names == [f"dt=2024-06-20/hr={h}" for h in HOURS]
+    before_files = files_per_partition(spark, table)
+    assert min(before_files.values()) >= 10
+    before_rows = read_with_pyiceberg(spark, table)
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
+        plan=PlanConfig(hot_window=timedelta(0), max_partitions_per_group=2),
+    )
+    # a writer on the newest hour: the planner sees its commit lease, the partition is hot
+    writer = job_client.acquire_commit(table, holder="ingest-hot", ttl_s=60, partitions=[HOT])
+    granted_meanwhile = []
+
+    def commit_on_the_hot_partition(step) -> None:
+        held = job_client.state(table)["maintenance_leases"]
+        assert [tuple(m["partitions"]) for m in held] == [step.partitions]
+        lease = job_client.acquire_commit(table, holder="ingest-late", ttl_s=5, partitions=[HOT])
+        granted_meanwhile.append(lease.partitions)
+        job_client.release(lease)
+
+    try:
+        report = run_table(
+            spark, client=job_client, config=config, before_step=commit_on_the_hot_partition
+        )
+    finally:
+        job_client.release(writer)
+
+    assert report.outcome == Outcome.COMPACTED, report.as_dict()
+    cold = [n for n in names if n != HOT]
+    assert [g["partitions"] for g in report.groups] == [cold[:2], cold[2:]]
+    assert all(g["outcome"] == "compacted" for g in report.groups)
+    assert [s["procedure"] for g in report.groups for s in g["steps"]] == ["rewrite_data_files"] * 2
+    grants = maintenance_grants(operator, table)
+    assert [g["lease_id"] for g in grants] == [g["lease_id"] for g in report.groups]
+    assert [scope(g) for g in grants] == [cold[:2], cold[2:]]
+    tokens = [g["token"] for g in report.groups]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 2
+    assert all(g["held_s"] > 0 for g in report.groups)
+    # the writer of the hot partition was granted during every step of the run
+    assert granted_meanwhile == [(HOT,), (HOT,)]
+    after_files = files_per_partition(spark, table)
+    assert all(after_files[n] == 1 for n in cold)
+    assert after_files[HOT] == before_files[HOT]
+    assert read_with_pyiceberg(spark, table) == before_rows
+    assert job_client.state(table)["maintenance_leases"] == []
+
+
+def test_scope_table_takes_one_whole_table_lease(spark, job_client, operator):
+    table = make_hourly_table(spark, "whole")
+    config = TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15), scope="table"))
+
+    report = run_table(spark, client=job_client, config=config)
+
+    assert report.outcome == Outcome.COMPACTED, report.as_dict()
+    assert [g["partitions"] for g in report.groups] == [None]
+    assert [scope(g) for g in maintenance_grants(operator, table)] == [None]
+    assert set(files_per_partition(spark, table).values()) == {1}

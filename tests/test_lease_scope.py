@@ -1,0 +1,96 @@
+"""Which scope the ingest job's commit leases take, decided without Spark (the spec, the
+batch's partition values and the gate are stand-ins); tests/spark/test_ingest_scope.py runs it
+on real tables against the service."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+from typing import Any
+
+import pytest
+
+from ingest_gate import job
+from ingest_gate.config import ConfigError, load_config
+from ingest_gate.job import BatchWriter, Ungated
+from ingest_gate.partition import PartitionField, PartitionScope, PartitionSpec
+
+DT_HR = PartitionSpec(
+    spec_id=0,
+    fields=(
+        PartitionField("dt", "date", "identity", "dt"),
+        PartitionField("hr", "int", "identity", "hr"),
+    ),
+)
+VALUES = [(date(2024, 6, 20), 13), (date(2024, 6, 20), 14)]
+
+
+@pytest.fixture
+def scope_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """partition_scope and batch_partition_values replaced; the list collects scope reads."""
+    reads: list[str] = []
+
+    def fake_scope(spark: Any, table: str, *, key_columns: Any) -> PartitionScope:
+        reads.append(table)
+        reason = None if "hr" in key_columns else "merge key (event_id, dt) lacks hr"
+        return PartitionScope(DT_HR, reason)
+
+    monkeypatch.setattr(job, "partition_scope", fake_scope)
+    monkeypatch.setattr(job, "batch_partition_values", lambda *a, **k: VALUES)
+    return reads
+
+
+def writer(**overrides: Any) -> BatchWriter:
+    return BatchWriter(load_config(overrides=overrides), gate=Ungated(), query_id="q")
+
+
+def test_usable_scope_leases_the_batch_partitions_and_filters_the_merge(scope_reads):
+    names, merge_filter = writer()._batch_scope(None, None, 0)
+    assert names == ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]
+    assert merge_filter == (
+        "(t.`dt` = DATE'2024-06-20' AND t.`hr` = 13) OR (t.`dt` = DATE'2024-06-20' AND t.`hr` = 14)"
+    )
+
+
+def test_key_without_a_partition_column_leases_the_table_and_says_why_once(
+    scope_reads, caplog: pytest.LogCaptureFixture
+):
+    w = writer(key_columns=["event_id", "dt"])
+    with caplog.at_level(logging.INFO, logger="ingest_gate.job"):
+        scopes = [w._batch_scope(None, None, batch_id) for batch_id in range(3)]
+    assert scopes == [(None, None)] * 3
+    assert scope_reads == ["local.db.events"]  # decided once per run
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "commit leases on local.db.events cover the whole table, not partitions: "
+        "merge key (event_id, dt) lacks hr"
+    ]
+
+
+def test_lease_scope_table_keeps_leases_and_merge_as_without_scopes(scope_reads):
+    assert writer(lease_scope="table")._batch_scope(None, None, 0) == (None, None)
+    assert scope_reads == []  # the spec is not even read
+
+
+def test_a_batch_in_more_partitions_than_allowed_leases_the_table_keeps_the_filter(
+    scope_reads, caplog: pytest.LogCaptureFixture
+):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
+        names, merge_filter = writer(max_lease_partitions=1)._batch_scope(None, None, 4)
+    assert names is None and merge_filter is not None
+    assert "batch 4 touches 2 partitions" in caplog.text
+
+
+def test_ungated_pass_reports_its_scope():
+    with Ungated().commit("local.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
+        assert gate_pass.as_dict()["scope"] == ["dt=2024-06-20/hr=13"]
+    with Ungated().commit("local.db.events") as gate_pass:
+        assert gate_pass.as_dict()["scope"] == "table"
+
+
+def test_lease_scope_config_is_checked():
+    assert load_config().lease_scope == "partitions"
+    with pytest.raises(ConfigError) as exc:
+        load_config(overrides={"lease_scope": "rows", "max_lease_partitions": 0})
+    assert "lease_scope: must be one of partitions, table" in str(exc.value)
+    assert "max_lease_partitions: must be >= 1" in str(exc.value)
