@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, date, datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from compactor.plan import Step
+from ingest_gate.merge import partition_predicate
+from ingest_gate.partition import spec_of
 from ingest_gate.spark import error_message, load_table
 
 if TYPE_CHECKING:
@@ -188,76 +188,40 @@ def _filtered(spark: SparkSession, jtable: Any, action: Any, table: str, step: S
     if step.where:
         action = action.filter(_expression(spark, table, step.where))
     if step.partition_values:
-        action = action.filter(partition_filter(spark, jtable, step.partition_values))
+        expression = partition_filter(spark, table, jtable, step.partition_values)
+        if expression is not None:
+            action = action.filter(expression)
     return action
 
 
 def partition_filter(
-    spark: SparkSession, jtable: Any, partitions: Iterable[Mapping[str, Any]]
-) -> Any:
-    """The Iceberg expression that selects exactly `partitions` of the table's current spec:
-    OR over the partitions of AND over the spec's fields of `transform(source) = value`
-    (`is null` for a null value).
+    spark: SparkSession, table: str, jtable: Any, partitions: Iterable[Mapping[str, Any]]
+) -> Any | None:
+    """The Iceberg expression that selects exactly `partitions` of `table`'s current spec, or
+    None when it would not restrict anything (a spec of void fields only). `partitions` hold the
+    values by partition field name as Spark reads them from the metadata tables
+    (compactor.stats).
 
-    A predicate on a transform term (`Expressions.day("ts")`, `bucket("id", 16)`) is projected
-    onto the partition field with that transform, so the action plans only the files of these
-    partitions, whichever the transform. `partitions` hold the values by partition field name
-    as Spark reads them from the metadata tables (compactor.stats).
+    It is the gate's MERGE filter (ingest_gate.merge.partition_predicate: OR over the partitions
+    of AND over the fields of `transform(source) = value`, `IS NULL` for null) converted as the
+    `CALL` procedures convert a `where`. A predicate on a transform term is projected onto the
+    partition field with that transform, so the action plans only the files of these
+    partitions, whichever the transform.
 
     Raises:
-        ValueError: no partitions, or a value of a type the filter cannot carry.
+        ValueError: no partitions.
         KeyError: a partition lacks a field of the current spec.
+        TypeError: a value of a type the filter cannot carry.
+        ingest_gate.partition.UnsupportedPartition: a transform it cannot express.
     """
-    expressions = spark._jvm.org.apache.iceberg.expressions.Expressions
-    fields = list(jtable.spec().fields())
-    schema = jtable.schema()
-    result = None
-    for values in partitions:
-        conjunction = expressions.alwaysTrue()
-        for f in fields:
-            term = _term(expressions, str(schema.findColumnName(f.sourceId())), f)
-            value = values[str(f.name())]
-            with_zone = str(schema.findType(f.sourceId()).toString()) == "timestamptz"
-            predicate = (
-                expressions.isNull(term)
-                if value is None
-                else expressions.equal(term, _literal(value, with_zone=with_zone))
-            )
-            # `and` and `or` are Python keywords: py4j reaches them by name
-            conjunction = getattr(expressions, "and")(conjunction, predicate)
-        result = conjunction if result is None else getattr(expressions, "or")(result, conjunction)
-    if result is None:
+    spec = spec_of(jtable)
+    values = [tuple(p[f.name] for f in spec.fields) for p in partitions]
+    if not values:
         raise ValueError("a partition filter needs at least one partition")
-    return result
-
-
-def _term(expressions: Any, source: str, field: Any) -> Any:
-    transform = str(field.transform().toString())
-    if transform == "identity":
-        return expressions.ref(source)
-    simple = {"day": expressions.day, "hour": expressions.hour, "month": expressions.month}
-    if transform in simple:
-        return simple[transform](source)
-    if transform == "year":
-        return expressions.year(source)
-    match = re.fullmatch(r"(bucket|truncate)\[(\d+)\]", transform)
-    if match:
-        return getattr(expressions, match.group(1))(source, int(match.group(2)))
-    raise ValueError(f"partition field {field.name()}: cannot filter on transform {transform}")
-
-
-def _literal(value: Any, *, with_zone: bool) -> Any:
-    """A partition value as py4j hands it to `Expressions.equal`; Iceberg converts a string to
-    the term's date, timestamp or decimal type when it binds the predicate."""
-    if isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, datetime):
-        # PySpark gives a timestamptz as naive local time (astimezone reads it so), a timestamp
-        # without zone as its stored wall time
-        return value.astimezone(UTC).isoformat() if with_zone else value.isoformat()
-    if isinstance(value, date | Decimal):
-        return str(value)
-    raise ValueError(f"cannot filter on a partition value of type {type(value).__name__}")
+    parts = table.split(".")
+    catalog = parts[0] if len(parts) == 3 else spark.catalog.currentCatalog()
+    where = partition_predicate(spec, values, catalog=catalog, alias=None)
+    return None if where is None else _expression(spark, table, where)
 
 
 def _expression(spark: SparkSession, table: str, where: str) -> Any:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ingest_gate.merge import merge_sql, partition_predicate
 from ingest_gate.partition import (
     PartitionScope,
-    batch_partition_values,
+    batch_partition_counts,
     partition_names,
     partition_scope,
 )
@@ -289,7 +289,7 @@ class BatchWriter:
             good, key_columns=cfg.key_columns, event_time_column=cfg.event_time_column
         ).persist()
         try:
-            record.rows_in_merge = deduped.count()
+            record.rows_in_merge, values = self._count(spark, deduped)
             record.duplicates_dropped = record.rows_read - record.bad_rows - record.rows_in_merge
             if record.rows_in_merge == 0:
                 record.outcome = "empty"
@@ -304,15 +304,36 @@ class BatchWriter:
                     record.snapshot_id = found
                     record.outcome = "replayed"
                     return
-            self._merge(spark, deduped, record)
+            self._merge(spark, deduped, record, values)
         finally:
             deduped.unpersist()
 
-    def _merge(self, spark: SparkSession, deduped: DataFrame, record: BatchRecord) -> None:
+    def _count(
+        self, spark: SparkSession, deduped: DataFrame
+    ) -> tuple[int, list[tuple[Any, ...]] | None]:
+        """The batch's rows and, when its leases name partitions, its distinct partition tuples
+        (None: the whole table). One Spark job either way, run before the gate: it also fills
+        the batch's cache for the MERGE.
+
+        Raises:
+            as _table_scope and ingest_gate.partition.batch_partition_counts.
+        """
+        scope = self._table_scope(spark)
+        if scope is None:
+            return deduped.count(), None
+        counts = batch_partition_counts(deduped, scope.spec, catalog=self.config.catalog.name)
+        return sum(counts.values()), list(counts)
+
+    def _merge(
+        self,
+        spark: SparkSession,
+        deduped: DataFrame,
+        record: BatchRecord,
+        values: list[tuple[Any, ...]] | None,
+    ) -> None:
         cfg = self.config
         view = f"lakelock_batch_{record.batch_id}"
-        # before the gate: naming the partitions is a Spark job, not to be run under the lease
-        partitions, partition_filter = self._batch_scope(spark, deduped, record.batch_id)
+        partitions, partition_filter = self._batch_scope(values, record.batch_id)
         deduped.createOrReplaceTempView(view)
         statement = merge_sql(
             target=cfg.table,
@@ -392,21 +413,19 @@ class BatchWriter:
         return self._scope
 
     def _batch_scope(
-        self, spark: SparkSession, deduped: DataFrame, batch_id: int
+        self, values: list[tuple[Any, ...]] | None, batch_id: int
     ) -> tuple[list[str] | None, str | None]:
-        """The partitions to lease for `deduped` (None: the whole table) and the MERGE's
-        partition filter (None: none).
+        """The partitions to lease for a batch in partitions `values` (None: the whole table)
+        and the MERGE's partition filter (None: none).
 
         Raises:
-            as ingest_gate.partition.batch_partition_values; TypeError from the filter.
+            as ingest_gate.partition.partition_name; TypeError from the filter.
         """
         cfg = self.config
-        scope = self._table_scope(spark)
-        if scope is None:
+        if values is None or self._scope is None:
             return None, None
-        values = batch_partition_values(deduped, scope.spec, catalog=cfg.catalog.name)
-        names = partition_names(scope.spec, values)
-        partition_filter = partition_predicate(scope.spec, values, catalog=cfg.catalog.name)
+        names = partition_names(self._scope.spec, values)
+        partition_filter = partition_predicate(self._scope.spec, values, catalog=cfg.catalog.name)
         if len(names) > cfg.max_lease_partitions:
             log.warning(
                 "batch %d touches %d partitions of %s (max_lease_partitions %d): "

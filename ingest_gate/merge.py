@@ -79,11 +79,12 @@ def merge_sql(
 
 
 def partition_predicate(
-    spec: PartitionSpec, values: Iterable[Sequence[Any]], *, catalog: str, alias: str = "t"
+    spec: PartitionSpec, values: Iterable[Sequence[Any]], *, catalog: str, alias: str | None = "t"
 ) -> str | None:
-    """A predicate on `alias`'s partitions that holds exactly for rows in the partitions of
-    `values` (partition tuples from ingest_gate.partition.batch_partition_values), or None when
-    it would not restrict anything (no values, or only void fields).
+    """A predicate on `alias`'s partitions (the table's own columns when `alias` is None) that
+    holds exactly for rows in the partitions of `values` (partition tuples in spec order, as
+    ingest_gate.partition.batch_partition_values gives them), or None when it would not restrict
+    anything (no values, or only void fields).
 
     Raises:
         ingest_gate.partition.UnsupportedPartition: a transform it cannot express.
@@ -101,7 +102,9 @@ def partition_predicate(
                 continue  # always null: no restriction
             if value is None:
                 # every transform maps null to null and only null: test the column itself
-                terms.append(f"{alias}.{quote_identifier(field.source)} IS NULL")
+                column = quote_identifier(field.source)
+                ref = column if alias is None else f"{alias}.{column}"
+                terms.append(f"{ref} IS NULL")
             else:
                 term = transform_sql(field, catalog, alias=alias)
                 terms.append(f"{term} = {sql_literal(value, field)}")

@@ -33,11 +33,12 @@ datetimes as PySpark gives them: local wall time for `timestamptz`, the stored w
 refused (`UnsupportedPartition`): Java's and Python's shortest float text differ.
 
 How the jobs use it: the ingest gate checks `partition_scope` once at start; when usable, it
-computes `batch_partition_names` of each deduplicated micro-batch before its MERGE and asks for a
-commit lease on those names (else the whole table, logging `scope.reason` once). The compactor
-plans from `table_partitions` (files, delete files, `last_updated_at` per name) and asks for a
-maintenance lease on the names it rewrites. Both go through `partition_name`, so the gate's and
-the compactor's names for one partition are equal strings.
+counts each deduplicated micro-batch per partition (`batch_partition_counts`, the batch's one
+counting job) before its MERGE and asks for a commit lease on those partitions' names (else the
+whole table, logging `scope.reason` once). The compactor plans from `table_partitions` (files,
+delete files, `last_updated_at` per name) and asks for a maintenance lease on the names it
+rewrites. Both go through `partition_name`, so the gate's and the compactor's names for one
+partition are equal strings.
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ __all__ = [
     "escape",
     "scope_refusal",
     "read_spec",
+    "spec_of",
     "partition_scope",
     "transform_sql",
+    "batch_partition_counts",
     "batch_partition_values",
     "partition_names",
     "batch_partition_names",
@@ -310,7 +313,8 @@ def _check_nameable(field: PartitionField) -> None:
 # --- Spark side: py4j and DataFrames; pyspark is imported by the caller's session only ---
 
 
-def _spec_of(jtable: Any) -> PartitionSpec:
+def spec_of(jtable: Any) -> PartitionSpec:
+    """The current spec of a loaded Iceberg table (a py4j `org.apache.iceberg.Table`)."""
     schema = jtable.schema()
     jspec = jtable.spec()
     fields = tuple(
@@ -331,7 +335,7 @@ def read_spec(spark: SparkSession, table: str) -> PartitionSpec:
     Raises:
         py4j.protocol.Py4JJavaError: the table cannot be loaded.
     """
-    return _spec_of(load_table(spark, table))
+    return spec_of(load_table(spark, table))
 
 
 def partition_scope(
@@ -349,7 +353,7 @@ def partition_scope(
     from ingest_gate.merge import quote_identifier
 
     jtable = load_table(spark, table)
-    spec = _spec_of(jtable)
+    spec = spec_of(jtable)
     in_use = [spec.spec_id]
     if int(jtable.specs().size()) > 1:
         rows = spark.sql(
@@ -387,12 +391,13 @@ def transform_sql(field: PartitionField, catalog: str, *, alias: str | None = No
     )
 
 
-def batch_partition_values(
+def batch_partition_counts(
     batch: DataFrame, spec: PartitionSpec, *, catalog: str
-) -> list[tuple[Any, ...]]:
-    """The distinct partition tuples of the rows of `batch` (a micro-batch whose columns have
-    the table's types): one transformed value per spec field, in spec order, computed with
-    Iceberg's own transform functions of `catalog`. Name them with `partition_names`.
+) -> dict[tuple[Any, ...], int]:
+    """The rows of `batch` (a micro-batch whose columns have the table's types) per distinct
+    partition tuple, in one Spark job: one transformed value per spec field, in spec order,
+    computed with Iceberg's own transform functions of `catalog`. Name the tuples with
+    `partition_names`.
 
     Raises:
         ValueError: the spec has no fields.
@@ -402,7 +407,20 @@ def batch_partition_values(
     if not spec.fields:
         raise ValueError("an unpartitioned table has no partitions; lease the whole table")
     exprs = [f"{transform_sql(f, catalog)} AS `p{i}`" for i, f in enumerate(spec.fields)]
-    return [tuple(row) for row in batch.selectExpr(*exprs).distinct().collect()]
+    columns = [f"p{i}" for i in range(len(spec.fields))]
+    rows = batch.selectExpr(*exprs).groupBy(*columns).count().collect()
+    return {tuple(row[c] for c in columns): int(row["count"]) for row in rows}
+
+
+def batch_partition_values(
+    batch: DataFrame, spec: PartitionSpec, *, catalog: str
+) -> list[tuple[Any, ...]]:
+    """The distinct partition tuples of the rows of `batch` (see batch_partition_counts).
+
+    Raises:
+        as batch_partition_counts.
+    """
+    return list(batch_partition_counts(batch, spec, catalog=catalog))
 
 
 def partition_names(spec: PartitionSpec, values: Iterable[Sequence[Any]]) -> list[str]:

@@ -27,7 +27,7 @@ VALUES = [(date(2024, 6, 20), 13), (date(2024, 6, 20), 14)]
 
 @pytest.fixture
 def scope_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """partition_scope and batch_partition_values replaced; the list collects scope reads."""
+    """partition_scope and batch_partition_counts replaced; the list collects scope reads."""
     reads: list[str] = []
 
     def fake_scope(spark: Any, table: str, *, key_columns: Any) -> PartitionScope:
@@ -36,16 +36,30 @@ def scope_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return PartitionScope(DT_HR, reason)
 
     monkeypatch.setattr(job, "partition_scope", fake_scope)
-    monkeypatch.setattr(job, "batch_partition_values", lambda *a, **k: VALUES)
+    monkeypatch.setattr(job, "batch_partition_counts", lambda *a, **k: dict.fromkeys(VALUES, 3))
     return reads
+
+
+class Batch:
+    """A stand-in for the deduplicated micro-batch: 6 rows."""
+
+    def count(self) -> int:
+        return 6
 
 
 def writer(**overrides: Any) -> BatchWriter:
     return BatchWriter(load_config(overrides=overrides), gate=Ungated(), query_id="q")
 
 
+def scope_of(w: BatchWriter, batch_id: int = 0) -> tuple[list[str] | None, str | None]:
+    """What the writer leases and filters for a batch, as a merge computes it."""
+    rows, values = w._count(None, Batch())
+    assert rows == 6  # counted by partition or as a whole, the batch is the same size
+    return w._batch_scope(values, batch_id)
+
+
 def test_usable_scope_leases_the_batch_partitions_and_filters_the_merge(scope_reads):
-    names, merge_filter = writer()._batch_scope(None, None, 0)
+    names, merge_filter = scope_of(writer())
     assert names == ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]
     assert merge_filter == (
         "(t.`dt` = DATE'2024-06-20' AND t.`hr` = 13) OR (t.`dt` = DATE'2024-06-20' AND t.`hr` = 14)"
@@ -57,7 +71,7 @@ def test_key_without_a_partition_column_leases_the_table_and_says_why_once(
 ):
     w = writer(key_columns=["event_id", "dt"])
     with caplog.at_level(logging.INFO, logger="ingest_gate.job"):
-        scopes = [w._batch_scope(None, None, batch_id) for batch_id in range(3)]
+        scopes = [scope_of(w, batch_id) for batch_id in range(3)]
     assert scopes == [(None, None)] * 3
     assert scope_reads == ["local.db.events"]  # decided once per run
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -68,7 +82,7 @@ def test_key_without_a_partition_column_leases_the_table_and_says_why_once(
 
 
 def test_lease_scope_table_keeps_leases_and_merge_as_without_scopes(scope_reads):
-    assert writer(lease_scope="table")._batch_scope(None, None, 0) == (None, None)
+    assert scope_of(writer(lease_scope="table")) == (None, None)
     assert scope_reads == []  # the spec is not even read
 
 
@@ -76,7 +90,7 @@ def test_a_batch_in_more_partitions_than_allowed_leases_the_table_keeps_the_filt
     scope_reads, caplog: pytest.LogCaptureFixture
 ):
     with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
-        names, merge_filter = writer(max_lease_partitions=1)._batch_scope(None, None, 4)
+        names, merge_filter = scope_of(writer(max_lease_partitions=1), 4)
     assert names is None and merge_filter is not None
     assert "batch 4 touches 2 partitions" in caplog.text
 

@@ -8,6 +8,7 @@ from datetime import date, datetime
 
 import pytest
 
+from compactor.procedure import partition_filter
 from ingest_gate.merge import partition_predicate
 from ingest_gate.partition import (
     batch_partition_names,
@@ -18,6 +19,7 @@ from ingest_gate.partition import (
     table_partition_names,
     transform_sql,
 )
+from ingest_gate.spark import load_table
 
 pytestmark = pytest.mark.spark
 
@@ -32,6 +34,7 @@ ROWS = [
     (6, date(1969, 12, 31), 23, "null", datetime(1969, 12, 31, 23, 30, 0)),
     (7, date(2024, 6, 20), 13, ODD, datetime(2025, 1, 1, 0, 0, 0)),
     (8, None, None, "null", None),
+    (9, date(2024, 6, 22), 1, "it's a\\b", datetime(2024, 6, 22, 1, 0, 0)),  # a quote, a backslash
 ]
 COLUMNS = "id bigint, dt date, hr int, name string, ts timestamp"
 
@@ -67,16 +70,22 @@ def tables(spark):
     return out
 
 
-def iceberg_paths(spark, table: str) -> tuple[list[str], list[str]]:
-    """Iceberg's partitionToPath of each live data file, and each data file's directory."""
-    jtable = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, table
-    )
-    spec = jtable.spec()
+def planned_paths(spark, table: str, expression=None) -> list[str]:
+    """Iceberg's partitionToPath of each live data file its scan plans (under `expression`)."""
+    jtable = load_table(spark, table)
+    spec, scan = jtable.spec(), jtable.newScan()
+    if expression is not None:
+        scan = scan.filter(expression)
     paths = []
-    tasks = jtable.newScan().planFiles().iterator()
+    tasks = scan.planFiles().iterator()
     while tasks.hasNext():
         paths.append(str(spec.partitionToPath(tasks.next().file().partition())))
+    return paths
+
+
+def iceberg_paths(spark, table: str) -> tuple[list[str], list[str]]:
+    """Iceberg's partitionToPath of each live data file, and each data file's directory."""
+    paths = planned_paths(spark, table)
     # a Hadoop table writes <location>/data/<partition path>/<file>; "/" in a value is escaped
     directories = [
         row["file_path"].rsplit("/data/", 1)[1].rsplit("/", 1)[0]
@@ -150,3 +159,21 @@ def test_merge_filter_of_each_partition_selects_its_rows_in_the_pushed_down_scan
         assert "[filters=," not in scan, scan
     everything = partition_predicate(spec, values, catalog="local")
     assert spark.sql(f"SELECT count(*) FROM {table} t WHERE {everything}").first()[0] == len(ROWS)
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_compactor_filter_of_each_partition_plans_exactly_its_files(spark, tables, name):
+    """The compactor's filter (compactor.procedure.partition_filter), from the values the
+    `partitions` metadata table gives: Iceberg's own scan planning under it finds exactly that
+    partition's files, named by Iceberg's own partitionToPath."""
+    table, _ = tables[name]
+    spec, jtable = read_spec(spark, table), load_table(spark, table)
+    rows = spark.sql(f"SELECT partition, file_count FROM {table}.partitions").collect()
+    for row in rows:
+        values = row["partition"].asDict()
+        planned = planned_paths(spark, table, partition_filter(spark, table, jtable, [values]))
+        # a null and the string "null" share a path, not a filter: the count tells them apart
+        assert planned == [partition_name(spec, values)] * row["file_count"], values
+    everything = [row["partition"].asDict() for row in rows]
+    planned = planned_paths(spark, table, partition_filter(spark, table, jtable, everything))
+    assert sorted(planned) == sorted(planned_paths(spark, table))
