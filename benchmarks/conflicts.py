@@ -42,10 +42,9 @@ from typing import Any
 from benchmarks.lease_throughput import percentile
 from benchmarks.modes import (
     add_workload_arguments,
-    run_modes,
+    compare,
     run_pipeline,
     side_by_side,
-    write_outputs,
 )
 from compactor.report import changed_anything
 from demo.pipeline import PipelineResult
@@ -268,7 +267,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
 
     def run(mode: str) -> ModeFigures:
         # whole-table leases, as these figures were first measured; benchmarks/scopes.py
@@ -276,11 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_pipeline(args, mode, coordinated=mode == "coordinated", lease_scope="table")
         return figures(result)
 
-    modes = run_modes(args.modes, MODES, run)
-    command = "python -m benchmarks.conflicts " + " ".join(argv or sys.argv[1:])
-    markdown = render_markdown(modes, command=command.strip())
-    write_outputs(args.out, modes, markdown, "conflicts.png", render_timeline)
-    return 0
+    return compare("conflicts", args, argv, MODES, run, render_markdown, render_timeline)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,14 @@ table, and the files they write (benchmarks/conflicts.py, benchmarks/scopes.py).
 
     add_workload_arguments(parser, duration_s=180, compact_every_s=8, out=Path("var/x"), modes=...)
     markdown = side_by_side("# Title", command, modes, rows)
-    write_outputs(args.out, modes, markdown, "x.png", render_timeline)
+    compare("x", args, argv, MODES, run, render_markdown, render_timeline)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,9 @@ from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 
 __all__ = [
     "add_workload_arguments",
+    "compare",
     "run_pipeline",
-    "run_modes",
     "side_by_side",
-    "write_outputs",
 ]
 
 ModeFigures = dict[str, Any]
@@ -102,16 +102,26 @@ def side_by_side(
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(
-    out: Path,
-    modes: list[ModeFigures],
-    markdown: str,
-    picture: str,
+def compare(
+    name: str,
+    args: argparse.Namespace,
+    argv: Sequence[str] | None,
+    known: Sequence[str],
+    run: Callable[[str], ModeFigures],
+    report: Callable[..., str],
     render: Callable[[list[ModeFigures], Path], None],
-) -> None:
-    """Write results.json, report.md and the picture into `out`, and print the report."""
-    (out / "results.json").write_text(json.dumps(modes, indent=2) + "\n")
-    (out / "report.md").write_text(markdown)
-    render(modes, out / picture)
+) -> int:
+    """Run the asked modes of benchmark `name`, then write results.json, report.md (from
+    `report(modes, command=...)`) and `<name>.png` (from `render`) into `args.out`, and print
+    the report. The exit code of the benchmark's main."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    modes = run_modes(args.modes, known, run)
+    command = f"python -m benchmarks.{name} " + " ".join(sys.argv[1:] if argv is None else argv)
+    markdown = report(modes, command=command.strip())
+    picture = args.out / f"{name}.png"
+    (args.out / "results.json").write_text(json.dumps(modes, indent=2) + "\n")
+    (args.out / "report.md").write_text(markdown)
+    render(modes, picture)
     print(markdown)
-    print(f"timeline: {out / picture}")
+    print(f"timeline: {picture}")
+    return 0

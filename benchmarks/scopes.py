@@ -46,10 +46,9 @@ from benchmarks.conflicts import figures as conflict_figures
 from benchmarks.lease_throughput import percentile
 from benchmarks.modes import (
     add_workload_arguments,
-    run_modes,
+    compare,
     run_pipeline,
     side_by_side,
-    write_outputs,
 )
 from demo.pipeline import PipelineResult
 from service.iceberg_audit import metadata_file
@@ -293,7 +292,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
 
     def run(mode: str) -> dict[str, Any]:
         result = run_pipeline(
@@ -305,11 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return figures(mode, result)
 
-    modes = run_modes(args.modes, MODES, run)
-    command = "python -m benchmarks.scopes " + " ".join(argv or sys.argv[1:])
-    markdown = render_markdown(modes, command=command.strip())
-    write_outputs(args.out, modes, markdown, "scopes.png", render_timeline)
-    return 0
+    return compare("scopes", args, argv, MODES, run, render_markdown, render_timeline)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from compactor.config import (
@@ -344,6 +345,7 @@ def plan(
         mode, where = Mode.INCREMENTAL, recent[0] if recent else None
         in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
     everything = mode is Mode.REWRITE_ALL
+    made = partial(Plan, stats.table, mode=mode, where=where, total=total)
     table_run, table_idle = _table_reasons(stats, config, now)
     manifests = _manifest_steps(stats, config)
     unleased = _unleased_steps(stats, config, now)
@@ -354,7 +356,7 @@ def plan(
         reasons += [] if everything else data_run + table_run
         if not reasons:
             idle = tuple(data_idle + table_idle)
-            return Plan(stats.table, False, mode, idle, (), where, scope, total, whole_table)
+            return made(run=False, reasons=idle, scope=scope, whole_table=whole_table)
         small_ok = everything or _small_files_pay_off(scope, config)
         data = _data_steps(config, mode, scope, small_ok=small_ok, where=where)
         if by_table:
@@ -363,16 +365,12 @@ def plan(
             unleased = ()
         else:
             groups = _groups(Group(None, data + manifests))
-        return Plan(
-            stats.table,
-            True,
-            mode,
-            tuple(reasons),
-            groups,
-            where,
-            scope,
-            total,
-            whole_table,
+        return made(
+            run=True,
+            reasons=tuple(reasons),
+            groups=groups,
+            scope=scope,
+            whole_table=whole_table,
             unleased=unleased,
         )
 
@@ -401,7 +399,7 @@ def plan(
     if not reasons:
         idle = tuple(data_idle + hot_idle + table_idle)
         parts = _partition_plans(in_scope, hot, ())
-        return Plan(stats.table, False, mode, idle, (), where, scope, total, None, partitions=parts)
+        return made(run=False, reasons=idle, scope=scope, partitions=parts)
     reasons += hot_idle
     picked = (
         sorted((p for p in cold if _has_debt(p, config, everything=everything)), key=_coldest_first)
@@ -427,16 +425,11 @@ def plan(
         ),
         Group(None, manifests),
     )
-    return Plan(
-        stats.table,
-        True,
-        mode,
-        tuple(reasons),
-        groups,
-        where,
-        scope,
-        total,
-        None,
+    return made(
+        run=True,
+        reasons=tuple(reasons),
+        groups=groups,
+        scope=scope,
         unleased=unleased,
         partitions=_partition_plans(in_scope, hot, groups),
     )

@@ -207,69 +207,56 @@ def _groups(
     """Each group of the plan under its own lease, released before the next is asked for;
     True when the run may go on (every group compacted or was skipped)."""
     try:
-        return _each_group(
-            spark, client, config, the_plan, report, clock=clock, before_step=before_step
-        )
+        for i, group in enumerate(the_plan.groups):
+            entry: dict[str, Any] = {
+                "partitions": None if group.partitions is None else list(group.partitions),
+                "hot": group.hot,
+            }
+            report.groups.append(entry)
+            lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
+            entry["lease_wait_s"] = report.lease_wait_s or 0.0
+            if lease is None:
+                entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
+                if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
+                    continue
+                return False
+            entry.update(lease_id=lease.lease_id, token=lease.token)
+            if report.lease_id is None:
+                report.lease_id, report.token = lease.lease_id, lease.token
+            held_at = clock()
+            first = len(report.steps)
+            try:
+                _steps(
+                    spark,
+                    client,
+                    config,
+                    group.steps,
+                    str(the_plan.mode),
+                    lease,
+                    report,
+                    before_step=before_step,
+                )
+            finally:
+                _release(client, lease)
+                held = clock() - held_at
+                report.hold_s = (report.hold_s or 0.0) + held
+                entry["held_s"] = round(held, 3)
+            steps = report.steps[first:]
+            for step in steps:
+                step["lease_id"] = lease.lease_id
+            entry["steps"] = [
+                {"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps
+            ]
+            outcome = report.outcome
+            if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
+                outcome = Outcome.NO_CHANGE
+            entry.update(outcome=outcome, error=report.error)
+            if report.outcome is not Outcome.COMPACTED:
+                return False
+        return True
     finally:
         # the report's wait is the run's: the sum over its groups
         report.lease_wait_s = sum(g.get("lease_wait_s", 0.0) for g in report.groups)
-
-
-def _each_group(
-    spark: SparkSession,
-    client: LeaseClient,
-    config: TableConfig,
-    the_plan: Plan,
-    report: RunReport,
-    *,
-    clock: Callable[[], float],
-    before_step: Callable[[Step], None] | None,
-) -> bool:
-    for i, group in enumerate(the_plan.groups):
-        entry: dict[str, Any] = {
-            "partitions": None if group.partitions is None else list(group.partitions),
-            "hot": group.hot,
-        }
-        report.groups.append(entry)
-        lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
-        entry["lease_wait_s"] = report.lease_wait_s or 0.0
-        if lease is None:
-            entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
-            if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
-                continue
-            return False
-        entry.update(lease_id=lease.lease_id, token=lease.token)
-        if report.lease_id is None:
-            report.lease_id, report.token = lease.lease_id, lease.token
-        held_at = clock()
-        first = len(report.steps)
-        try:
-            _steps(
-                spark,
-                client,
-                config,
-                group.steps,
-                str(the_plan.mode),
-                lease,
-                report,
-                before_step=before_step,
-            )
-        finally:
-            _release(client, lease)
-            held = clock() - held_at
-            report.hold_s = (report.hold_s or 0.0) + held
-            entry["held_s"] = round(held, 3)
-        steps = report.steps[first:]
-        for step in steps:
-            step["lease_id"] = lease.lease_id
-        entry["steps"] = [{"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps]
-        outcome = report.outcome
-        if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
-            outcome = Outcome.NO_CHANGE
-        entry.update(outcome=outcome, error=report.error)
-        if report.outcome is not Outcome.COMPACTED:
-            return False
-    return True
 
 
 def _unleased(

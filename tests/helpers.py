@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import create_engine, text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_module(module: str, *args: str, timeout: float = 300) -> str:
+    """`python -m module args` from the checkout, as a user runs a benchmark; its stdout, or a
+    failed test that shows its output."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
 
 
 def commit(api: httpx.Client, table: str = "lake.db.events", holder: str = "ingest-1", **body: Any):

@@ -4,32 +4,18 @@ print the rows they promise. No figure is judged here: timing on a shared machin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.slow
 
 
-def _run(module: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def test_lease_throughput_prints_bare_transitions_service_and_ratio_rows(tmp_path: Path) -> None:
     out = tmp_path / "throughput.json"
-    stdout = _run(
+    stdout = run_module(
         "benchmarks.lease_throughput",
         *("--clients", "2", "--seconds", "1", "--warmup", "0.2", "--databases", "sqlite"),
         *("--client-processes", "1", "--json", str(out)),
@@ -52,7 +38,7 @@ def test_lease_throughput_prints_bare_transitions_service_and_ratio_rows(tmp_pat
 
 def test_long_poll_prints_both_paths(tmp_path: Path) -> None:
     out = tmp_path / "long_poll.json"
-    stdout = _run(
+    stdout = run_module(
         "benchmarks.long_poll",
         *("--clients", "2", "--trials", "2", "--seconds", "1", "--databases", "sqlite"),
         *("--json", str(out)),
@@ -69,7 +55,7 @@ def test_long_poll_prints_both_paths(tmp_path: Path) -> None:
 
 def test_gate_overhead_reports_median_and_p99(tmp_path: Path) -> None:
     out = tmp_path / "gate.json"
-    stdout = _run("benchmarks.gate_overhead", "--passes", "5", "--json", str(out))
+    stdout = run_module("benchmarks.gate_overhead", "--passes", "5", "--json", str(out))
     figures = json.loads(out.read_text())
     assert json.loads(stdout.strip().splitlines()[-1]) == figures
     assert figures["passes"] == 5
@@ -81,7 +67,7 @@ def test_long_poll_load_answers_every_parked_request_and_times_the_dead_compacto
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "long_poll_load.json"
-    stdout = _run(
+    stdout = run_module(
         "benchmarks.long_poll_load",
         *("--parked", "6", "--calls", "3", "--settle", "0.5", "--drain-trials", "1"),
         *("--intent-ttl", "1", "--databases", "sqlite", "--json", str(out)),

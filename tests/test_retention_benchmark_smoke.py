@@ -4,28 +4,22 @@ promises. No figure is judged: timing on a shared machine says nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.slow
 
 
 def test_retention_benchmark_prunes_everything_past_the_retention(tmp_path: Path) -> None:
     out = tmp_path / "retention.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.retention", "--database", "sqlite"]
-        + ["--rows", "3000", "--tables", "20", "--repeats", "2", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run_module(
+        "benchmarks.retention",
+        *["--database", "sqlite", "--rows", "3000", "--tables", "20", "--repeats", "2"],
+        *["--json", str(out)],
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     figures = json.loads(out.read_text())
     assert figures["sweep"]["due_tables"] == 5
     assert figures["state_gauges"]["live"] == 50

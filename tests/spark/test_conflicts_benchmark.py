@@ -2,39 +2,18 @@
 No timings are asserted; the figures come from `python -m benchmarks.conflicts`."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+from tests.helpers import run_module
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_small_conflicts_benchmark_writes_a_consistent_report_and_timeline(tmp_path):
     out = tmp_path / "conflicts"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.conflicts",
-            "--duration-s",
-            "25",
-            "--rate",
-            "100",
-            "--compact-every-s",
-            "4",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    args = ["--duration-s", "25", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
+    run_module("benchmarks.conflicts", *args, timeout=900)
     modes = json.loads((out / "results.json").read_text())
     assert [m["mode"] for m in modes] == ["uncoordinated", "coordinated"]
     for mode in modes:

@@ -2,28 +2,18 @@
 timings are asserted; the figures come from `python -m benchmarks.scopes`."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+from tests.helpers import run_module
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_small_scopes_benchmark_compares_both_modes_on_a_correct_table(tmp_path):
     out = tmp_path / "scopes"
     args = ["--duration-s", "25", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scopes", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_module("benchmarks.scopes", *args, timeout=900)
     modes = json.loads((out / "results.json").read_text())
     assert [m["mode"] for m in modes] == ["table", "partitions"]
     for mode in modes:
