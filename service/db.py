@@ -58,9 +58,10 @@ metadata = MetaData()
 # DATETIME(6) on MySQL/MariaDB: the default DATETIME drops microseconds, and expiry needs them
 Instant = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 
-# a lease's partitions, a JSON array (NULL: the whole table); up to 1,000 names of 512
-# characters do not fit MySQL's 64 KiB TEXT
-Scope = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+# text without MySQL's 64 KiB TEXT limit: a lease's partitions (a JSON array; NULL: the whole
+# table) may hold 1,000 names of up to 512 characters, and an audit event's detail carries them
+LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+Scope = LongText
 
 # SQLite autoincrements only an INTEGER PRIMARY KEY
 BigId = BigInteger().with_variant(Integer, "sqlite")
@@ -142,7 +143,7 @@ events_t = Table(
     Column("holder", String(255)),
     Column("token", BigInteger),
     Column("actor", String(255)),
-    Column("detail", Text),
+    Column("detail", LongText),
     Index("ix_lakelock_events_table", "table_name", "id"),
     Index("ix_lakelock_events_lease", "lease_id"),
 )
@@ -157,7 +158,7 @@ runs_t = Table(
     Column("reported_at", Instant, nullable=False),
     Column("holder", String(255)),
     Column("outcome", String(32), nullable=False),
-    Column("report", Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb"), nullable=False),
+    Column("report", LongText, nullable=False),
     Index("ix_lakelock_runs_table", "table_name", "id"),
 )
 

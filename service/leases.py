@@ -421,10 +421,10 @@ def _same_scope(request_id: str, earlier: Scope, asked: Scope) -> None:
     """A retry asks for what the first attempt asked for; other partitions under the same
     request id would get a lease (or an intent) that does not cover them."""
     if earlier != asked:
+        used = "the whole table" if earlier is None else f"another set of {len(earlier)} partitions"
         raise NotOwner(
-            f"request_id {request_id!r} was used for "
-            + ("the whole table" if earlier is None else f"{len(earlier)} other partitions")
-            + "; send a new request_id for a different scope",
+            f"request_id {request_id!r} was used for {used}; "
+            "send a new request_id for a different scope",
             field="request_id",
         )
 
@@ -790,6 +790,7 @@ def renew(
         LeaseExpired: the lease expired or was released.
         NotOwner: the lease is another holder's, or an operator revoked it.
         StaleToken: a maintenance lease renewed with a token that is not its own.
+        InvalidRequest: a live maintenance lease renewed without a token.
     """
     found = _find(conn, lease_id)
     if isinstance(found, dict):
@@ -812,6 +813,13 @@ def renew(
     elif view.holder != holder:
         failure = NotOwner(
             f"lease {lease_id} is held by {view.holder}, not {holder}", outcome="not_owner"
+        )
+    elif found.kind == "maintenance" and token is None:
+        # a request that cannot be right whoever holds the lease: refused, nothing recorded
+        raise InvalidRequest(
+            f"renewing a maintenance lease needs its token: POST /v1/leases/{lease_id}/renew "
+            '{"holder": ..., "token": <the token of the grant>}',
+            field="token",
         )
     elif found.kind == "maintenance" and token != found.token:
         failure = StaleToken(
@@ -920,8 +928,9 @@ def release(
     """End a lease; releasing an ended lease answers its state again (idempotent).
 
     The holder releases its own lease: `holder` must be the lease's and, for a maintenance
-    lease, `token` its token. An operator may end any lease without them; that is a revoke
-    (audited as `lease.revoked` by `actor`), so the holder hears `not_owner` at its next renew.
+    lease, `token` its token. An operator may end any lease by leaving both out; that is a
+    revoke (audited as `lease.revoked` by `actor`), so the holder hears `not_owner` at its next
+    renew. A holder that is not the lease's is refused whoever sends it: it names another lease.
 
     Raises:
         NotFound: no lease has this id.
@@ -934,15 +943,16 @@ def release(
         return lease_state(conn, lease_id=lease_id)
     view = found.view()
     by_holder = holder is not None and holder == view.holder
-    if not by_holder and not operator:
-        if holder is None:
-            raise InvalidRequest(
-                f"releasing a lease needs its holder: DELETE /v1/leases/{lease_id}?holder=<holder>",
-                field="holder",
-            )
+    if holder is not None and not by_holder:
+        how = "; an operator ends any lease by leaving holder and token out" if operator else ""
         raise NotOwner(
-            f"lease {lease_id} is held by {view.holder}, not {holder}; not released",
+            f"lease {lease_id} is held by {view.holder}, not {holder}; not released{how}",
             outcome="not_owner",
+        )
+    if holder is None and not operator:
+        raise InvalidRequest(
+            f"releasing a lease needs its holder: DELETE /v1/leases/{lease_id}?holder=<holder>",
+            field="holder",
         )
     if by_holder and found.kind == "maintenance":
         if token is None:

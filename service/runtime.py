@@ -28,7 +28,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
 from service import leases
-from service.db import run_transaction
+from service.db import is_unavailable, run_transaction
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -195,8 +195,23 @@ class Runtime:
             self.changes.versions_read(versions)
 
     def sweep_once(self) -> int:
-        """End what expired on every table; returns how many tables it swept (blocking)."""
+        """End what expired on every table; returns how many tables it swept (blocking).
+
+        A table whose sweep fails is logged and left to the next tick, and the tables after it
+        are still swept: one bad table must not stop expiry on the others.
+
+        Raises:
+            the database's unavailability (no other table can be swept either).
+        """
         due = self.read_sync(leases.tables_due_for_sweep)
+        swept = 0
         for table in due:
-            self.transact_sync(lambda conn, table=table: leases.sweep(conn, table=table))
-        return len(due)
+            try:
+                self.transact_sync(lambda conn, table=table: leases.sweep(conn, table=table))
+            except Exception as exc:
+                if is_unavailable(exc):
+                    raise
+                log.exception("sweep of %s failed; the next tick tries it again", table)
+                continue
+            swept += 1
+        return swept

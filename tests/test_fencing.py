@@ -1,4 +1,4 @@
-from tests.helpers import backdate, maintenance, release, renew, state
+from tests.helpers import backdate, events, maintenance, release, renew, state
 
 
 def test_tokens_increase_with_every_maintenance_grant(api):
@@ -22,6 +22,17 @@ def test_renew_with_stale_token_is_refused(api):
     assert response.status_code == 412
     assert response.json()["type"] == "urn:lakelock:stale-token"
     assert response.json()["outcome"] == "token_mismatch"
+
+
+def test_renew_of_maintenance_lease_needs_its_token_and_changes_nothing(api):
+    lease = maintenance(api).json()
+    before = events(api)
+    response = api.post(f"/v1/leases/{lease['lease_id']}/renew", json={"holder": lease["holder"]})
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "token" in response.json()["detail"]
+    assert events(api) == before  # no lease.renew_failed: the holder sent a malformed renew
+    assert renew(api, lease).status_code == 200
 
 
 def test_release_with_stale_token_is_refused(api):
