@@ -7,7 +7,7 @@
 #
 # See docs/deployment.md for ECS.
 
-# -- build: a virtualenv with the pinned runtime dependencies, and the compiled sources --------
+# -- build: a virtualenv with the pinned dependencies of `lakelock[service]`, and the sources --
 FROM python:3.11-slim AS build
 
 ENV PIP_NO_CACHE_DIR=1 \

@@ -63,19 +63,20 @@ def measure(spark: Any, *, rows: int, hours: int, runs: int) -> dict[str, dict[s
     Raises:
         AssertionError: a way counted other rows or partitions than the batch has.
     """
+    from ingest_gate.generate import EVENT_COLUMNS, create_events_table
     from ingest_gate.partition import read_spec
-    from ingest_gate.schema import EVENT_COLUMNS
-    from ingest_gate.table import ensure_table
 
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS local.db")
-    ensure_table(spark, TABLE, partition_columns=("dt", "hr"))
+    create_events_table(spark, TABLE)
     spec = read_spec(spark, TABLE)
     step = max(1, hours * 3600 // rows)
     at = f"timestamp'2024-06-20 00:00:00' + make_interval(0, 0, 0, 0, 0, 0, id * {step})"
     derived = {"event_time": at, "dt": f"to_date({at})", "hr": f"hour({at})"}
     # the event table's columns and types; event times spread evenly over `hours` hours
     source = spark.range(rows).selectExpr(
-        *[f"{derived.get(name, f'CAST(id AS {kind})')} AS {name}" for name, kind in EVENT_COLUMNS]
+        *[
+            f"{derived.get(name, f'CAST(id AS {kind.split()[0]})')} AS {name}"
+            for name, kind in EVENT_COLUMNS
+        ]
     )
     ways = _ways(spec)
     times: dict[str, list[float]] = {name: [] for name in ways}

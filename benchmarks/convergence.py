@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from benchmarks.conflicts import ingest_held_s
+from benchmarks.lake import local_lake
 from compactor.config import TableConfig
 from compactor.report import changed_anything, publish
 from compactor.run import run_table
 from service.client import LeaseClient
-from service.local import LocalService
 
 __all__ = ["main", "demo_table_config", "upsert_batches"]
 
@@ -49,10 +48,10 @@ def demo_table_config(table: str) -> TableConfig:
 def upsert_batches(spark: Any, table: str, *, batches: int, rows: int = 40) -> None:
     """`batches` MERGE upserts into `table`; keys repeat across batches over three hours of one
     day, so from the second batch on each writes position deletes."""
+    from ingest_gate.generate import create_events_table
     from ingest_gate.merge import merge_sql
-    from ingest_gate.table import ensure_table
 
-    ensure_table(spark, table, partition_columns=("dt", "hr"))
+    create_events_table(spark, table)
     for batch in range(batches):
         spark.sql(
             f"""
@@ -95,21 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    shutil.rmtree(args.out, ignore_errors=True)
-    args.out.mkdir(parents=True)
-    from ingest_gate.spark import CatalogConfig, build_session
-
-    spark = build_session(
-        CatalogConfig(warehouse=str((args.out / "warehouse").resolve())),
-        app_name="lakelock-convergence",
-        master="local[2]",
-        extra_conf={"spark.sql.shuffle.partitions": "2"},
-    )
-    service = LocalService.start(
-        db_url=f"sqlite:///{(args.out / 'lakelock.db').resolve()}",
-        log_path=args.out / "service.log",
-    )
-    try:
+    with local_lake(args.out, app_name="lakelock-convergence") as (spark, service):
         upsert_batches(spark, TABLE, batches=args.batches)
         before = _files(spark, TABLE)
         print(f"after {args.batches} upsert batches: {before}", flush=True)
@@ -143,9 +128,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "files_before": before,
             "files_at_end": _files(spark, TABLE),
         }
-    finally:
-        service.stop()
-        spark.stop()
     command = "python -m benchmarks.convergence " + " ".join(argv or sys.argv[1:])
     (args.out / "results.json").write_text(json.dumps(figures, indent=2) + "\n")
     report_md = "\n".join(

@@ -44,14 +44,26 @@ def add_workload_arguments(
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--modes", default=",".join(modes), help="comma-separated, in run order")
+    parser.add_argument(
+        "--events",
+        type=int,
+        help="run each mode by counts instead of --duration-s: this many events, all ingested",
+    )
+    parser.add_argument(
+        "--compactions", type=int, default=0, help="with --events: compactions to wait for"
+    )
 
 
 def run_pipeline(args: argparse.Namespace, mode: str, **options: Any) -> PipelineResult:
     """One mode's run of the demo pipeline on the workload of `args`, in `args.out / mode`;
     `options` sets the rest of PipelineOptions."""
-    print(f"== {mode}: {args.duration_s:g}s", flush=True)
+    events = getattr(args, "events", None)
+    length = f"{events} events" if events is not None else f"{args.duration_s:g}s"
+    print(f"== {mode}: {length}", flush=True)
     workload = PipelineOptions(
         duration_s=args.duration_s,
+        events=events,
+        compactions=getattr(args, "compactions", 0),
         workdir=args.out / mode,
         rate=args.rate,
         trigger_interval_s=args.trigger_interval_s,

@@ -9,7 +9,7 @@ few live and a few expired-but-unswept ones, and `--rows` events older than the 
 over `--tables` tables (half of which also have a recent event). Then:
 
     sweep        the sweeper's query over commit leases (`expired_commit_tables`, the part of
-                 `leases.tables_due_for_sweep` that reads them; median and max of `--repeats`)
+                 `state.tables_due_for_sweep` that reads them; median and max of `--repeats`)
                  at migration 0002 (only the index that starts with table_name) and at 0003
                  (adds (ended_at, expires_at)), and how long that migration took on the filled
                  table; the state gauges' count of live commit leases alongside. Then the

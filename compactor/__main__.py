@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
-from compactor.job import main
+from ingest_gate.spark import IcebergMissing
+from service.extras import needs_extras
 
 __all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    with needs_extras("lakelock-compactor"):
+        from compactor.job import main as job_main
+
+        try:
+            return job_main(argv)
+        except IcebergMissing as exc:
+            print(f"lakelock-compactor: {exc}", file=sys.stderr)
+            return 2
+
 
 if __name__ == "__main__":
     sys.exit(main())

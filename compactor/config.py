@@ -45,9 +45,21 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     [defaults.expire_snapshots]
     older_than = "5d"
     retain_last = 10
+    [fleet]
+    max_concurrent = 2                  # table runs at once in this process
+    claim_ttl = "60s"                   # the claim on a table a run holds (renewed at a third)
+    replan_after = "6h"                 # plan a table this long unplanned, healthy or not
+    scheduler = "fair"                  # Spark scheduling of concurrent runs, or "fifo"
     [[tables]]
-    name = "local.db.events"
+    name = "local.db.*"                 # a pattern: every table of local.db, listed each tick
     plan = { recent_days = 2 }
+    [[tables]]
+    name = "local.db.events"            # an exact name: its keys win over the pattern's
+    plan = { min_small_files = 20 }
+
+A `[[tables]]` name may be a shell-style pattern (`*`, `?`, `[...]` in the namespace or table
+part; see compactor.patterns), expanded through the catalog at each tick. A table's settings
+are the defaults, then every pattern it matches in file order, then its own exact entry.
 
 Retention floors are fixed, not settings: `expire_snapshots.older_than` at least 24h and
 `retain_last` at least 5, `remove_orphan_files.older_than` at least 24h (`FLOORS`). A value
@@ -58,15 +70,32 @@ operator must see, not one to paper over.
 from __future__ import annotations
 
 import re
-import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import field
 from datetime import time, timedelta
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic.dataclasses import dataclass
+
+from compactor.patterns import applying, check_name, is_pattern
 from ingest_gate.spark import CatalogConfig
+from service.jobconfig import (
+    STRICT,
+    Bool,
+    ConfigError,
+    Duration,
+    build,
+    catalog_input,
+    format_duration,
+    layered,
+    merge,
+    parse_duration,
+    rule,
+    text_map,
+)
 
 __all__ = [
     "ConfigError",
@@ -79,6 +108,8 @@ __all__ = [
     "ExpireSnapshotsConfig",
     "RemoveOrphanFilesConfig",
     "TableConfig",
+    "TablePattern",
+    "FleetConfig",
     "CompactorConfig",
     "DEFAULT_REWRITE_OPTIONS",
     "FLOORS",
@@ -87,11 +118,10 @@ __all__ = [
     "check_floors",
     "load_config",
     "config_from_dict",
+    "table_config",
 ]
 
-
-class ConfigError(ValueError):
-    """The configuration is malformed; fix the key named in the message."""
+TITLE = "invalid compactor configuration"
 
 
 class RetentionRefused(ConfigError):
@@ -124,81 +154,84 @@ class Floors:
 
 FLOORS = Floors()
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+_Positive = Annotated[int, Field(ge=1)]
 
 
-def parse_duration(text: str | int | float) -> timedelta:
-    """`"90s"`, `"10m"`, `"1h30m"`, `"7d"` (or a number of seconds) as a timedelta.
-
-    Raises:
-        ConfigError: not a duration.
-    """
-    if isinstance(text, bool):
-        raise ConfigError(f"not a duration: {text!r}")
-    if isinstance(text, int | float):
-        return timedelta(seconds=float(text))
-    compact = text.strip().lower().replace(" ", "")
-    parts = _DURATION.findall(compact)
-    if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ConfigError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h30m, 7d)")
-    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
-
-
-def format_duration(value: timedelta) -> str:
-    """`"5d"`, `"24h"`, `"90m"`, `"45s"`: days from two days up, as people say them."""
-    seconds = value.total_seconds()
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * (2 if unit == "d" else 1) and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
 class LeaseConfig:
     """How the maintenance lease is held.
 
     LeaseConfig(ttl=timedelta(seconds=60), max_wait=timedelta(minutes=10))
     """
 
-    ttl: timedelta = timedelta(seconds=60)
+    ttl: Annotated[Duration, rule(lambda v: v.total_seconds() >= 1, "must be at least 1s")] = (
+        timedelta(seconds=60)
+    )
     # how long to keep the intent open while commits drain before skipping the run
-    max_wait: timedelta = timedelta(minutes=10)
+    max_wait: Duration = timedelta(minutes=10)
     # None: the Renewer's default (two thirds of the TTL)
-    renew_deadline: timedelta | None = None
+    renew_deadline: Duration | None = None
     # "partitions": a scoped lease per group of partitions (compactor.plan); "table": one
     # whole-table lease for every step, the behaviour before scopes (for comparison)
-    scope: str = "partitions"
+    scope: Literal["partitions", "table"] = "partitions"
 
 
-@dataclass(frozen=True)
+def _time_of_day(value: Any) -> Any:
+    return None if value in (None, "") else value
+
+
+@dataclass(frozen=True, config=STRICT)
 class PlanConfig:
     """When a run pays off (see compactor.plan)."""
 
-    small_file_fraction: float = 0.75
+    small_file_fraction: Annotated[float, Field(gt=0, le=1)] = 0.75
     min_small_files: int = 10
     min_delete_files: int = 10
     max_delete_ratio: float = 0.25
     max_snapshots: int = 500
-    recent_days: int | None = None
-    recent_column: str = "dt"
-    full_rewrite_at: time | None = None
+    recent_days: Annotated[int, Field(ge=0)] | None = None
+    recent_column: Annotated[
+        str, rule(lambda v: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v), "must be a column name")
+    ] = "dt"
+    full_rewrite_at: Annotated[time | None, BeforeValidator(_time_of_day)] = None
     # a partition a commit touched within this window is hot (0: only a live commit lease on
     # it makes it hot); hot partitions are rewritten only above the hot thresholds, alone
-    hot_window: timedelta = timedelta(0)
+    hot_window: Annotated[Duration, rule(lambda v: v >= timedelta(0), "must not be negative")] = (
+        timedelta(0)
+    )
     hot_min_small_files: int = 50
     hot_min_delete_files: int = 50
-    max_partitions_per_group: int = 10
+    max_partitions_per_group: _Positive = 10
 
 
-@dataclass(frozen=True)
+def _rewrite_options(value: Mapping[str, str]) -> Mapping[str, str]:
+    for key in ("target-file-size-bytes", "min-input-files"):
+        try:
+            if int(value[key]) < 1:
+                raise ValueError
+        except (KeyError, ValueError):
+            raise ConfigError([(f"[{key!r}]", "must be a positive integer")]) from None
+    return dict(value)
+
+
+@dataclass(frozen=True, config=STRICT)
 class RewriteDataFilesConfig:
-    """`rewrite_data_files`: strategy, sort order and Iceberg action options."""
+    """`rewrite_data_files`: strategy, sort order and Iceberg action options (strings, as
+    Iceberg takes them; in a file, they merge over DEFAULT_REWRITE_OPTIONS)."""
 
-    enabled: bool = True
-    strategy: str = "binpack"
+    enabled: Bool = True
+    strategy: Literal["binpack", "sort"] = "binpack"
     sort_order: str | None = None
-    options: Mapping[str, str] = field(default_factory=lambda: DEFAULT_REWRITE_OPTIONS)
+    options: Annotated[
+        Mapping[str, str], BeforeValidator(text_map), AfterValidator(_rewrite_options)
+    ] = field(default_factory=lambda: dict(DEFAULT_REWRITE_OPTIONS))
+
+    @model_validator(mode="after")
+    def _sort_order_needs_sort(self) -> RewriteDataFilesConfig:
+        if self.sort_order and self.strategy != "sort":
+            raise ConfigError([("sort_order", "needs strategy = 'sort'")])
+        return self
 
     @property
     def target_file_size_bytes(self) -> int:
@@ -209,26 +242,55 @@ class RewriteDataFilesConfig:
         return int(self.options["min-input-files"])
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
 class RewritePositionDeletesConfig:
     """`rewrite_position_delete_files`: also drops deletes left dangling by a data rewrite."""
 
-    enabled: bool = True
-    options: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    enabled: Bool = True
+    options: Annotated[Mapping[str, str], BeforeValidator(text_map)] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
 class RewriteManifestsConfig:
     """`rewrite_manifests`, planned only when at least `min_small_manifests` manifests of the
     current snapshot are under `small_manifest_bytes` (read from the `manifests` table)."""
 
-    enabled: bool = True
-    min_small_manifests: int = 50
+    enabled: Bool = True
+    min_small_manifests: _Positive = 50
     # Iceberg's commit.manifest.target-size-bytes is 8 MiB; three quarters of it, as for files
-    small_manifest_bytes: int = 6 << 20
+    small_manifest_bytes: _Positive = 6 << 20
 
 
-@dataclass(frozen=True)
+# keys that once made a floor configurable per table; named in the error, not just "unknown"
+_FIXED_FLOORS = ("min_older_than", "min_retain_last")
+
+
+def _floors_text() -> str:
+    return (
+        f"expire_snapshots.older_than >= {format_duration(FLOORS.snapshot_age)}, "
+        f"expire_snapshots.retain_last >= {FLOORS.snapshots_retained}, "
+        f"remove_orphan_files.older_than >= {format_duration(FLOORS.orphan_file_age)}"
+    )
+
+
+def _no_floor_keys(values: Any) -> Any:
+    if isinstance(values, Mapping):
+        fixed = [key for key in _FIXED_FLOORS if key in values]
+        if fixed:
+            raise ConfigError(
+                [
+                    (
+                        "",
+                        f"{key} cannot be set: the retention floors are fixed "
+                        f"({_floors_text()}); set older_than / retain_last at or above them",
+                    )
+                    for key in fixed
+                ]
+            )
+    return values
+
+
+@dataclass(frozen=True, config=STRICT)
 class ExpireSnapshotsConfig:
     """`expire_snapshots` with its floors.
 
@@ -237,24 +299,38 @@ class ExpireSnapshotsConfig:
     (`lakelock.query-id` in its summary), which the streaming job's replay guard reads.
     """
 
-    enabled: bool = True
-    older_than: timedelta = timedelta(days=5)
+    enabled: Bool = True
+    older_than: Duration = timedelta(days=5)
     retain_last: int = 10
 
+    _fixed = model_validator(mode="before")(_no_floor_keys)
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, config=STRICT)
 class RemoveOrphanFilesConfig:
     """`remove_orphan_files`; off by default (it lists the whole table location)."""
 
-    enabled: bool = False
-    older_than: timedelta = timedelta(days=3)
+    enabled: Bool = False
+    older_than: Duration = timedelta(days=3)
+
+    _fixed = model_validator(mode="before")(_no_floor_keys)
 
 
-@dataclass(frozen=True)
+def _table_name(value: str) -> str:
+    try:
+        check_name(value)
+    except ValueError as exc:
+        raise ConfigError([("", str(exc))]) from None
+    if is_pattern(value):
+        raise ConfigError([("", "names one table: no pattern here")])
+    return value
+
+
+@dataclass(frozen=True, config=STRICT)
 class TableConfig:
     """Everything about one table; `name` is the full Iceberg name `catalog.namespace.table`."""
 
-    name: str
+    name: Annotated[str, AfterValidator(_table_name)]
     lease: LeaseConfig = LeaseConfig()
     plan: PlanConfig = PlanConfig()
     rewrite_data_files: RewriteDataFilesConfig = RewriteDataFilesConfig()
@@ -270,28 +346,90 @@ class TableConfig:
         return int(self.rewrite_data_files.target_file_size_bytes * fraction)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=STRICT)
+class TablePattern:
+    """A `[[tables]]` entry whose name is a pattern: its keys, as written, apply to every table
+    the pattern matches (over the defaults, under an exact entry of the table).
+
+    TablePattern("lake.db.*", {"plan": {"recent_days": 2}})
+    """
+
+    name: str
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+_AT_LEAST_3S = "must be at least 3s"
+
+
+@dataclass(frozen=True, config=STRICT)
+class FleetConfig:
+    """How one compactor process works through many tables (see compactor.fleet)."""
+
+    # table runs at once in this process, over its one Spark session
+    max_concurrent: _Positive = 2
+    # the claim a run holds on its table from before its plan to after its housekeeping, so
+    # that another compactor process leaves the table alone (renewed at a third of it)
+    claim_ttl: Annotated[Duration, rule(lambda v: v.total_seconds() >= 3, _AT_LEAST_3S)] = (
+        timedelta(seconds=60)
+    )
+    # a table this process has not planned for this long is planned even when its summary
+    # looks healthy (what the summary cannot show: manifests, a few small files among big
+    # ones); None: only what the summary shows
+    replan_after: Duration | None = timedelta(hours=6)
+    # Spark's scheduling of concurrent runs: "fair" gives each run its own pool, so one huge
+    # rewrite does not hold the others' tasks back; "fifo": Spark's default, first job first
+    scheduler: Literal["fair", "fifo"] = "fair"
+
+
+@dataclass(frozen=True, config=STRICT)
 class CompactorConfig:
-    """The whole compactor: service, catalog, tables, schedule."""
+    """The whole compactor: service, catalog, tables (exact entries and patterns), schedule.
+
+    config.table("lake.db.events")   # defaults, matching patterns, then its own entry
+    config.selection                 # every [[tables]] name, patterns included, in file order
+    """
 
     tables: tuple[TableConfig, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    defaults: Mapping[str, Any] = field(default_factory=dict)
     service_url: str = "http://127.0.0.1:8737"
     token_env: str = "LAKELOCK_TOKEN"
-    catalog: CatalogConfig = CatalogConfig()
+    catalog: Annotated[CatalogConfig, BeforeValidator(catalog_input)] = CatalogConfig()
     spark_master: str | None = "local[*]"
-    every: timedelta | None = None
+    every: Duration | None = None
+    patterns: tuple[TablePattern, ...] = ()
+    fleet: FleetConfig = FleetConfig()
+
+    @property
+    def selection(self) -> tuple[str, ...]:
+        """The names of the `[[tables]]` entries, exact ones first, then the patterns."""
+        return tuple(t.name for t in self.tables) + tuple(p.name for p in self.patterns)
 
     def table(self, name: str) -> TableConfig:
-        """The config of `name`: its `[[tables]]` entry, else the defaults.
+        """The config of `name`: its exact `[[tables]]` entry (built over the patterns it
+        matches), else the defaults with every matching pattern's keys over them.
 
         Raises:
-            ConfigError: the defaults are malformed.
+            ConfigError: the layers together are malformed (each is valid alone).
+            RetentionRefused: together they ask for less than a floor.
         """
         for table in self.tables:
             if table.name == name:
                 return table
-        return table_config({"name": name, **self.defaults})
+        return table_config(
+            layer(self.defaults, [p.overrides for p in applying(self.patterns, name)], name),
+            where=f'tables["{name}"]',
+        )
+
+
+def layer(
+    defaults: Mapping[str, Any], patterns: Sequence[Mapping[str, Any]], name: str
+) -> dict[str, Any]:
+    """One table's values: `defaults`, then each pattern's keys in order, then its `name`
+    (tables merged key by key, as `service.jobconfig.merge`)."""
+    values = dict(defaults)
+    for overrides in patterns:
+        values = merge(values, overrides)
+    return {**values, "name": name}
 
 
 def check_floors(config: TableConfig) -> None:
@@ -320,208 +458,157 @@ def check_floors(config: TableConfig) -> None:
             "may belong to a write that has not committed yet"
         )
     if problems:
-        raise RetentionRefused(f"{config.name}: refused: " + "; ".join(problems))
+        raise RetentionRefused(
+            [("", problem) for problem in problems], title=f"{config.name}: retention refused"
+        )
 
 
 # -- loading ---------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path) -> CompactorConfig:
-    """Read a TOML file (see the module docstring).
+@dataclass(frozen=True, config=STRICT)
+class _Service:
+    url: str = CompactorConfig.service_url
+    token_env: str = CompactorConfig.token_env
+
+
+@dataclass(frozen=True, config=STRICT)
+class _Spark:
+    master: str | None = CompactorConfig.spark_master
+
+
+@dataclass(frozen=True, config=STRICT)
+class _File:
+    """A compactor TOML file as written (see the module docstring)."""
+
+    every: Duration | None = None
+    service: _Service = _Service()
+    catalog: Annotated[CatalogConfig, BeforeValidator(catalog_input)] = CatalogConfig()
+    spark: _Spark = _Spark()
+    fleet: FleetConfig = FleetConfig()
+    defaults: dict[str, Any] = field(default_factory=dict)
+    tables: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_config(
+    path: str | Path | None, *, overrides: Mapping[str, Any] | None = None
+) -> CompactorConfig:
+    """Read a TOML file (see the module docstring), `overrides` (in the file's shape, e.g.
+    `{"service": {"url": ...}}`: the command line's flags) over it.
 
     Raises:
-        ConfigError: unreadable TOML, an unknown key or a bad value (named in the message).
-        OSError: the file cannot be read.
+        ConfigError: unreadable TOML, an unknown key or a bad value (each named).
     """
-    with open(path, "rb") as fh:
-        try:
-            data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
-    return config_from_dict(data, source=str(path))
+    source = "config" if path is None else str(path)
+    return config_from_dict(layered(path, overrides), source=source)
 
 
 def config_from_dict(data: Mapping[str, Any], *, source: str = "config") -> CompactorConfig:
     """The config a parsed TOML document describes.
 
     Raises:
-        ConfigError: an unknown key or a bad value.
+        ConfigError: every unknown key and bad value, each named by its place in the file.
     """
-    _known(data, {"every", "service", "catalog", "spark", "defaults", "tables"}, source)
-    service = dict(data.get("service", {}))
-    _known(service, {"url", "token_env"}, f"{source}: [service]")
-    spark = dict(data.get("spark", {}))
-    _known(spark, {"master"}, f"{source}: [spark]")
+    title = f"{TITLE} ({source})"
+    problems: list[tuple[str, str]] = []
     try:
-        catalog = CatalogConfig(**dict(data.get("catalog", {})))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: [catalog]: {exc}") from exc
-    defaults = dict(data.get("defaults", {}))
-    if "name" in defaults:
-        raise ConfigError(f"{source}: [defaults] cannot name a table")
-    tables = []
-    for entry in data.get("tables", []):
-        if "name" not in entry:
-            raise ConfigError(f"{source}: a [[tables]] entry has no name")
-        tables.append(table_config(_merge(defaults, entry)))
-    every = data.get("every")
-    config = CompactorConfig(
-        tables=tuple(tables),
-        defaults=MappingProxyType(defaults),
-        service_url=str(service.get("url", CompactorConfig.service_url)),
-        token_env=str(service.get("token_env", CompactorConfig.token_env)),
-        catalog=catalog,
-        spark_master=spark.get("master", CompactorConfig.spark_master),
-        every=None if every is None else parse_duration(every),
-    )
-    try:
-        config.table("_defaults.db.t")  # malformed defaults fail here, not at the first run
+        file = build(_File, data)
     except ConfigError as exc:
-        raise type(exc)(f"{source}: [defaults]: {exc}") from exc
-    return config
+        # go on with the tables, so that one pass names every mistake
+        problems.extend(exc.problems)
+        file = None
+    raw_defaults = data.get("defaults", {})
+    raw_tables = data.get("tables", [])
+    raw_defaults = raw_defaults if isinstance(raw_defaults, Mapping) else {}
+    raw_tables = (
+        [t for t in raw_tables if isinstance(t, Mapping)] if isinstance(raw_tables, list) else []
+    )
+    bad = len(problems)
+    if "name" in raw_defaults:
+        problems.append(("defaults.name", "cannot be set: [defaults] apply to every table"))
+    else:
+        _collect(problems, {"name": "_defaults.db.t", **raw_defaults}, where="defaults")
+    # bad defaults are named once, under defaults; the tables are then checked on their own
+    defaults = raw_defaults if len(problems) == bad else {}
+    patterns = _patterns(problems, raw_tables, defaults)
+    tables = []
+    for i, entry in enumerate(raw_tables):
+        if "name" not in entry:
+            problems.append((f"tables[{i}]", "has no name"))
+            continue
+        if not isinstance(entry["name"], str) or is_pattern(entry["name"]):
+            continue
+        layers = [p.overrides for p in applying(patterns, entry["name"])]
+        values = merge(layer(defaults, layers, entry["name"]), entry)
+        built = _collect(problems, values, where=f'tables["{entry["name"]}"]')
+        if built is not None:
+            tables.append(built)
+    if problems or file is None:
+        raise ConfigError(problems, title=title)
+    return CompactorConfig(
+        tables=tuple(tables),
+        defaults=dict(file.defaults),
+        service_url=file.service.url,
+        token_env=file.service.token_env,
+        catalog=file.catalog,
+        spark_master=file.spark.master,
+        every=file.every,
+        patterns=tuple(patterns),
+        fleet=file.fleet,
+    )
 
 
-def table_config(data: Mapping[str, Any]) -> TableConfig:
-    """A TableConfig from one merged `[[tables]]` entry.
+def _patterns(
+    problems: list[tuple[str, str]], raw_tables: list[Mapping[str, Any]], defaults: Mapping
+) -> list[TablePattern]:
+    """The pattern entries, each checked on its own over the defaults (with a stand-in name);
+    a bad name or key is added to `problems`."""
+    out = []
+    for entry in raw_tables:
+        name = entry.get("name")
+        if not isinstance(name, str) or not is_pattern(name):
+            continue
+        where = f'tables["{name}"]'
+        try:
+            check_name(name)
+        except ValueError as exc:
+            problems.append((f"{where}.name", str(exc)))
+            continue
+        overrides = {k: v for k, v in entry.items() if k != "name"}
+        stand_in = ".".join(part if not is_pattern(part) else "t" for part in name.split("."))
+        if _collect(problems, merge(defaults, {**overrides, "name": stand_in}), where=where):
+            out.append(TablePattern(name, overrides))
+    return out
+
+
+def _collect(
+    problems: list[tuple[str, str]], data: Mapping[str, Any], *, where: str
+) -> TableConfig | None:
+    try:
+        return table_config(data, where=where)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        return None
+
+
+def table_config(data: Mapping[str, Any], *, where: str = "") -> TableConfig:
+    """A TableConfig from one merged `[[tables]]` entry, its retention checked against the
+    floors; Iceberg action options merge over DEFAULT_REWRITE_OPTIONS.
 
     Raises:
-        ConfigError: an unknown key or a bad value.
+        ConfigError: every unknown key and bad value, named under `where`.
+        RetentionRefused: a retention setting below its floor.
     """
-    name = str(data.get("name", ""))
-    where = f"table {name!r}"
-    if len(name.split(".")) not in (2, 3):
-        raise ConfigError(f"{where}: name must be namespace.table or catalog.namespace.table")
-    _known(data, {"name", *_SECTION_TYPES}, where)
-    config = TableConfig(name=name)
-    for section in _SECTION_TYPES:
-        values = data.get(section)
-        if values is not None:
-            built = _section(_SECTION_TYPES[section], values, f"{where}: [{section}]")
-            config = replace(config, **{section: built})
-    _validate(config, where)
+    where = where or f'tables["{data.get("name", "")}"]'
+    values = dict(data)
+    rewrite = values.get("rewrite_data_files")
+    if isinstance(rewrite, Mapping) and isinstance(rewrite.get("options"), Mapping):
+        options = {**DEFAULT_REWRITE_OPTIONS, **rewrite["options"]}
+        values["rewrite_data_files"] = {**rewrite, "options": options}
+    config = build(TableConfig, values, where=where, title=TITLE)
+    try:
+        # at load time, not at the first run: a bad retention never reaches a schedule
+        check_floors(config)
+    except RetentionRefused as exc:
+        raise RetentionRefused([(where, rule) for _, rule in exc.problems], title=TITLE) from None
     return config
-
-
-# keys that once made a floor configurable per table; named in the error, not just "unknown"
-_FIXED_FLOORS = {"min_older_than", "min_retain_last"}
-
-
-def _floors_text() -> str:
-    return (
-        f"expire_snapshots.older_than >= {format_duration(FLOORS.snapshot_age)}, "
-        f"expire_snapshots.retain_last >= {FLOORS.snapshots_retained}, "
-        f"remove_orphan_files.older_than >= {format_duration(FLOORS.orphan_file_age)}"
-    )
-
-
-_SECTION_TYPES: dict[str, type] = {
-    "lease": LeaseConfig,
-    "plan": PlanConfig,
-    "rewrite_data_files": RewriteDataFilesConfig,
-    "rewrite_position_delete_files": RewritePositionDeletesConfig,
-    "rewrite_manifests": RewriteManifestsConfig,
-    "expire_snapshots": ExpireSnapshotsConfig,
-    "remove_orphan_files": RemoveOrphanFilesConfig,
-}
-
-
-def _section(cls: type, values: Mapping[str, Any], where: str) -> Any:
-    allowed = {f.name: f for f in fields(cls)}
-    for key in sorted(set(values) & _FIXED_FLOORS):
-        raise ConfigError(
-            f"{where}: {key} cannot be set: the retention floors are fixed "
-            f"({_floors_text()}); set older_than / retain_last at or above them"
-        )
-    _known(values, set(allowed), where)
-    kwargs: dict[str, Any] = {}
-    defaults = cls()
-    for key, value in values.items():
-        current = getattr(defaults, key)
-        try:
-            kwargs[key] = _coerce(key, value, current)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {key}: {exc}") from exc
-    return cls(**kwargs)
-
-
-def _coerce(key: str, value: Any, current: Any) -> Any:
-    if key == "options":
-        merged = dict(current)
-        merged.update({str(k): _option_text(v) for k, v in dict(value).items()})
-        return MappingProxyType(merged)
-    if key in {"ttl", "max_wait", "renew_deadline", "older_than", "hot_window"}:
-        return parse_duration(value)
-    if key == "full_rewrite_at":
-        return None if value in (None, "") else time.fromisoformat(str(value))
-    if key in {"recent_days"}:
-        return None if value is None else int(value)
-    if isinstance(current, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"expected true or false, got {value!r}")
-        return value
-    if isinstance(current, int):
-        return int(value)
-    if isinstance(current, float):
-        return float(value)
-    return value if value is None else str(value)
-
-
-def _option_text(value: Any) -> str:
-    # Iceberg action options are strings; TOML gives ints and booleans
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _validate(config: TableConfig, where: str) -> None:
-    rewrite, plan = config.rewrite_data_files, config.plan
-    if rewrite.strategy not in {"binpack", "sort"}:
-        raise ConfigError(f"{where}: rewrite_data_files.strategy must be binpack or sort")
-    if rewrite.sort_order and rewrite.strategy != "sort":
-        raise ConfigError(f"{where}: rewrite_data_files.sort_order needs strategy = 'sort'")
-    for key in ("target-file-size-bytes", "min-input-files"):
-        try:
-            if int(rewrite.options[key]) < 1:
-                raise ValueError
-        except (KeyError, ValueError) as exc:
-            raise ConfigError(
-                f"{where}: rewrite_data_files.options[{key!r}] must be a positive integer"
-            ) from exc
-    if not 0 < plan.small_file_fraction <= 1:
-        raise ConfigError(f"{where}: plan.small_file_fraction must be in (0, 1]")
-    if plan.recent_days is not None and plan.recent_days < 0:
-        raise ConfigError(f"{where}: plan.recent_days must be >= 0")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", plan.recent_column):
-        raise ConfigError(f"{where}: plan.recent_column must be a column name")
-    if config.lease.scope not in {"partitions", "table"}:
-        raise ConfigError(f"{where}: lease.scope must be partitions or table")
-    if plan.max_partitions_per_group < 1:
-        raise ConfigError(f"{where}: plan.max_partitions_per_group must be at least 1")
-    if plan.hot_window < timedelta(0):
-        raise ConfigError(f"{where}: plan.hot_window must not be negative")
-    if config.lease.ttl.total_seconds() < 1:
-        raise ConfigError(f"{where}: lease.ttl must be at least 1s")
-    manifests = config.rewrite_manifests
-    if manifests.min_small_manifests < 1 or manifests.small_manifest_bytes < 1:
-        raise ConfigError(
-            f"{where}: rewrite_manifests.min_small_manifests and small_manifest_bytes "
-            "must be positive"
-        )
-    # at load time, not at the first run: a bad retention never reaches a schedule
-    check_floors(config)
-
-
-def _known(values: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(values) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(allowed)}")
-
-
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

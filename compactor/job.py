@@ -2,22 +2,34 @@
 
     python -m compactor plan --table local.db.events            # reads metadata, touches nothing
     python -m compactor plan --table local.db.events --warehouse var/demo/warehouse
+    python -m compactor rank --config compactor.toml            # what a tick would plan, and why
     python -m compactor run --table local.db.events --once
     python -m compactor run --config compactor.toml --every 10m
+    python -m compactor run --table 'local.db.*' --once         # every table of local.db
 
 `plan` lists the partitions in scope (hot or cold, and why), the groups a run would lease one
 after another and the steps run without a lease; it does not ask the service, so only the hot
-window makes a partition hot there (a run also counts live commit leases).
+window makes a partition hot there (a run also counts live commit leases). `rank` reads each
+table's current snapshot summary (no Spark job) and says which tables a tick would plan, in
+which order, and why; it does not ask the service either.
+
+`run` works through every table named (`--table` or `[[tables]]`, exact names or shell-style
+patterns expanded through the catalog at each tick; compactor.fleet): it ranks them by their
+summaries, claims each table with debt before planning it (a table another compactor holds is
+left to it, and the output names the holder), runs up to `[fleet] max_concurrent` tables at
+once, and releases each claim after the table's housekeeping. `--no-claim` (with `--once` only)
+skips the claims, and says so.
 
 The table is looked up in the catalog of --config, else in the local Hadoop catalog `local`
 with its warehouse in var/warehouse; --catalog and --warehouse point elsewhere. `run` sends the
 bearer token from LAKELOCK_TOKEN (or the variable `[service] token_env` of --config) to the
 lakelock service at http://127.0.0.1:8737 (or --service-url).
 
-Exit status: 0 done (compacted, or nothing worth doing); 1 a run failed, lost its lease, could
-not reach the service, or `plan` found no such table; 2 a retention floor refused the config, or
-the command line or config is wrong. The scheduled mode (--every) logs a failed run and goes on
-with the next tick; SIGTERM or SIGINT stops it after the current run.
+Exit status: 0 done (compacted, nothing worth doing, or left to another compactor); 1 a run
+failed, lost its lease, could not reach the service, or a table could not be read (`plan`: no
+such table); 2 a retention floor refused the config, or the command line or config is wrong.
+The scheduled mode (--every) logs a failed run and goes on with the next tick; SIGTERM or
+SIGINT stops it after the current runs.
 """
 
 from __future__ import annotations
@@ -31,11 +43,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from pathlib import Path
+from datetime import timedelta
 from typing import TYPE_CHECKING, TextIO
 
+from compactor.catalog import candidates
 from compactor.config import (
+    TITLE,
     CompactorConfig,
     ConfigError,
     RetentionRefused,
@@ -43,29 +56,33 @@ from compactor.config import (
     load_config,
     parse_duration,
 )
+from compactor.fleet import Fleet
+from compactor.patterns import check_name, expand
 from compactor.plan import plan
-from compactor.report import EXIT_CODES, Outcome, RunReport, publish
-from compactor.run import default_holder, run_table, utcnow
+from compactor.run import default_holder, utcnow
 from compactor.stats import collect_stats
 from ingest_gate.spark import CatalogConfig
-from ingest_gate.token import TOKEN_ENV, refused_token
+from ingest_gate.target import catalog_place
+from ingest_gate.token import TOKEN_ENV
 from service.client import LeaseClient
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["main", "parse_args", "run_once", "run_scheduled", "print_plans", "resolve"]
+__all__ = [
+    "main",
+    "parse_args",
+    "run_once",
+    "run_scheduled",
+    "print_plans",
+    "print_rank",
+    "resolve",
+]
 
 log = logging.getLogger("compactor")
 
 # Spark's error classes for a table (or its namespace) the catalog does not have
 _NOT_FOUND = frozenset(("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND"))
-
-
-def _explain_refusal(report: RunReport, token_env: str) -> None:
-    """Name the token variable when the service refused the compactor's token (401)."""
-    if (report.error or "").startswith("unauthorized"):
-        log.error("%s", refused_token(token_env, token=os.environ.get(token_env)))
 
 
 def run_once(
@@ -75,15 +92,18 @@ def run_once(
     tables: Sequence[TableConfig],
     holder: str | None = None,
     token_env: str = TOKEN_ENV,
+    claims: bool = True,
 ) -> int:
-    """Run every table once, in order; the worst exit code of their outcomes."""
-    worst = 0
-    for table in tables:
-        report = run_table(spark, client=client, config=table, holder=holder)
-        publish(report, client=client)
-        _explain_refusal(report, token_env)
-        worst = max(worst, EXIT_CODES[Outcome(report.outcome)])
-    return worst
+    """One tick over `tables` (compactor.fleet); the worst exit code of their outcomes."""
+    fleet = Fleet(
+        spark,
+        client=client,
+        config=CompactorConfig(tables=tuple(tables)),
+        holder=holder,
+        claims=claims,
+        token_env=token_env,
+    )
+    return fleet.tick().exit_code
 
 
 def run_scheduled(
@@ -96,57 +116,40 @@ def run_scheduled(
     holder: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     token_env: str = TOKEN_ENV,
+    ticks: int | None = None,
 ) -> int:
-    """Run every table at each tick (`every_s` apart, from the first) until `stop` is set.
-
-    A failed table is logged and reported; the next table and the next tick still run.
-    Returns the number of ticks run.
-    """
-    ticks = 0
-    next_at = clock()
-    while not stop.is_set():
-        for table in tables:
-            if stop.is_set():
-                break
-            try:
-                report = run_table(spark, client=client, config=table, holder=holder)
-                publish(report, client=client)
-                _explain_refusal(report, token_env)
-            except Exception:
-                # run_table reports step failures itself; this is a fault around it
-                log.exception("run of %s failed; going on with the next", table.name)
-        ticks += 1
-        # ticks stay on the grid: a long run skips the ticks it overran instead of bunching
-        next_at += every_s
-        while next_at <= clock():
-            next_at += every_s
-        stop.wait(next_at - clock())
-    return ticks
+    """A tick over `tables` every `every_s` seconds until `stop` is set (or `ticks` ran); the
+    number of ticks run. A failed table is logged and reported; the next ones still run."""
+    fleet = Fleet(
+        spark,
+        client=client,
+        config=CompactorConfig(tables=tuple(tables)),
+        holder=holder,
+        token_env=token_env,
+        clock=clock,
+    )
+    return fleet.run(every_s=every_s, stop=stop, ticks=ticks)
 
 
 def not_found_line(table: str, catalog: CatalogConfig) -> str:
     """One line for a table the catalog does not have: where it looked, how to look elsewhere."""
-    where = f"catalog {catalog.name!r} ({catalog.type}"
-    if catalog.type == "hadoop":
-        warehouse = catalog.warehouse
-        shown = warehouse if "://" in warehouse else str(Path(warehouse).resolve())
-        where += f", warehouse {shown}"
     return (
-        f"{table}: no such table in {where}); point elsewhere with --warehouse DIR, "
-        "--catalog NAME or --config FILE (bin/run's table: --warehouse var/demo/warehouse)"
+        f"{table}: no such table in {catalog_place(catalog)}; point elsewhere with --warehouse "
+        "DIR, --catalog NAME or --config FILE (bin/run's table: --warehouse var/demo/warehouse)"
     )
 
 
 def print_plans(
     spark: SparkSession,
     *,
-    tables: Sequence[TableConfig],
+    config: CompactorConfig,
+    selection: Sequence[str],
     as_json: bool,
     out: TextIO,
-    catalog: CatalogConfig | None = None,
 ) -> int:
-    """Print what a run would do to each table and why: 0, or 1 when a table does not exist
-    (one line says where it was looked for), or 2 when a floor refuses a config.
+    """Print what a run would do to each table `selection` names (patterns expanded through
+    the catalog) and why: 0, or 1 when a table does not exist (one line says where it was
+    looked for), or 2 when a floor refuses a config.
 
     Raises:
         pyspark.errors.AnalysisException, py4j.protocol.Py4JJavaError: a table cannot be read.
@@ -154,23 +157,47 @@ def print_plans(
     from pyspark.errors import AnalysisException
 
     status = 0
-    for table in tables:
+    for name in expand(selection, lambda pattern: candidates(spark, pattern)):
         try:
-            stats = collect_stats(spark, table=table.name, small_file_bytes=table.small_file_bytes)
+            table = config.table(name)
+            stats = collect_stats(spark, table=name, small_file_bytes=table.small_file_bytes)
+            the_plan = plan(stats, table, utcnow())
         except AnalysisException as exc:
             if exc.getErrorClass() not in _NOT_FOUND:
                 raise
-            print(not_found_line(table.name, catalog or CatalogConfig()), file=out)
+            print(not_found_line(name, config.catalog), file=out)
             status = max(status, 1)
             continue
-        try:
-            the_plan = plan(stats, table, utcnow())
-        except RetentionRefused as exc:
+        except (RetentionRefused, ConfigError) as exc:
             print(str(exc), file=out)
             status = max(status, 2)
             continue
         print(json.dumps(the_plan.as_dict()) if as_json else the_plan.describe(), file=out)
     return status
+
+
+def print_rank(
+    spark: SparkSession,
+    *,
+    config: CompactorConfig,
+    selection: Sequence[str],
+    as_json: bool,
+    out: TextIO,
+) -> int:
+    """Print what a tick would plan, in its order, and why each other table is left alone
+    (no Spark job, no service): 0, or the exit code of a table that could not be read."""
+    fleet = Fleet(spark, client=None, config=config, selection=selection)
+    report, ranked = fleet.rank()
+    for a in ranked:
+        if as_json:
+            print(json.dumps(a.as_dict(), sort_keys=True), file=out)
+        elif a.debt:
+            print(f"{a.table}: plan (score {a.score:.1f}): {'; '.join(a.debt)}", file=out)
+        else:
+            print(f"{a.table}: leave: {a.healthy}", file=out)
+    for name, why in report.failed.items():
+        print(f"{name}: {why}", file=out)
+    return report.exit_code
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -185,23 +212,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name, text in (
         ("run", "compact tables under lakelock's maintenance lease (token from LAKELOCK_TOKEN)"),
         ("plan", "print what a run would do to a table and why; touches nothing"),
+        ("rank", "print which tables a tick would plan, in order, and why; no Spark job"),
     ):
         p = sub.add_parser(name, help=text, description=text)
-        p.add_argument(
-            "--config",
-            help="TOML file of tables, thresholds, catalog (format: compactor/config.py)",
-        )
-        p.add_argument(
-            "--table",
-            action="append",
-            default=[],
-            help="catalog.namespace.table, e.g. local.db.events (repeat for more)",
-        )
-        p.add_argument(
-            "--warehouse", help="the catalog's warehouse folder or URI (default var/warehouse)"
-        )
-        p.add_argument("--catalog", help="the Spark catalog name (default local)")
-        p.add_argument("--master", help="Spark master, e.g. local[2] (default local[*])")
+        _common_args(p)
         if name == "run":
             when = p.add_mutually_exclusive_group()
             when.add_argument("--once", action="store_true", help="one run per table, then exit")
@@ -209,34 +223,80 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             p.add_argument(
                 "--service-url", help="the lakelock service (default http://127.0.0.1:8737)"
             )
+            p.add_argument(
+                "--ticks",
+                type=int,
+                help="with --every: stop after this many ticks (default: run until stopped)",
+            )
+            p.add_argument(
+                "--no-claim",
+                action="store_true",
+                help="with --once: plan without claiming tables (another compactor may "
+                "compact the same tables; the output says claims are off)",
+            )
         else:
             p.add_argument("--json", action="store_true", help="one JSON object per table")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if getattr(args, "no_claim", False) and not args.once:
+        parser.error("--no-claim is for one-off runs: use it with --once")
+    if getattr(args, "ticks", None) is not None and (args.once or args.ticks < 1):
+        parser.error("--ticks N (N >= 1) goes with --every")
+    return args
 
 
-def resolve(args: argparse.Namespace) -> tuple[CompactorConfig, list[TableConfig]]:
-    """The config the arguments describe, and the tables to work on.
+def _common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        help="TOML file of tables, thresholds, catalog (format: compactor/config.py)",
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        help="catalog.namespace.table, e.g. local.db.events, or a pattern, e.g. 'local.db.*' "
+        "(repeat for more)",
+    )
+    p.add_argument(
+        "--warehouse", help="the catalog's warehouse folder or URI (default var/warehouse)"
+    )
+    p.add_argument("--catalog", help="the Spark catalog name (default local)")
+    p.add_argument("--master", help="Spark master, e.g. local[2] (default local[*])")
+
+
+def resolve(args: argparse.Namespace) -> tuple[CompactorConfig, list[str]]:
+    """The config the arguments describe, and the tables to work on: names or patterns.
 
     Raises:
-        ConfigError: no table named anywhere, or a malformed config file.
-        OSError: the config file cannot be read.
+        ConfigError: no table named anywhere, a malformed --table, or a config file that is
+            missing, unreadable or malformed.
     """
-    config = load_config(args.config) if args.config else CompactorConfig()
-    catalog = config.catalog
-    if args.warehouse:
-        catalog = replace(catalog, warehouse=args.warehouse)
-    if args.catalog:
-        catalog = replace(catalog, name=args.catalog)
-    config = replace(
-        config,
-        catalog=catalog,
-        spark_master=args.master or config.spark_master,
-        service_url=getattr(args, "service_url", None) or config.service_url,
-    )
-    tables = [config.table(name) for name in args.table] or list(config.tables)
-    if not tables:
-        raise ConfigError("no table: pass --table or list [[tables]] in --config")
-    return config, tables
+    # flags over the file over the defaults, in the file's own shape
+    flags = {
+        "catalog": {"warehouse": args.warehouse, "name": args.catalog},
+        "spark": {"master": args.master},
+        "service": {"url": getattr(args, "service_url", None)},
+    }
+    overrides = {
+        section: {k: v for k, v in values.items() if v}
+        for section, values in flags.items()
+        if any(values.values())
+    }
+    config = load_config(args.config, overrides=overrides)
+    problems = []
+    for name in args.table:
+        try:
+            check_name(name)
+        except ValueError as exc:
+            problems.append((f"--table {name}", str(exc)))
+    if problems:
+        raise ConfigError(problems, title=TITLE)
+    selection = list(args.table) or list(config.selection)
+    if not selection:
+        raise ConfigError(
+            [("table", "no table: pass --table or list [[tables]] in --config")],
+            title=TITLE,
+        )
+    return config, selection
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,49 +307,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parse_args(argv)
     try:
-        config, tables = resolve(args)
+        config, selection = resolve(args)
         every = parse_duration(args.every) if getattr(args, "every", None) else None
-    except (ConfigError, OSError) as exc:
+    except ConfigError as exc:
         log.error("%s", exc)
         return 2
     from ingest_gate.spark import build_session
 
-    spark = build_session(config.catalog, app_name="lakelock-compactor", master=config.spark_master)
+    fair = {"spark.scheduler.mode": "FAIR"} if config.fleet.scheduler == "fair" else {}
+    spark = build_session(
+        config.catalog,
+        app_name="lakelock-compactor",
+        master=config.spark_master,
+        extra_conf=fair,
+    )
     try:
-        if args.command == "plan":
-            return print_plans(
-                spark, tables=tables, as_json=args.json, out=sys.stdout, catalog=config.catalog
+        if args.command in ("plan", "rank"):
+            show = print_plans if args.command == "plan" else print_rank
+            return show(
+                spark, config=config, selection=selection, as_json=args.json, out=sys.stdout
             )
-        token = os.environ.get(config.token_env)
-        if not token:
-            log.warning(
-                "%s is not set: sending no token, which only a service with LAKELOCK_AUTH=off "
-                "accepts",
-                config.token_env,
-            )
-        client = LeaseClient(config.service_url, token=token)
-        with client:
-            every = None if args.once else every or config.every
-            if every is None:
-                return run_once(
-                    spark,
-                    client=client,
-                    tables=tables,
-                    holder=default_holder(),
-                    token_env=config.token_env,
-                )
-            stop = threading.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-            run_scheduled(
-                spark,
-                client=client,
-                tables=tables,
-                every_s=every.total_seconds(),
-                stop=stop,
-                holder=default_holder(),
-                token_env=config.token_env,
-            )
-            return 0
+        return _run(spark, args, config, selection, every)
     finally:
         spark.stop()
+
+
+def _run(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    config: CompactorConfig,
+    selection: Sequence[str],
+    every: timedelta | None,
+) -> int:
+    token = os.environ.get(config.token_env)
+    if not token:
+        log.warning(
+            "%s is not set: sending no token, which only a service with LAKELOCK_AUTH=off accepts",
+            config.token_env,
+        )
+    with LeaseClient(config.service_url, token=token) as client:
+        fleet = Fleet(
+            spark,
+            client=client,
+            config=config,
+            selection=selection,
+            holder=default_holder(),
+            claims=not args.no_claim,
+            token_env=config.token_env,
+        )
+        every = None if args.once else every or config.every
+        if every is None:
+            return fleet.tick().exit_code
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        fleet.run(every_s=every.total_seconds(), stop=stop, ticks=args.ticks)
+        return 0

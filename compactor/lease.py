@@ -17,20 +17,17 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from service.client import Draining, Lease, LeaseClient
-from service.errors import LakelockError
+from service.client import Draining, Lease, LeaseClient, NotGranted, Waited
 
 __all__ = ["DrainTimeout", "acquire_maintenance"]
 
 log = logging.getLogger(__name__)
 
-_MIN_POLL_S = 0.2
-
 
 class DrainTimeout(Exception):
     """Commit leases did not drain within the configured wait; skip this run, try the next.
 
-    The intent expires on the service shortly after the last ask.
+    The intent is withdrawn: ingest resumes at once.
     """
 
     def __init__(self, message: str, *, in_flight_commits: int) -> None:
@@ -62,61 +59,44 @@ def acquire_maintenance(
             compact (a lease granted unseen expires after its TTL).
         InvalidRequest, Unauthorized, Forbidden: a configuration mistake.
     """
-    started = clock()
-    wait_s = 0.0
-    drained = False  # whether this request opened an intent that holds ingest
-    try:
-        while True:
-            asked_at = clock()
-            answer = client.acquire_maintenance(
-                table,
-                holder=holder,
-                ttl_s=ttl_s,
-                wait_s=wait_s,
-                request_id=request_id,
-                partitions=partitions,
-            )
-            waited = clock() - started
-            if not isinstance(answer, Draining):
-                drained = False
-                log.info(
-                    "maintenance lease %s on %s granted after %.1fs (token %s)",
-                    answer.lease_id,
-                    table,
-                    waited,
-                    answer.token,
-                )
-                return answer, waited
-            drained = True
-            left = max_wait_s - waited
-            if left <= 0:
-                raise DrainTimeout(
-                    f"{table}: {answer.in_flight_commits} commit lease(s) still in flight after "
-                    f"{waited:.1f}s (max wait {max_wait_s:g}s)",
-                    in_flight_commits=answer.in_flight_commits,
-                )
+
+    def log_drain(waited: Waited) -> None:
+        if isinstance(waited.answer, Draining):
             log.info(
                 "%s draining: %d commit lease(s) in flight, waited %.1fs",
                 table,
-                answer.in_flight_commits,
-                waited,
+                waited.answer.in_flight_commits,
+                waited.waited_s,
             )
-            # a long-poll answered early means the state changed (one commit left): ask again at
-            # once; a quick answer to a long-poll that did not wait must not become a busy loop
-            if wait_s > 0 and clock() - asked_at < _MIN_POLL_S:
-                sleep(min(answer.retry_after_s, left, 1.0))
-            wait_s = max(0.0, min(poll_s, max_wait_s - (clock() - started)))
-    finally:
-        if drained:
-            # giving up (drain timeout, an error, Ctrl-C): ingest must not wait for our intent
-            # to expire
-            _withdraw(client, table=table, request_id=request_id, holder=holder)
 
-
-def _withdraw(client: LeaseClient, *, table: str, request_id: str, holder: str) -> None:
     try:
-        client.withdraw_intent(table, request_id=request_id, holder=holder)
-    except LakelockError as exc:
-        # the intent then expires by itself (LAKELOCK_INTENT_TTL_S); the run's own outcome
-        # (raised on from the finally above) is what matters
-        log.warning("could not withdraw the intent %s on %s: %s", request_id, table, exc)
+        got = client.acquire_until(
+            "maintenance",
+            table,
+            holder=holder,
+            ttl_s=ttl_s,
+            within_s=max_wait_s,
+            request_id=request_id,
+            partitions=partitions,
+            poll_s=poll_s,
+            on_wait=log_drain,
+            clock=clock,
+            sleep=sleep,
+        )
+    except NotGranted as exc:
+        # the intent is withdrawn already: ingest does not wait for it to expire
+        in_flight = exc.last.in_flight_commits if isinstance(exc.last, Draining) else 0
+        raise DrainTimeout(
+            f"{table}: {in_flight} commit lease(s) still in flight after "
+            f"{exc.waited_s:.1f}s (max wait {max_wait_s:g}s)",
+            in_flight_commits=in_flight,
+        ) from None
+    lease = got.lease
+    log.info(
+        "maintenance lease %s on %s granted after %.1fs (token %s)",
+        lease.lease_id,
+        table,
+        got.waited_s,
+        lease.token,
+    )
+    return lease, got.waited_s

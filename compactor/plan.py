@@ -55,16 +55,21 @@ tests/spark/test_compactor_converges.py):
 
     equality deletes   rewrite_data_files with `delete-file-threshold` = 1 rewrites every data
                        file an equality delete applies to (all older files of its partition),
-                       applying it; `remove-dangling-deletes` = true then drops the delete files
-                       in the same commit (a table with 2 equality-delete files: 12 data files
-                       rewritten, 2 delete files removed)
-    position deletes   the same rewrite applies them but leaves the delete files behind, and
-                       `remove-dangling-deletes` does not drop them: the new data files keep the
-                       starting sequence number, which is not newer than the deletes (36 of 36
-                       left). rewrite_position_delete_files drops the rows that name a file that
-                       is gone, but by default only in partitions with `min-input-files` (5)
-                       delete files (4 per partition: 0 of 24 dropped); with `rewrite-all` =
-                       true it drops them all, so the step is planned with it
+                       applying it; the remove_dangling_deletes step right after drops the
+                       delete files (a table with 2 equality-delete files: 12 data files
+                       rewritten, 2 delete files removed). It is Iceberg's RemoveDanglingDelete-
+                       Files action, which rewrite_data_files' `remove-dangling-deletes` option
+                       would run inside the rewrite, committing without the lease's properties;
+                       as a step it carries them. It is planned when equality deletes are in
+                       scope, or when the config sets that option to true
+    position deletes   the same rewrite applies them but leaves the delete files behind: the
+                       new data files keep the starting sequence number, which is not newer
+                       than deletes committed by that snapshot (36 of 36 left).
+                       rewrite_position_delete_files drops the rows that name a file that is
+                       gone, limited to the group's partitions, but by default only in
+                       partitions with `min-input-files` (5) delete files (4 per partition: 0 of
+                       24 dropped); with `rewrite-all` = true it drops them all, so the step is
+                       planned with it
 """
 
 from __future__ import annotations
@@ -73,7 +78,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
-from functools import partial
 from typing import Any
 
 from compactor.config import (
@@ -87,6 +91,7 @@ from compactor.stats import PartitionStats, SnapshotStats, TableStats, Totals
 
 __all__ = [
     "Mode",
+    "REMOVE_DANGLING",
     "Step",
     "Group",
     "PartitionPlan",
@@ -99,6 +104,10 @@ __all__ = [
 ]
 
 _MIB = 1 << 20
+
+REMOVE_DANGLING = "remove-dangling-deletes"
+"""The rewrite_data_files option whose commit Iceberg makes without lakelock's properties: the
+plan turns it into a remove_dangling_deletes step (compactor.procedure)."""
 
 
 class Mode(StrEnum):
@@ -305,11 +314,41 @@ class ExpiryPlan:
     kept_for_queries: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """What both plans share: the mode the clock chose, the partitions it puts in scope, the
+    reasons found so far and the steps that do not depend on the scope."""
+
+    stats: TableStats
+    config: TableConfig
+    mode: Mode
+    where: str | None
+    in_scope: list[PartitionStats]
+    reasons: list[str]
+    table_run: list[str]
+    table_idle: list[str]
+    manifests: tuple[Step, ...]
+    unleased: tuple[Step, ...]
+
+    @property
+    def everything(self) -> bool:
+        return self.mode is Mode.REWRITE_ALL
+
+    def made(self, **fields: Any) -> Plan:
+        return Plan(
+            self.stats.table, mode=self.mode, where=self.where, total=self.stats.totals(), **fields
+        )
+
+
 def plan(
     stats: TableStats, config: TableConfig, now: datetime, *, leased: Collection[str] = ()
 ) -> Plan:
     """The plan for `stats` under `config` at `now` (an aware UTC datetime); `leased` names the
     partitions live commit leases cover (they are hot).
+
+    The whole table is one scope when the config says so or the stats name a reason
+    (`_whole_table_plan`); otherwise each cold partition with debt is picked and hot ones are
+    left alone unless their debt pays off (`_partition_plan`).
 
     Raises:
         RetentionRefused: a retention setting is below its floor (nothing may run).
@@ -324,86 +363,108 @@ def plan(
             f"stats counted small files under {stats.small_file_bytes} bytes, "
             f"the config says {config.small_file_bytes}"
         )
-    total = stats.totals()
-    by_table = config.lease.scope == "table"
-    whole_table = "lease.scope is table" if by_table else stats.scope_refusal
+    whole_table = "lease.scope is table" if config.lease.scope == "table" else stats.scope_refusal
+    frame = _frame(stats, config, now)
+    if frame is None:
+        last = stats.last_full_rewrite_at
+        reasons = (
+            f"daily rewrite-all due at {config.plan.full_rewrite_at:%H:%M} UTC "
+            f"(last: {last.isoformat() if last else 'never'})",
+            "but the table is empty",
+        )
+        return Plan(stats.table, False, Mode.REWRITE_ALL, reasons, whole_table=whole_table)
+    if whole_table is not None:
+        return _whole_table_plan(frame, whole_table)
+    if any(p.name is None for p in frame.in_scope):
+        raise ValueError("partitions without names need stats.scope_refusal (see collect_stats)")
+    return _partition_plan(frame, now, leased)
+
+
+def _frame(stats: TableStats, config: TableConfig, now: datetime) -> _Frame | None:
+    """The mode and scope the clock chooses; None when a rewrite-all is due on an empty table."""
     reasons: list[str] = []
     if full_rewrite_due(config.plan, last=stats.last_full_rewrite_at, now=now):
+        if stats.totals().data_files == 0:
+            return None
         last = stats.last_full_rewrite_at
         reasons.append(
             f"daily rewrite-all due at {config.plan.full_rewrite_at:%H:%M} UTC "
             f"(last: {last.isoformat() if last else 'never'})"
         )
-        if total.data_files == 0:
-            reasons.append("but the table is empty")
-            return Plan(
-                stats.table, False, Mode.REWRITE_ALL, tuple(reasons), whole_table=whole_table
-            )
         mode, where, in_scope = Mode.REWRITE_ALL, None, list(stats.partitions)
     else:
         recent = recent_where(config.plan, now=now)
         mode, where = Mode.INCREMENTAL, recent[0] if recent else None
         in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
-    everything = mode is Mode.REWRITE_ALL
-    made = partial(Plan, stats.table, mode=mode, where=where, total=total)
     table_run, table_idle = _table_reasons(stats, config, now)
-    manifests = _manifest_steps(stats, config)
-    unleased = _unleased_steps(stats, config, now)
+    return _Frame(
+        stats,
+        config,
+        mode,
+        where,
+        in_scope,
+        reasons,
+        table_run,
+        table_idle,
+        manifests=_manifest_steps(stats, config),
+        unleased=_unleased_steps(stats, config, now),
+    )
 
-    if whole_table is not None:
-        scope = Totals.of(in_scope)
-        data_run, data_idle = _data_reasons(scope, config, stats.small_file_bytes)
-        reasons += [] if everything else data_run + table_run
-        if not reasons:
-            idle = tuple(data_idle + table_idle)
-            return made(run=False, reasons=idle, scope=scope, whole_table=whole_table)
-        small_ok = everything or _small_files_pay_off(scope, config)
-        data = _data_steps(config, mode, scope, small_ok=small_ok, where=where)
-        if by_table:
-            # everything under the one lease, as before scopes: the benchmark's baseline
-            groups = _groups(Group(None, data + manifests + unleased))
-            unleased = ()
-        else:
-            groups = _groups(Group(None, data + manifests))
-        return made(
-            run=True,
-            reasons=tuple(reasons),
-            groups=groups,
-            scope=scope,
-            whole_table=whole_table,
-            unleased=unleased,
-        )
 
-    if any(p.name is None for p in in_scope):
-        raise ValueError("partitions without names need stats.scope_refusal (see collect_stats)")
+def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
+    """One group under a lease on the whole table (`whole_table` says why)."""
+    config = frame.config
+    scope = Totals.of(frame.in_scope)
+    data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
+    reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
+    if not reasons:
+        idle = tuple(data_idle + frame.table_idle)
+        return frame.made(run=False, reasons=idle, scope=scope, whole_table=whole_table)
+    small_ok = frame.everything or _small_files_pay_off(scope, config)
+    data = _data_steps(config, frame.mode, scope, small_ok=small_ok, where=frame.where)
+    unleased = frame.unleased
+    if config.lease.scope == "table":
+        # everything under the one lease, as before scopes: the benchmark's baseline
+        groups = _groups(Group(None, data + frame.manifests + unleased))
+        unleased = ()
+    else:
+        groups = _groups(Group(None, data + frame.manifests))
+    return frame.made(
+        run=True,
+        reasons=tuple(reasons),
+        groups=groups,
+        scope=scope,
+        whole_table=whole_table,
+        unleased=unleased,
+    )
+
+
+def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Plan:
+    """Cold partitions with debt in groups of `max_partitions_per_group`, then each hot partition
+    whose debt pays off on its own, each group under a lease on its partitions."""
+    config, in_scope = frame.config, frame.in_scope
     cold_at = now - config.plan.hot_window
     hot = {p.name: why for p in in_scope if (why := _why_hot(p, leased, cold_at, config))}
     cold = [p for p in in_scope if p.name not in hot]
     scope = Totals.of(cold)
-    data_run, data_idle = _data_reasons(scope, config, stats.small_file_bytes)
+    data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
     hot_debt = sorted(
         (p for p in in_scope if p.name in hot and _hot_debt_pays_off(p, config)),
         key=_coldest_first,
     )
     hot_run = [_hot_text(p, hot[p.name], config) for p in hot_debt]
-    hot_idle = (
-        [
-            f"{len(hot) - len(hot_debt)} hot partitions left alone, below the hot thresholds "
-            f"({config.plan.hot_min_small_files} small files, "
-            f"{config.plan.hot_min_delete_files} delete files)"
-        ]
-        if len(hot) > len(hot_debt)
-        else []
-    )
-    reasons += ([] if everything else data_run) + hot_run + table_run
+    hot_idle = _hot_idle(len(hot) - len(hot_debt), config)
+    reasons = frame.reasons + ([] if frame.everything else data_run) + hot_run + frame.table_run
     if not reasons:
-        idle = tuple(data_idle + hot_idle + table_idle)
+        idle = tuple(data_idle + hot_idle + frame.table_idle)
         parts = _partition_plans(in_scope, hot, ())
-        return made(run=False, reasons=idle, scope=scope, partitions=parts)
-    reasons += hot_idle
+        return frame.made(run=False, reasons=idle, scope=scope, partitions=parts)
     picked = (
-        sorted((p for p in cold if _has_debt(p, config, everything=everything)), key=_coldest_first)
-        if everything or data_run
+        sorted(
+            (p for p in cold if _has_debt(p, config, everything=frame.everything)),
+            key=_coldest_first,
+        )
+        if frame.everything or data_run
         else []
     )
     size = config.plan.max_partitions_per_group
@@ -414,7 +475,7 @@ def plan(
                 tuple(str(p.name) for p in chunk),
                 _data_steps(
                     config,
-                    mode,
+                    frame.mode,
                     Totals.of(chunk),
                     small_ok=_small_input(chunk, config),
                     partitions=chunk,
@@ -423,16 +484,27 @@ def plan(
             )
             for chunk in chunks
         ),
-        Group(None, manifests),
+        Group(None, frame.manifests),
     )
-    return made(
+    return frame.made(
         run=True,
-        reasons=tuple(reasons),
+        reasons=tuple(reasons + hot_idle),
         groups=groups,
         scope=scope,
-        unleased=unleased,
+        unleased=frame.unleased,
         partitions=_partition_plans(in_scope, hot, groups),
     )
+
+
+def _hot_idle(left: int, config: TableConfig) -> list[str]:
+    """Why `left` hot partitions are not compacted, or nothing."""
+    if not left:
+        return []
+    return [
+        f"{left} hot partitions left alone, below the hot thresholds "
+        f"({config.plan.hot_min_small_files} small files, "
+        f"{config.plan.hot_min_delete_files} delete files)"
+    ]
 
 
 def recent_where(config: PlanConfig, *, now: datetime) -> tuple[str, date] | None:
@@ -684,9 +756,14 @@ def _data_steps(
         if scope.delete_files:
             # a data file with any delete applying to it is rewritten, the deletes applied
             options.setdefault("delete-file-threshold", "1")
-        if scope.delete_files or scope.dangling_delete_files:
-            # drops the equality deletes the rewrite left applying to nothing (module docstring)
-            options.setdefault("remove-dangling-deletes", "true")
+        # the delete files the rewrite leaves applying to nothing (module docstring), dropped
+        # by a step of their own, whose commit carries the lease (compactor.procedure)
+        dangling = options.pop(REMOVE_DANGLING, None)
+        if dangling is None:
+            # equality deletes only: position deletes go with rewrite_position_delete_files,
+            # limited to the partitions (module docstring)
+            equality = scope.equality_delete_files + scope.dangling_equality_delete_files
+            dangling = "true" if equality else "false"
         steps.append(
             Step(
                 "rewrite_data_files",
@@ -699,6 +776,15 @@ def _data_steps(
                 partition_values=values,
             )
         )
+        if dangling == "true":
+            steps.append(
+                Step(
+                    "remove_dangling_deletes",
+                    "drop the delete files that apply to no live data file any more (Iceberg "
+                    "reads the whole table for them; it removes only such files, which no "
+                    "writer relies on)",
+                )
+            )
     rpd = config.rewrite_position_delete_files
     position = scope.position_delete_files + scope.dangling_position_delete_files
     if rpd.enabled and position:

@@ -4,10 +4,24 @@
     out["rewritten_data_files"], out["added_data_files"], out["removed_delete_files"], ...
 
 `SparkActions` is used rather than `CALL <catalog>.system.<procedure>` because the actions that
-commit a snapshot (rewrite_data_files, rewrite_position_delete_files, rewrite_manifests) take
-`snapshotProperty(k, v)`, so lakelock's fencing token and lease id land in the snapshot summary;
-the procedures cannot set them. expire_snapshots and remove_orphan_files commit no snapshot, and
-use their actions too for one code path and typed results.
+commit a snapshot take `snapshotProperty(k, v)`, so lakelock's fencing token, lease id and run id
+land in the snapshot summary of every commit the compactor makes (`lakelock audit` calls a commit
+without them a violation); the procedures cannot set them. Which commits each action makes in
+Iceberg 1.9.x, and how each is labelled:
+
+    rewrite_data_files      one commit (or one per `partial-progress.max-commits` batch), all
+                            through its commit manager, which applies the action's properties.
+                            Its `remove-dangling-deletes` option makes one more commit, through
+                            a RemoveDanglingDeleteFiles action it builds itself, WITHOUT them: so
+                            the option is always sent as false, and the plan runs that action as
+                            a step of its own (remove_dangling_deletes), with the properties
+    remove_dangling_deletes one commit, removing only delete files that apply to no live data
+                            file; Iceberg's action reads the whole table (it takes no filter)
+    rewrite_position_delete_files  one commit (or one per partial-progress batch) through its
+                            commit manager, with the properties
+    rewrite_manifests       one commit, with the properties
+    expire_snapshots, remove_orphan_files  commit no snapshot; their actions are used too, for
+                            one code path and typed results
 
 A failed action raises ProcedureFailed carrying the Iceberg exception's message. Note that
 Iceberg's actions set their own Spark job group (`REWRITE-DATA-FILES-n`) around their jobs, so a
@@ -21,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from compactor.plan import Step
+from compactor.plan import REMOVE_DANGLING, Step
 from ingest_gate.merge import partition_predicate
 from ingest_gate.partition import spec_of
 from ingest_gate.spark import error_message, load_table
@@ -29,7 +43,13 @@ from ingest_gate.spark import error_message, load_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ProcedureFailed", "run_step", "parse_sort_order", "partition_filter", "PROCEDURES"]
+__all__ = [
+    "ProcedureFailed",
+    "run_step",
+    "parse_sort_order",
+    "partition_filter",
+    "PROCEDURES",
+]
 
 
 class ProcedureFailed(Exception):
@@ -69,6 +89,8 @@ def _rewrite_data_files(
     spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
     jtable = load_table(spark, table)
+    # Iceberg's own dangling-delete commit would carry none of `properties` (module docstring)
+    options = {**step.options, REMOVE_DANGLING: "false"}
     action = _actions(spark).rewriteDataFiles(jtable)
     if step.strategy == "sort":
         order = _sort_order(spark, jtable, step.sort_order) if step.sort_order else None
@@ -76,7 +98,7 @@ def _rewrite_data_files(
     else:
         action = action.binPack()
     action = _filtered(spark, jtable, action, table, step)
-    action = _with(action, step.options, properties)
+    action = _with(action, options, properties)
     result = action.execute()
     return {
         "rewritten_data_files": int(result.rewrittenDataFilesCount()),
@@ -86,6 +108,15 @@ def _rewrite_data_files(
         "removed_delete_files": int(result.removedDeleteFilesCount()),
         "file_groups": len(list(result.rewriteResults())),
     }
+
+
+def _remove_dangling_deletes(
+    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    jtable = load_table(spark, table)
+    action = _with(_actions(spark).removeDanglingDeleteFiles(jtable), step.options, properties)
+    result = action.execute()
+    return {"removed_delete_files": _size(spark, result.removedDeleteFiles())}
 
 
 def _rewrite_position_delete_files(
@@ -108,10 +139,9 @@ def _rewrite_manifests(
 ) -> dict[str, Any]:
     jtable = load_table(spark, table)
     result = _with(_actions(spark).rewriteManifests(jtable), step.options, properties).execute()
-    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
     return {
-        "rewritten_manifests": int(size(result.rewrittenManifests())),
-        "added_manifests": int(size(result.addedManifests())),
+        "rewritten_manifests": _size(spark, result.rewrittenManifests()),
+        "added_manifests": _size(spark, result.addedManifests()),
     }
 
 
@@ -131,13 +161,12 @@ def _expire_snapshots(
         action = action.expireSnapshotId(int(snapshot_id))
     for key, value in step.options.items():
         action = action.option(key, value)
-    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
-    before = int(size(jtable.snapshots()))
+    before = _size(spark, jtable.snapshots())
     result = action.execute()
     jtable.refresh()
     return {
         # the result counts deleted files only; expiring snapshots alone is a change too
-        "expired_snapshots": max(0, before - int(size(jtable.snapshots()))),
+        "expired_snapshots": max(0, before - _size(spark, jtable.snapshots())),
         "deleted_data_files": int(result.deletedDataFilesCount()),
         "deleted_position_delete_files": int(result.deletedPositionDeleteFilesCount()),
         "deleted_equality_delete_files": int(result.deletedEqualityDeleteFilesCount()),
@@ -158,17 +187,23 @@ def _remove_orphan_files(
     for key, value in step.options.items():
         action = action.option(key, value)
     result = action.execute()
-    size = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size
-    return {"orphan_files": int(size(result.orphanFileLocations()))}
+    return {"orphan_files": _size(spark, result.orphanFileLocations())}
 
 
 PROCEDURES: Mapping[str, Callable[[SparkSession, str, Step, Mapping[str, str]], dict[str, Any]]] = {
     "rewrite_data_files": _rewrite_data_files,
+    "remove_dangling_deletes": _remove_dangling_deletes,
     "rewrite_position_delete_files": _rewrite_position_delete_files,
     "rewrite_manifests": _rewrite_manifests,
     "expire_snapshots": _expire_snapshots,
     "remove_orphan_files": _remove_orphan_files,
 }
+
+
+def _size(spark: SparkSession, iterable: Any) -> int:
+    """The length of a Java Iterable."""
+    iterables = spark._jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables
+    return int(iterables.size(iterable))
 
 
 def _actions(spark: SparkSession) -> Any:

@@ -50,8 +50,8 @@ from compactor.plan import Group, Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
-from ingest_gate.spark import error_message
-from service.client import Lease, LeaseClient, Renewer
+from ingest_gate.spark import SparkJobGroups, error_message
+from service.client import Lease, LeaseClient, LeaseLost, Renewer
 from service.errors import (
     LakelockError,
     LeaseExpired,
@@ -73,10 +73,6 @@ __all__ = ["LeaseLost", "run_table", "default_holder", "utcnow"]
 log = logging.getLogger(__name__)
 
 
-class LeaseLost(Exception):
-    """The maintenance lease was lost or revoked mid-run: stop, commit nothing more."""
-
-
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -96,12 +92,16 @@ def run_table(
     now: Callable[[], datetime] = utcnow,
     clock: Callable[[], float] = time.monotonic,
     before_step: Callable[[Step], None] | None = None,
+    on_stats: Callable[[TableStats, Plan | None], None] | None = None,
 ) -> RunReport:
     """Run maintenance on one table once; the report says how it ended.
 
     Every failure of a step, of planning or of the service ends in the report (outcome and
     `error`), not in an exception; the lease, when taken, is released on every path.
-    `before_step` is called with each step right before it runs (progress, tests).
+    `before_step` is called with each step right before it runs (progress, tests; raising
+    LeaseLost there stops the run before that step). `on_stats` hears the stats the run read
+    and what it made of them: (stats, plan) once planned, (stats after the run, None) at the
+    end (compactor.fleet keeps them to rank the table at its next tick).
 
     Raises:
         BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
@@ -115,7 +115,16 @@ def run_table(
     )
     started = clock()
     try:
-        _run(spark, client, config, report, now=now, clock=clock, before_step=before_step)
+        _run(
+            spark,
+            client,
+            config,
+            report,
+            now=now,
+            clock=clock,
+            before_step=before_step,
+            on_stats=on_stats or _ignore,
+        )
     except Exception as exc:
         # a fault outside the steps (a bug, Spark gone): the run failed, say why
         log.exception("run %s on %s failed", run_uid, config.name)
@@ -135,6 +144,7 @@ def _run(
     now: Callable[[], datetime],
     clock: Callable[[], float],
     before_step: Callable[[Step], None] | None,
+    on_stats: Callable[[TableStats, Plan | None], None],
 ) -> None:
     stats = _stats(spark, config, report)
     if stats is None:
@@ -161,6 +171,7 @@ def _run(
     report.lease_scope = "table" if the_plan.whole_table else "partitions"
     report.whole_table = the_plan.whole_table
     report.plan_reasons = list(the_plan.reasons)
+    on_stats(stats, the_plan)
     if not the_plan.run:
         log.info("%s: skipped, below thresholds: %s", config.name, "; ".join(the_plan.reasons))
         report.outcome, report.reason = Outcome.SKIPPED, "below_thresholds"
@@ -170,24 +181,34 @@ def _run(
     if done and the_plan.unleased:
         done = _unleased(spark, config, the_plan, report, state, before_step=before_step)
     if done:
-        ran = any(g["outcome"] != Outcome.SKIPPED for g in report.groups) or any(
-            "lease_id" not in s for s in report.steps
-        )
-        if ran:
-            report.outcome, report.reason, report.error = Outcome.COMPACTED, None, None
-        else:
-            # every group skipped (held, draining): the first group's reason stands
-            first = report.groups[0]
-            report.outcome, report.reason = Outcome.SKIPPED, first["reason"]
-            report.error = first.get("error")
+        _settle(report)
     after = _stats(spark, config, report, after=True)
     if after is not None:
         report.after = after.totals().as_dict()
         report.snapshot_after = after.current_snapshot_id
+        on_stats(after, None)
     if report.outcome is Outcome.COMPACTED and not changed_anything(report):
         # every step ran and changed nothing: the lease held ingest for nothing; say so
         log.warning("%s: every step changed nothing (plan: %s)", config.name, the_plan.reasons)
         report.outcome = Outcome.NO_CHANGE
+
+
+def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
+    pass
+
+
+def _settle(report: RunReport) -> None:
+    """The outcome of a run whose groups all compacted or were skipped: compacted when any
+    step ran, else the first group's reason for skipping (held, draining) stands."""
+    ran = any(g["outcome"] != Outcome.SKIPPED for g in report.groups) or any(
+        "lease_id" not in s for s in report.steps
+    )
+    if ran:
+        report.outcome, report.reason, report.error = Outcome.COMPACTED, None, None
+    else:
+        first = report.groups[0]
+        report.outcome, report.reason = Outcome.SKIPPED, first["reason"]
+        report.error = first.get("error")
 
 
 # a group skipped for these reasons leaves the next groups to try: their partitions may be free
@@ -414,13 +435,12 @@ def _steps(
     before_step: Callable[[Step], None] | None,
 ) -> None:
     """`steps` under `lease`; report.outcome is COMPACTED when all ran, else says why not."""
-    sc = spark.sparkContext
+    groups = SparkJobGroups(spark.sparkContext)
     group = f"lakelock-compactor-{report.run_uid}"
 
     def cancel(reason: str) -> None:
         log.error("%s: lease lost (%s): cancelling Spark jobs of %s", config.name, reason, group)
-        sc.cancelJobsWithTag(group)
-        sc.cancelJobGroup(group)
+        groups.cancel(group)
 
     deadline = config.lease.renew_deadline
     renewer = Renewer(
@@ -439,8 +459,7 @@ def _steps(
     # a thread other than the one that built the session does not have
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     # job group and tag are thread-local: set here, in the thread that runs the actions
-    sc.setJobGroup(group, f"lakelock compaction of {config.name}", interruptOnCancel=True)
-    sc.addJobTag(group)
+    groups.set(group, f"lakelock compaction of {config.name}")
     try:
         for step in steps:
             if before_step is not None:
@@ -477,9 +496,7 @@ def _steps(
         log.error("%s: %s; no further step runs", config.name, report.error)
     finally:
         renewer.stop()
-        sc.removeJobTag(group)
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
+        groups.clear()
 
 
 def _check(client: LeaseClient, renewer: Renewer, *, before: str) -> None:

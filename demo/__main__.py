@@ -21,8 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
-from ingest_gate.config import SCOPES
+from service.extras import needs_extras
+
+with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
+    from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+    from ingest_gate.config import FORMATS, SCOPES
 
 __all__ = ["main"]
 
@@ -62,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
         ("--compact-every-s", float, defaults.compact_every_s, "seconds between compactor runs"),
         ("--seed", int, defaults.seed, "generator seed"),
         (
+            "--format",
+            str,
+            defaults.format,
+            "json | debezium | canal: click events, or change events with deletes",
+        ),
+        (
             "--lease-scope",
             str,
             defaults.lease_scope,
@@ -82,6 +91,8 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     if args.compactions < 0:
         parser.error("--compactions must be >= 0")
+    if args.format not in FORMATS:
+        parser.error(f"--format must be one of {', '.join(FORMATS)}")
     if args.lease_scope not in SCOPES:
         parser.error(f"--lease-scope must be one of {', '.join(SCOPES)}")
     if args.timeout_s <= 0:
@@ -142,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         compact_every_s=args.compact_every_s,
         seed=args.seed,
         lease_scope=args.lease_scope,
+        format=args.format,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

@@ -61,7 +61,7 @@ from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, Ta
 from compactor.report import RunReport, publish
 from compactor.run import run_table
 from ingest_gate.config import IngestConfig
-from ingest_gate.generate import EventGenerator
+from ingest_gate.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
 from ingest_gate.job import BatchHooks, BatchRecord, run
 from ingest_gate.spark import CatalogConfig, build_session
 from ingest_gate.table import read_rows
@@ -103,6 +103,11 @@ class PipelineOptions:
     # commit lease covers)
     hot_window: timedelta = timedelta(0)
     coordinated: bool = True
+    # json: click events (duplicates, late updates); debezium, canal: change events of the
+    # same table (updates, key changes, deletes), see ingest_gate.generate.ChangeGenerator
+    format: str = "json"
+    delete_ratio: float = 0.1
+    key_change_ratio: float = 0.05
     lease_scope: str = "partitions"  # the key (event_id, dt, hr) holds both partition columns
     lease_ttl_s: float = 20.0
     max_hold_s: float = 120.0
@@ -184,11 +189,14 @@ class PipelineResult:
         last = compacted[-1] if compacted else None
         return {
             "mode": "coordinated" if self.options.coordinated else "uncoordinated",
+            "format": self.options.format,
             "duration_s": round(self.duration_s, 1),
             "events_generated": sum(self.generator.by_kind.values()),
             "distinct_keys_generated": len(self.generator.expected_rows()),
             "bad_records": self.generator.by_kind.get("bad", 0),
             "bad_records_dead_lettered": sum(b.record.bad_rows for b in self.batches),
+            "records_skipped": sum(sum(b.record.skipped.values()) for b in self.batches),
+            "deletes": sum(b.record.deletes for b in self.batches),
             "rows_in_table": len(self.rows),
             "batches": len(self.batches),
             "batches_merged": sum(b.record.outcome != "empty" for b in self.batches),
@@ -285,14 +293,25 @@ class Pipeline:
         self.options = options
         self.on_progress = on_progress or (lambda line: log.info("%s", line))
         self.stop = threading.Event()
-        self.generator = EventGenerator(
-            seed=options.seed,
-            update_ratio=options.update_ratio,
-            duplicate_ratio=options.duplicate_ratio,
-            late_update_ratio=options.late_update_ratio,
-            bad_ratio=options.bad_ratio,
-            update_window=options.update_window,
-        )
+        self.generator: EventGenerator
+        if options.format == "json":
+            self.generator = EventGenerator(
+                seed=options.seed,
+                update_ratio=options.update_ratio,
+                duplicate_ratio=options.duplicate_ratio,
+                late_update_ratio=options.late_update_ratio,
+                bad_ratio=options.bad_ratio,
+                update_window=options.update_window,
+            )
+        else:
+            self.generator = ChangeGenerator(
+                seed=options.seed,
+                format=options.format,
+                update_ratio=options.update_ratio,
+                delete_ratio=options.delete_ratio,
+                key_change_ratio=options.key_change_ratio,
+                bad_ratio=options.bad_ratio,
+            )
         self.files: list[FileWritten] = []
         self.batches: list[BatchSeen] = []
         self.failed_batches: list[dict[str, Any]] = []
@@ -331,6 +350,8 @@ class Pipeline:
             poll_s=5.0,
             lease_scope=o.lease_scope,
             spark_master=o.spark_master,
+            format=o.format,
+            key_columns=KEY_FIELDS,
             # by counts: one landing file per batch, so the batches (and the small files the
             # compactor waits for) come from the event count, not from how fast Spark runs
             max_files_per_trigger=1 if o.by_counts else None,
@@ -512,6 +533,39 @@ class Pipeline:
 
     # -- the run -------------------------------------------------------------------------------
 
+    def _until_done(self, started: float) -> list[str]:
+        """Wait for the counts (or the duration) or a stop; the goals missed at the deadline."""
+        o = self.options
+        deadline = started + (o.timeout_s if o.by_counts else o.duration_s)
+        while not self.stop.is_set():
+            if o.by_counts and self._counts_reached():
+                return []
+            if time.monotonic() >= deadline:
+                return self._counts_missed() if o.by_counts else []
+            time.sleep(0.2)
+        return []
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        """Stop the threads; raise what stopped the run early (Ctrl-C, a thread's error)."""
+        self.stop.set()
+        for thread in threads:
+            thread.join(timeout=600)
+        if self.interrupted:
+            raise KeyboardInterrupt
+        if self.crashed:
+            name, error = self.crashed[0]
+            raise RuntimeError(f"the pipeline's {name} stopped with an error") from error
+
+    def _drain(self, spark: Any, config: IngestConfig) -> None:
+        """Ingest what the last trigger did not see: one available-now run, same checkpoint."""
+        self._query_run += 1
+        drain = run(replace(config, available_now=True), spark=spark, hooks=self._hooks())
+        drain.query.awaitTermination(600)
+        self._collect(drain, 0)
+        if drain.query.exception() is not None:
+            last = drain.writer.records[-1] if drain.writer.records else None
+            self._failed(last.batch_id if last else None, (last and last.error) or "drain")
+
     def run(self) -> PipelineResult:
         o = self.options
         if o.workdir.exists():
@@ -537,10 +591,8 @@ class Pipeline:
                 if service
                 else UncoordinatedClient()
             )
-            # the table first, so the compactor never races the ingest job's CREATE TABLE
-            from ingest_gate.table import ensure_table
-
-            ensure_table(spark, o.table, partition_columns=config.partition_columns)
+            # the table first, with its DDL, as a user would: the ingest job reads its schema
+            create_events_table(spark, o.table)
             for target, args in (
                 (self._generate, ()),
                 (self._ingest, (spark, config)),
@@ -550,31 +602,9 @@ class Pipeline:
                 thread = threading.Thread(target=self._guarded(target), args=args, daemon=True)
                 thread.start()
                 threads.append(thread)
-            deadline = started + (o.timeout_s if o.by_counts else o.duration_s)
-            goals_missed: list[str] = []
-            while not self.stop.is_set():
-                if o.by_counts and self._counts_reached():
-                    break
-                if time.monotonic() >= deadline:
-                    goals_missed = self._counts_missed() if o.by_counts else []
-                    break
-                time.sleep(0.2)
-            self.stop.set()
-            for thread in threads:
-                thread.join(timeout=600)
-            if self.interrupted:
-                raise KeyboardInterrupt
-            if self.crashed:
-                name, error = self.crashed[0]
-                raise RuntimeError(f"the pipeline's {name} stopped with an error") from error
-            # drain what the last trigger did not see: one available-now run, same checkpoint
-            self._query_run += 1
-            drain = run(replace(config, available_now=True), spark=spark, hooks=self._hooks())
-            drain.query.awaitTermination(600)
-            self._collect(drain, 0)
-            if drain.query.exception() is not None:
-                last = drain.writer.records[-1] if drain.writer.records else None
-                self._failed(last.batch_id if last else None, (last and last.error) or "drain")
+            goals_missed = self._until_done(started)
+            self._join(threads)
+            self._drain(spark, config)
             rows = read_rows(spark, o.table)
             data_files = spark.sql(f"SELECT count(*) AS n FROM {o.table}.data_files").first()["n"]
             events = (

@@ -5,17 +5,21 @@
     lakelock-ingest --available-now --no-gate         # drain the landing folder once, no service
 
 Exit status: 0 when the query stopped as configured, 1 when it failed (the last batch's error is
-logged; a restart resumes from the checkpoint), 2 for a bad configuration.
+logged; a restart resumes from the checkpoint), 2 for a bad configuration, a missing table or a
+table the job cannot write (one line says which and what to do).
+At the end it logs the run's summary: files read, records, bad, skipped, changes, deletes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Sequence
 
 from ingest_gate.config import ConfigError, config_from_args
 from ingest_gate.token import TOKEN_ENV, refused_token
+from service.extras import needs_extras, require
 
 __all__ = ["main"]
 
@@ -24,21 +28,35 @@ log = logging.getLogger("ingest_gate")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Wire config, session and query; wait for the configured bound."""
+    with needs_extras("lakelock-ingest"):
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         config = config_from_args(argv)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    require("pyspark")  # before anything is said about the run
     if config.gate_enabled and not config.lakelock_token:
         log.warning(
             "%s is not set: sending no token, which only a service with LAKELOCK_AUTH=off accepts",
             TOKEN_ENV,
         )
-    from ingest_gate.job import run
+    from ingest_gate.job import IngestError, TableMissing, run
+    from ingest_gate.spark import IcebergMissing
     from service.errors import Unauthorized
 
-    handle = run(config)
+    try:
+        handle = run(config)
+    except (TableMissing, IngestError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except IcebergMissing as exc:
+        print(f"lakelock-ingest: {exc}", file=sys.stderr)
+        return 2
     try:
         handle.wait()
     except KeyboardInterrupt:
@@ -51,6 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:
         log.exception("ingest query %s failed", handle.query_id)
         return 1
+    finally:
+        summary = handle.summary()
+        log.log(
+            logging.WARNING if "note" in summary else logging.INFO,
+            "run summary: %s",
+            json.dumps(summary),
+        )
     return 0
 
 

@@ -12,7 +12,8 @@ flags override the file:
 The TOML file has top-level keys named as the fields below, plus two tables:
 
     table = "local.db.events"
-    key_columns = ["event_id", "dt", "hr"]
+    format = "debezium"       # or "json" (one row per line, the default), "canal"
+    key_columns = ["event_id", "dt", "hr"]    # default: the table's identifier fields
     [catalog]                 # CatalogConfig: name, type, warehouse, properties
     type = "glue"
     [kafka]                   # reader options passed through, e.g. "kafka.bootstrap.servers"
@@ -25,21 +26,34 @@ Every bad value is reported at once by `ConfigError`, one line per key with the 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 import socket
-import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import field
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ingest_gate.schema import EVENT_COLUMNS
+from pydantic import AfterValidator, BeforeValidator, Field, model_validator
+from pydantic.dataclasses import dataclass
+
+from ingest_gate.decode import Format
 from ingest_gate.spark import CatalogConfig
+from service.jobconfig import (
+    STRICT,
+    Bool,
+    Columns,
+    ConfigError,
+    TextMap,
+    build,
+    catalog_input,
+    layered,
+    rule,
+)
 
 __all__ = [
     "ConfigError",
+    "FORMATS",
     "IngestConfig",
     "POLICIES",
     "SCOPES",
@@ -49,207 +63,137 @@ __all__ = [
     "build_parser",
 ]
 
-POLICIES = ("fail", "proceed")
+Policy = Literal["fail", "proceed"]
 """What the gate does after `max_hold_s` without a lease: raise, or commit and warn."""
 
-SCOPES = ("partitions", "table")
+Scope = Literal["partitions", "table"]
 """What a commit lease covers: `partitions` the batch's partitions when the table allows it
 (DESIGN.md §3b; else the whole table, logged once), `table` always the whole table."""
 
-SOURCES = ("files", "kafka")
+Source = Literal["files", "kafka"]
 """`files`: a landing folder of JSON-lines files; `kafka`: a Kafka topic (cluster only)."""
 
+POLICIES: tuple[str, ...] = Policy.__args__
+SCOPES: tuple[str, ...] = Scope.__args__
+SOURCES: tuple[str, ...] = Source.__args__
+
+FORMATS: tuple[str, ...] = Format.__args__
+"""`json`: one row per line; `debezium`: Debezium change events; `canal`: canal-json messages
+(see ingest_gate.decode)."""
+
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-class ConfigError(ValueError):
-    """One or more configuration values broke a rule; fix the keys named, one per line."""
-
-    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
-        self.problems = list(problems)
-        lines = [f"  {key}: {rule}" for key, rule in self.problems]
-        super().__init__("invalid ingest configuration:\n" + "\n".join(lines))
 
 
 def _default_holder() -> str:
     return f"ingest@{socket.gethostname()}:{os.getpid()}"
 
 
-@dataclass(frozen=True)
-class IngestConfig:
-    """Everything the ingest job reads. Build it with `load_config` or `config_from_args`; the
-    constructor does not validate, `validate()` does (and `load_config` calls it)."""
+def _table_name(value: str) -> str:
+    parts = value.split(".")
+    if len(parts) != 3 or not all(_IDENT.match(p) for p in parts):
+        raise ConfigError([("", "must be catalog.namespace.table, each part an identifier")])
+    return value
 
-    table: str = "local.db.events"
-    catalog: CatalogConfig = field(default_factory=CatalogConfig)
-    source: str = "files"
-    landing_path: str = "var/landing"
-    dead_letter_path: str = "var/dead-letter"
-    checkpoint_path: str = "var/checkpoints/ingest"
-    kafka: Mapping[str, str] = field(default_factory=dict)
-    max_files_per_trigger: int | None = None
-    trigger_interval_s: float = 10.0
-    available_now: bool = False
-    max_batches: int | None = None
-    run_for_s: float | None = None
-    key_columns: tuple[str, ...] = ("event_id", "dt", "hr")
-    event_time_column: str = "event_time"
-    partition_columns: tuple[str, ...] = ("dt", "hr")
-    gate_enabled: bool = True
+
+def _time_zone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ValueError, ZoneInfoNotFoundError):
+        raise ConfigError([("", "must be a time zone name, e.g. UTC or Asia/Shanghai")]) from None
+    return value
+
+
+def _gone(text: str) -> BeforeValidator:
+    """A key that no longer means anything: refused with what to do instead."""
+
+    def refuse(value: Any) -> Any:
+        if value is not None:
+            raise ConfigError([("", text)])
+        return value
+
+    return BeforeValidator(refuse)
+
+
+def _when_set(check: Any, text: str) -> AfterValidator:
+    return rule(lambda v: v is None or check(v), f"{text} when set")
+
+
+_NotEmpty = Annotated[str, rule(lambda v: v.strip() != "", "must not be empty")]
+_Positive = Annotated[float, rule(lambda v: v > 0, "must be > 0")]
+
+
+@dataclass(frozen=True, config=STRICT)
+class IngestConfig:
+    """Everything the ingest job reads, validated when built. Build it with `load_config` or
+    `config_from_args`, whose ConfigError lists every bad key; the constructor raises
+    pydantic's ValidationError."""
+
+    table: Annotated[str, AfterValidator(_table_name)] = "local.db.events"
+    catalog: Annotated[CatalogConfig, BeforeValidator(catalog_input)] = field(
+        default_factory=CatalogConfig
+    )
+    source: Source = "files"
+    landing_path: _NotEmpty = "var/landing"
+    dead_letter_path: _NotEmpty = "var/dead-letter"
+    checkpoint_path: _NotEmpty = "var/checkpoints/ingest"
+    kafka: TextMap = field(default_factory=dict)
+    max_files_per_trigger: Annotated[int | None, _when_set(lambda v: v >= 1, "must be >= 1")] = None
+    trigger_interval_s: _Positive = 10.0
+    available_now: Bool = False
+    max_batches: Annotated[int | None, _when_set(lambda v: v >= 1, "must be >= 1")] = None
+    run_for_s: Annotated[float | None, _when_set(lambda v: v > 0, "must be > 0")] = None
+    format: Format = "json"
+    file_pattern: _NotEmpty = "*.jsonl"
+    # empty: the table's identifier fields
+    key_columns: Columns = ()
+    event_time_column: Annotated[str, rule(_IDENT.match, "must be a column name")] = "event_time"
+    time_zone: Annotated[str, AfterValidator(_time_zone)] = "UTC"
+    partition_columns: Annotated[
+        None,
+        _gone(
+            "is no longer read: the job writes into an existing table and takes its partition "
+            "spec from it; create the table PARTITIONED BY (...) and drop this key"
+        ),
+    ] = None
+    gate_enabled: Bool = True
     lakelock_url: str = "http://127.0.0.1:8737"
     lakelock_token: str | None = None
-    holder: str = field(default_factory=_default_holder)
-    lease_ttl_s: float = 30.0
-    max_hold_s: float = 300.0
-    policy: str = "fail"
-    poll_s: float = 10.0
-    lease_scope: str = "partitions"
-    max_lease_partitions: int = 1000
+    holder: Annotated[
+        str,
+        rule(lambda v: 0 < len(v) <= 255 and v.isprintable(), "must be 1-255 printable characters"),
+    ] = field(default_factory=_default_holder)
+    lease_ttl_s: Annotated[
+        float, rule(lambda v: 1 <= v <= 3600, "must be within [1, 3600] (the service's range)")
+    ] = 30.0
+    max_hold_s: Annotated[float, rule(lambda v: v >= 0, "must be >= 0")] = 300.0
+    policy: Policy = "fail"
+    poll_s: _Positive = 10.0
+    lease_scope: Scope = "partitions"
+    max_lease_partitions: Annotated[int, Field(ge=1)] = 1000
+    exact_filter_max_partitions: Annotated[int, Field(ge=0)] = 100
     spark_master: str | None = "local[*]"
 
-    def validate(self) -> IngestConfig:
-        """Return self when every value is usable.
-
-        Raises:
-            ConfigError: listing every bad key and the rule it broke.
-        """
+    @model_validator(mode="after")
+    def _together(self) -> IngestConfig:
+        """The rules that involve more than one key."""
         problems: list[tuple[str, str]] = []
-        columns = {name for name, _ in EVENT_COLUMNS}
-        parts = self.table.split(".")
-        if len(parts) != 3 or not all(_IDENT.match(p) for p in parts):
-            problems.append(("table", "must be catalog.namespace.table, each part an identifier"))
-        elif parts[0] != self.catalog.name:
+        catalog = self.table.split(".")[0]
+        if catalog != self.catalog.name:
             problems.append(
-                ("table", f"its catalog {parts[0]!r} must be catalog.name {self.catalog.name!r}")
+                ("table", f"its catalog {catalog!r} must be catalog.name {self.catalog.name!r}")
             )
-        if self.source not in SOURCES:
-            problems.append(("source", f"must be one of {', '.join(SOURCES)}"))
         if self.source == "kafka":
             if not self.kafka.get("kafka.bootstrap.servers"):
                 problems.append(("kafka", 'needs "kafka.bootstrap.servers"'))
             if not any(self.kafka.get(k) for k in ("subscribe", "subscribePattern", "assign")):
                 problems.append(("kafka", 'needs one of "subscribe", "subscribePattern", "assign"'))
-        for name in ("landing_path", "dead_letter_path", "checkpoint_path"):
-            if not str(getattr(self, name)).strip():
-                problems.append((name, "must not be empty"))
-        for name in ("trigger_interval_s", "poll_s"):
-            if not getattr(self, name) > 0:
-                problems.append((name, "must be > 0"))
-        if not self.max_hold_s >= 0:
-            problems.append(("max_hold_s", "must be >= 0"))
-        if not 1 <= self.lease_ttl_s <= 3600:
-            problems.append(("lease_ttl_s", "must be within [1, 3600] (the service's range)"))
-        for name in ("max_batches", "max_files_per_trigger"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                problems.append((name, "must be >= 1 when set"))
-        if self.run_for_s is not None and not self.run_for_s > 0:
-            problems.append(("run_for_s", "must be > 0 when set"))
-        if self.lease_scope not in SCOPES:
-            problems.append(("lease_scope", f"must be one of {', '.join(SCOPES)}"))
-        if self.max_lease_partitions < 1:
-            problems.append(("max_lease_partitions", "must be >= 1"))
-        if self.policy not in POLICIES:
-            problems.append(("policy", f"must be one of {', '.join(POLICIES)}"))
-        if not self.key_columns:
-            problems.append(("key_columns", "must name at least one column"))
-        for name in ("key_columns", "partition_columns"):
-            unknown = [c for c in getattr(self, name) if c not in columns]
-            if unknown:
-                problems.append((name, f"unknown column(s) {unknown}; known: {sorted(columns)}"))
-        if self.event_time_column not in columns:
-            problems.append(("event_time_column", f"unknown column; known: {sorted(columns)}"))
-        elif self.event_time_column in self.key_columns:
+        if self.format == "json" and self.event_time_column in self.key_columns:
             problems.append(("event_time_column", "must not be a key column"))
         if self.gate_enabled and not re.match(r"^https?://[^/]+", self.lakelock_url):
             problems.append(("lakelock_url", "must be an http(s):// URL (or disable the gate)"))
-        if not self.holder or len(self.holder) > 255 or not self.holder.isprintable():
-            problems.append(("holder", "must be 1-255 printable characters"))
         if problems:
             raise ConfigError(problems)
         return self
-
-
-_SCALARS = {f.name for f in dataclasses.fields(IngestConfig)} - {"catalog", "kafka"}
-_TUPLES = {"key_columns", "partition_columns"}
-
-
-def _catalog_from(data: Any, problems: list[tuple[str, str]]) -> CatalogConfig | None:
-    if not isinstance(data, Mapping):
-        problems.append(("catalog", "must be a table of name, type, warehouse, properties"))
-        return None
-    unknown = set(data) - {"name", "type", "warehouse", "properties"}
-    if unknown:
-        problems.append(("catalog", f"unknown key(s) {sorted(unknown)}"))
-        return None
-    kwargs = dict(data)
-    if "properties" in kwargs:
-        kwargs["properties"] = {str(k): str(v) for k, v in dict(kwargs["properties"]).items()}
-    try:
-        return CatalogConfig(**kwargs)
-    except (TypeError, ValueError) as exc:
-        problems.append(("catalog", str(exc)))
-        return None
-
-
-def _coerce(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Turn loosely typed values (TOML, flags, env) into the field types, or raise ConfigError."""
-    problems: list[tuple[str, str]] = []
-    out: dict[str, Any] = {}
-    types = {f.name: f.type for f in dataclasses.fields(IngestConfig)}
-    for key, value in values.items():
-        if key == "catalog":
-            catalog = value if isinstance(value, CatalogConfig) else _catalog_from(value, problems)
-            if catalog is not None:
-                out[key] = catalog
-            continue
-        if key == "kafka":
-            if not isinstance(value, Mapping):
-                problems.append(("kafka", "must be a table of reader options"))
-            else:
-                out[key] = {str(k): str(v) for k, v in value.items()}
-            continue
-        if key not in _SCALARS:
-            problems.append((key, "unknown key"))
-            continue
-        kind = str(types[key])
-        try:
-            if key in _TUPLES:
-                if isinstance(value, str):
-                    value = [v.strip() for v in value.split(",") if v.strip()]
-                if not isinstance(value, list | tuple) or not all(
-                    isinstance(v, str) for v in value
-                ):
-                    raise TypeError("must be a list of column names")
-                out[key] = tuple(value)
-            elif value is None:
-                if "None" not in kind:
-                    raise TypeError("must be set")
-                out[key] = None
-            elif kind.startswith("bool"):
-                if isinstance(value, str) and value.lower() in ("true", "false"):
-                    value = value.lower() == "true"
-                if not isinstance(value, bool):
-                    raise TypeError("must be true or false")
-                out[key] = value
-            elif kind.startswith("float"):
-                if isinstance(value, bool):
-                    raise TypeError("must be a number")
-                out[key] = float(value)
-            elif kind.startswith("int"):
-                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                    raise TypeError("must be an integer")
-                out[key] = int(value)
-            else:
-                if not isinstance(value, str):
-                    raise TypeError("must be a string")
-                out[key] = value
-        except (TypeError, ValueError) as exc:
-            rule = str(exc) if isinstance(exc, TypeError) else f"must be a {kind.split()[0]}"
-            problems.append((key, rule))
-    if problems:
-        raise ConfigError(problems)
-    return out
 
 
 def load_config(
@@ -263,17 +207,13 @@ def load_config(
     need not sit in a file or on a command line.
 
     Raises:
-        ConfigError: a key is unknown, has the wrong type, or breaks a rule.
-        FileNotFoundError: `path` does not exist.
-        tomllib.TOMLDecodeError: the file is not TOML.
+        ConfigError: the file cannot be read as TOML, or a key is unknown, has the wrong type
+            or breaks a rule (every one listed).
     """
-    values: dict[str, Any] = {}
-    if path is not None:
-        values.update(tomllib.loads(Path(path).read_text(encoding="utf-8")))
-    values.update({k: v for k, v in (overrides or {}).items()})
+    values = layered(path, overrides)
     if values.get("lakelock_token") is None and os.environ.get("LAKELOCK_TOKEN"):
         values["lakelock_token"] = os.environ["LAKELOCK_TOKEN"]
-    return IngestConfig(**_coerce(values)).validate()
+    return build(IngestConfig, values, title="invalid ingest configuration")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,9 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
         "trigger_interval_s": "seconds between micro-batches",
         "max_batches": "stop after this many micro-batches",
         "run_for_s": "stop after this many seconds",
-        "key_columns": "comma-separated key columns",
-        "event_time_column": "column that orders versions of a key",
-        "partition_columns": "comma-separated partition columns of a new table",
+        "format": "json | debezium | canal: what each record is",
+        "file_pattern": "file names the landing folder source reads (default *.jsonl)",
+        "key_columns": "comma-separated merge key (default: the table's identifier fields)",
+        "event_time_column": "format json: the column that orders versions of a key",
+        "time_zone": "format canal and json: zone of date-times without an offset (UTC)",
         "lakelock_url": "base URL of the lakelock service",
         "holder": "holder name sent with each lease",
         "lease_ttl_s": "commit lease TTL in seconds",
@@ -307,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         "poll_s": "longest single wait per lease request",
         "lease_scope": "partitions | table (what each commit lease covers)",
         "max_lease_partitions": "a batch in more partitions leases the whole table",
+        "exact_filter_max_partitions": "a batch in more partitions limits its MERGE by one IN "
+        "list per partition field (a superset), not by each partition",
         "spark_master": "Spark master (omit under spark-submit: pass an empty string)",
     }
     for key, help_text in flags.items():

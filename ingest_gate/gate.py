@@ -27,7 +27,6 @@ released on every exit; a failed release is logged (the lease then expires by it
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -35,10 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import httpx
-
-from service.client import Lease, LeaseClient, Renewer
-from service.errors import Locked, OutcomeUnknown, ServerError, Unavailable
+from service.client import Lease, LeaseClient, LeaseLost, NotGranted, Renewer
 
 __all__ = [
     "Policy",
@@ -58,9 +54,6 @@ Policy = Literal["fail", "proceed"]
 
 Outcome = Literal["committed", "failed", "lease_lost", "proceeded_without_lease", "timed_out"]
 """How a pass through the gate ended; None while it is still open."""
-
-MAX_WAIT_S = 60.0  # the service bounds a long poll to [0, 60] s
-UNAVAILABLE = "unavailable"  # wait reason when the service could not be reached or failed
 
 
 class JobGroups(Protocol):
@@ -95,15 +88,6 @@ class GateError(Exception):
 class GateTimeout(GateError):
     """No commit lease within `max_hold_s`. Let the streaming query fail and restart later;
     look at the table's switch and maintenance lease (GET /v1/tables/{table}) to see why."""
-
-    def __init__(self, message: str, *, gate_pass: GatePass) -> None:
-        super().__init__(message)
-        self.gate_pass = gate_pass
-
-
-class LeaseLost(GateError):
-    """The commit lease was lost (revoked, expired, or not renewed in time). Do not commit;
-    fail the batch so it is replayed from the checkpoint under a new lease."""
 
     def __init__(self, message: str, *, gate_pass: GatePass) -> None:
         super().__init__(message)
@@ -157,7 +141,9 @@ class GatePass:
                     reason,
                 )
             return
-        raise LeaseLost(f"commit lease on {self.table} lost: {reason}", gate_pass=self)
+        raise LeaseLost(
+            f"commit lease on {self.table} lost: {reason}", lease=self.lease, gate_pass=self
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary for the job's log line."""
@@ -299,58 +285,28 @@ class Gate:
 
     def _acquire(self, gate_pass: GatePass) -> Lease | None:
         """The lease, or None when the policy is `proceed` and `max_hold_s` passed."""
-        started = self.clock()
-        deadline = started + self.max_hold_s
-        failures = 0
-        asked = False
-        while True:
-            remaining = deadline - self.clock()
-            if remaining <= 0 and asked:
-                break
-            asked = True
-            # ask without waiting first: a lease granted at the end of a long poll would not
-            # say what held it up, and the common case (not blocked) costs one call either way
-            wait_s = max(min(self.poll_s, remaining, MAX_WAIT_S), 0.0)
-            if not gate_pass.wait_reasons:
-                wait_s = 0.0
-            call_started = self.clock()
-            pause = 0.0
-            try:
-                lease = self.client.acquire_commit(
-                    gate_pass.table,
-                    holder=self.holder,
-                    ttl_s=self.ttl_s,
-                    wait_s=wait_s,
-                    # one id for the whole pass: a grant whose answer was lost is returned again
-                    request_id=gate_pass.request_id,
-                    partitions=gate_pass.partitions,
-                )
-            except Locked as exc:
-                gate_pass._note(exc.extra.get("reason") or "locked")
-                failures = 0
-                # after the first refusal the next call long-polls at once; a long poll answered
-                # early (the state changed, or a service that does not hold calls) waits out
-                # Retry-After, so the gate never asks in a busy loop
-                if wait_s > 0:
-                    spacing = min(exc.retry_after_s or 1.0, wait_s)
-                    pause = spacing - (self.clock() - call_started)
-            except (Unavailable, OutcomeUnknown, ServerError, httpx.TransportError) as exc:
-                gate_pass._note(UNAVAILABLE)
-                log.warning(
-                    "commit lease on %s: service failed (%s); backing off", gate_pass.table, exc
-                )
-                pause = random.uniform(0.0, min(self.poll_s, 0.5 * 2**failures))
-                failures += 1
-            else:
-                gate_pass.lease_calls_s += self.clock() - call_started
-                gate_pass.waited_s = self.clock() - started
-                return lease
-            gate_pass.lease_calls_s += self.clock() - call_started
-            pause = min(pause, deadline - self.clock())
-            if pause > 0:
-                time.sleep(pause)
-        gate_pass.waited_s = self.clock() - started
-        return self._timed_out(gate_pass)
+        try:
+            got = self.client.acquire_until(
+                "commit",
+                gate_pass.table,
+                holder=self.holder,
+                ttl_s=self.ttl_s,
+                within_s=self.max_hold_s,
+                # one id for the whole pass: a grant whose answer was lost is returned again
+                request_id=gate_pass.request_id,
+                partitions=gate_pass.partitions,
+                poll_s=self.poll_s,
+                retry_unavailable=True,
+                on_wait=lambda waited: gate_pass._note(waited.reason),
+                clock=self.clock,
+            )
+        except NotGranted as exc:
+            gate_pass.waited_s = exc.waited_s
+            gate_pass.lease_calls_s += exc.calls_s
+            return self._timed_out(gate_pass)
+        gate_pass.waited_s = got.waited_s
+        gate_pass.lease_calls_s += got.calls_s
+        return got.lease
 
     def _timed_out(self, gate_pass: GatePass) -> None:
         why = ", ".join(gate_pass.wait_reasons) or "no answer"

@@ -4,6 +4,7 @@
     gen.write_file("var/landing", 100)      # one JSON-lines file, written atomically
     gen.expected_rows()                     # the final row per key, as JSON-shaped dicts
     generate("var/landing", count=1000, files=10, seed=1)   # the same, in one call
+    create_events_table(spark, "local.db.events")           # the table they go into (DDL)
 
     python -m ingest_gate.generate --out var/landing --count 1000 --files 10 --bad-ratio 0.02
     python -m ingest_gate.generate --out var/landing --rate 200 --duration-s 60
@@ -16,9 +17,9 @@ Each record is one of (chosen at random by the ratios; the rest are new events):
     bad          unparseable JSON, a missing key field, or a wrong type: goes to the dead letters
 
 Expected final row per key: the latest event_time wins; on a tie the record written later wins
-(the MERGE's `>=` and ingest_gate.schema.dedupe_latest agree). Files are named and time-stamped
-in write order: names sort in write order, modification times strictly increase, so the file
-source reads them in that order.
+(the MERGE's `>=` and ingest_gate.changes.last_change_per_key agree). Files are named and
+time-stamped in write order: names sort in write order, modification times strictly increase,
+so the file source reads them in that order.
 """
 
 from __future__ import annotations
@@ -40,13 +41,94 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EVENT_TYPES", "EventGenerator", "GenerateResult", "format_time", "generate", "main"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "EVENT_TYPES",
+    "ChangeGenerator",
+    "EventGenerator",
+    "GenerateResult",
+    "KEY_FIELDS",
+    "create_events_table",
+    "events_table_sql",
+    "format_time",
+    "generate",
+    "main",
+    "write_lines",
+]
 
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 KEY_FIELDS = ("event_id", "dt", "hr")
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("event_id", "STRING NOT NULL"),
+    ("user_id", "BIGINT"),
+    ("product_id", "STRING"),
+    ("event_type", "STRING"),
+    ("event_time", "TIMESTAMP"),
+    ("dt", "DATE NOT NULL"),
+    ("hr", "INT NOT NULL"),
+    ("amount", "DOUBLE"),
+)
+"""The click-event table's columns in Spark SQL, as its DDL declares them."""
 DEFAULT_START = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 _mtime_lock = threading.Lock()
+
+
+def write_lines(
+    out_dir: str | os.PathLike[str], lines: Sequence[str], *, prefix: str, sequence: int = 0
+) -> Path:
+    """Write `lines` to a new `<prefix>-<mtime>-<sequence>.jsonl` file in `out_dir`, atomically;
+    names and modification times increase in write order. Return its path.
+
+    The file appears complete or not at all: it is written under a hidden temporary name in the
+    same folder (the file source skips names starting with "."), then renamed.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    mtime = _next_mtime_ns()
+    name = f"{prefix}-{mtime:020d}-{sequence:05d}.jsonl"
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write("".join(line + "\n" for line in lines))
+            out.flush()
+            os.fsync(out.fileno())
+        os.utime(tmp, ns=(mtime, mtime))
+        os.replace(tmp, folder / name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return folder / name
+
+
+def events_table_sql(table: str) -> list[str]:
+    """The DDL of the click-event table: merge-on-read, partitioned by day and hour. Its key
+    (event_id, dt, hr; KEY_FIELDS) goes to the ingest job as `key_columns`, not as identifier
+    fields, which Iceberg 1.9 cannot MERGE merge-on-read into (see
+    ingest_gate.table.identifier_merge_refusal)."""
+    from ingest_gate.table import create_table_sql
+
+    columns = ",\n  ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS)
+    return create_table_sql(table, columns=columns, partitioned_by="dt, hr")
+
+
+def create_events_table(spark: Any, table: str) -> None:
+    """Create the click-event table (and its namespace) if missing, as a user would in
+    spark-sql: the ingest job takes its schema from it.
+
+    Raises:
+        pyspark.errors.PySparkException: the catalog refused a statement.
+    """
+    from ingest_gate.sql import quote_identifier
+
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote_identifier(table.rsplit('.', 1)[0])}")
+    for statement in events_table_sql(table):
+        spark.sql(statement)
+
+
 _last_mtime_ns = 0
 
 
@@ -234,24 +316,10 @@ class EventGenerator:
         Raises:
             OSError: the folder cannot be written.
         """
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        mtime = _next_mtime_ns()
-        name = f"events-{mtime:020d}-{len(self.files):05d}.jsonl"
         lines = self.records(n)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write("".join(line + "\n" for line in lines))
-                out.flush()
-                os.fsync(out.fileno())
-            os.utime(tmp, ns=(mtime, mtime))
-            os.replace(tmp, folder / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        self.files.append(str(folder / name))
-        return folder / name
+        path = write_lines(out_dir, lines, prefix="events", sequence=len(self.files))
+        self.files.append(str(path))
+        return path
 
     def expected_rows(self) -> list[dict[str, Any]]:
         """The final row per key, JSON-shaped as written, sorted by key."""
@@ -264,6 +332,165 @@ class EventGenerator:
             by_kind=dict(self.by_kind),
             expected=self.expected_rows(),
         )
+
+
+class ChangeGenerator(EventGenerator):
+    """Change events of the click-event table, as a change-data-capture tool writes them:
+    inserts, updates, updates that change the key, deletes (each followed by a tombstone, as
+    Debezium does), and bad records; `expected_rows()` is the table's final state.
+
+    ChangeGenerator(seed=1, format="debezium")      # Debezium JSON, without the wrapper
+    ChangeGenerator(seed=1, format="canal", delete_ratio=0.2, key_change_ratio=0.1)
+
+    Debezium's encodings of the columns: `event_time` (a TIMESTAMP column) as a ZonedTimestamp
+    string, `dt` as io.debezium.time.Date (days since 1970). canal: every value a string.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        format: str = "debezium",
+        start: datetime = DEFAULT_START,
+        update_ratio: float = 0.3,
+        delete_ratio: float = 0.1,
+        key_change_ratio: float = 0.05,
+        bad_ratio: float = 0.0,
+    ) -> None:
+        if format not in ("debezium", "canal"):
+            raise ValueError(f"format must be debezium or canal, got {format!r}")
+        super().__init__(seed=seed, start=start, update_ratio=update_ratio, bad_ratio=bad_ratio)
+        self.format = format
+        self._change_ratios = {"delete": delete_ratio, "key_change": key_change_ratio}
+        if sum(self._change_ratios.values()) + update_ratio + bad_ratio > 1.0:
+            raise ValueError("the ratios add up to more than 1")
+        self._position = 0
+
+    def records(self, n: int) -> list[str]:
+        lines: list[str] = []
+        while len(lines) < n:
+            lines.extend(self._change())
+        # only a delete's tombstone can run past `n` (it comes last): the count stays exact
+        return lines[:n]
+
+    def _change(self) -> list[str]:
+        r = self._rng.random()
+        kind, edge = "new", 0.0
+        ratios = {**self._change_ratios, "update": self._ratios["update_ratio"]}
+        for name in ("bad", "delete", "key_change", "update"):
+            edge += ratios.get(name, self._ratios.get(f"{name}_ratio", 0.0))
+            if r < edge:
+                kind = name
+                break
+        if kind in ("delete", "key_change", "update") and not self._keys:
+            kind = "new"
+        self.by_kind[kind] += 1
+        if kind == "bad":
+            return [self._bad_change()]
+        if kind == "new":
+            row = self._event("new")
+            self._put(row)
+            return [self._envelope("c", None, row)]
+        key = self._rng.choice(self._keys)
+        before = self._latest[key]
+        if kind == "delete":
+            self._drop(key)
+            return (
+                [self._envelope("d", before, None), "null"]
+                if self.format == "debezium"
+                else [self._envelope("d", before, None)]
+            )
+        after = self._event("update")  # newer values of a random key; the key is set below
+        after = {**after, **{k: before[k] for k in KEY_FIELDS}}
+        if kind == "key_change":
+            after["event_id"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+            self._drop(key)
+        self._put(after)
+        return [self._envelope("u", before, after)]
+
+    def _put(self, row: dict[str, Any]) -> None:
+        key = tuple(row[k] for k in KEY_FIELDS)
+        if key not in self._latest:
+            self._keys.append(key)
+        self._latest[key] = row
+
+    def _drop(self, key: tuple[Any, ...]) -> None:
+        del self._latest[key]
+        index = self._keys.index(key)
+        self._keys[index] = self._keys[-1]
+        self._keys.pop()
+
+    def _envelope(
+        self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+    ) -> str:
+        self._position += 1
+        if self.format == "debezium":
+            return json.dumps(
+                {
+                    "before": _debezium_row(before),
+                    "after": _debezium_row(after),
+                    "op": op,
+                    "source": {"connector": "generator", "pos": self._position, "row": 0},
+                },
+                separators=(",", ":"),
+            )
+        kind = {"c": "INSERT", "u": "UPDATE", "d": "DELETE"}[op]
+        row = after if after is not None else before
+        old = None
+        if op == "u" and before is not None and after is not None:
+            old = [{k: _canal_value(v) for k, v in before.items() if after.get(k) != v}]
+        return json.dumps(
+            {
+                "id": self._position,
+                "database": "demo",
+                "table": "events",
+                "pkNames": list(KEY_FIELDS),
+                "isDdl": False,
+                "type": kind,
+                "data": [{k: _canal_value(v) for k, v in (row or {}).items()}],
+                "old": old,
+            },
+            separators=(",", ":"),
+        )
+
+    def _bad_change(self) -> str:
+        rng = self._rng
+        row = self._event("new")
+        flavour = rng.choice(("unparseable", "unknown_op", "no_after", "wrong_type"))
+        if flavour == "unparseable":
+            line = self._envelope("c", None, row)
+            return line[: rng.randint(1, len(line) - 2)]
+        if flavour == "unknown_op":
+            line = json.loads(self._envelope("c", None, row))
+            line["op" if self.format == "debezium" else "type"] = "x"
+            return json.dumps(line)
+        if flavour == "no_after":
+            line = json.loads(self._envelope("c", None, row))
+            line["after" if self.format == "debezium" else "data"] = None
+            return json.dumps(line)
+        return self._envelope("c", None, {**row, "hr": "ten"})
+
+
+_EPOCH_DATE = datetime(1970, 1, 1, tzinfo=UTC).date()
+
+
+def _debezium_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    out = dict(row)
+    if isinstance(out.get("dt"), str):
+        # io.debezium.time.Date: days since 1970
+        out["dt"] = (datetime.fromisoformat(out["dt"]).date() - _EPOCH_DATE).days
+    return out
+
+
+def _canal_value(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.endswith("Z") and "T" in value:
+        # canal writes MySQL's own text: "2024-05-01 10:00:00.123456", here in UTC
+        return value[:-1].replace("T", " ")
+    return str(value)
 
 
 def generate(

@@ -7,14 +7,24 @@
 
 Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
 
-1. parse against the declared schema; bad records go to the dead-letter folder of the batch;
-2. keep the latest version of each key (ingest_gate.schema.dedupe_latest);
-3. skip the batch when a snapshot of the table already carries this query id and batch id: the
+1. read the target table from the catalog (schema, identifier fields, partition spec; see
+   ingest_gate.target): when it changed since the last batch (an `ALTER TABLE ... ADD
+   COLUMN`), records are parsed against the new columns from this batch on;
+2. decode the records in the configured format (ingest_gate.decode) into changes; bad records
+   go to the dead-letter folder of the batch with their reason, tombstones and DDL are
+   counted as skipped, record fields the table has no column for are counted and ignored;
+3. keep the last change of each key (ingest_gate.changes.last_change_per_key);
+4. skip the batch when a snapshot of the table already carries this query id and batch id: the
    batch committed before a crash and is being replayed from the checkpoint;
-4. name the batch's partitions (ingest_gate.partition), enter the gate with a commit lease on
-   them (see ingest_gate.gate) and run the MERGE (ingest_gate.merge), its ON condition limited
-   to them, with the query id, batch id and lease id in the snapshot summary;
-5. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+5. name the batch's partitions (ingest_gate.partition), enter the gate with a commit lease on
+   them (see ingest_gate.gate) and run the MERGE (ingest_gate.merge): upserts, and for change
+   streams deletes, its ON condition limited to those partitions (exactly up to
+   `exact_filter_max_partitions`, past it by one IN list per partition field, a cheaper
+   superset), with the query id, batch id and lease id in the snapshot summary;
+6. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+
+The table must exist: the job reads its schema and never creates it (`TableMissing` says how).
+Key columns come from `key_columns`, or else from the table's identifier fields.
 
 Lease scope (`lease_scope`, DESIGN.md §3b) is decided once per run, at the first batch: the
 batch's partitions when the table has one partition spec in use and the key holds every
@@ -39,23 +49,38 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ingest_gate.merge import merge_sql, partition_predicate
+from ingest_gate.changes import (
+    DELETED,
+    bad_records,
+    changes,
+    count_decoded,
+    decode_batch,
+    last_change_per_key,
+    write_dead_letters,
+)
+from ingest_gate.decode import Decoder
+from ingest_gate.merge import MergeFilter, merge_filter, merge_sql
 from ingest_gate.partition import (
     PartitionScope,
     batch_partition_counts,
     partition_names,
     partition_scope,
 )
-from ingest_gate.schema import dedupe_latest, parse_events, split_valid, write_dead_letters
 from ingest_gate.snapshots import (
     batch_properties,
     find_batch_snapshot,
     snapshot_summary,
     with_commit_properties,
 )
-from ingest_gate.source import read_stream, with_source_position
+from ingest_gate.source import count_files, read_stream, with_source_position
 from ingest_gate.spark import error_message
-from ingest_gate.table import ensure_table
+from ingest_gate.table import (
+    check_write_modes,
+    ensure_clustered_writes,
+    identifier_merge_refusal,
+    table_properties,
+)
+from ingest_gate.target import Primitive, TableMissing, Target, read_target, unsupported
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +89,7 @@ if TYPE_CHECKING:
     from ingest_gate.config import IngestConfig
 
 __all__ = [
+    "TableMissing",
     "BatchHooks",
     "BatchRecord",
     "BatchWriter",
@@ -71,6 +97,7 @@ __all__ = [
     "IngestRun",
     "Ungated",
     "make_gate",
+    "plan_decoder",
     "run",
 ]
 
@@ -81,6 +108,43 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark on the thread that r
 
 class IngestError(Exception):
     """The ingest job cannot run as configured; the message says what to fix."""
+
+
+def plan_decoder(config: IngestConfig, target: Target) -> Decoder:
+    """The decoder of `config`'s format for `target`, its key checked against the table.
+
+    Raises:
+        IngestError: no usable key, a key or event-time column the table lacks, or a column
+            the job cannot write.
+    """
+    problems = unsupported(target.columns)
+    keys = tuple(config.key_columns) or target.identifier
+    if not keys:
+        problems.append(
+            f"no key: set key_columns, or give the table identifier fields (ALTER TABLE "
+            f"{target.name} SET IDENTIFIER FIELDS ...)"
+        )
+    for key in keys:
+        column = target.column(key)
+        if column is None:
+            problems.append(f"key column {key!r} is not a column of the table")
+        elif not isinstance(column.type, Primitive):
+            problems.append(f"key column {key!r} must be of a primitive type, not {column.type}")
+    event_time = config.event_time_column if config.format == "json" else None
+    if event_time is not None and target.column(event_time) is None:
+        problems.append(
+            f"event_time_column {event_time!r} is not a column of the table (format json orders "
+            "the versions of a key by it)"
+        )
+    if problems:
+        raise IngestError(f"{target.name}: " + "; ".join(problems))
+    return Decoder(
+        target,
+        key_columns=keys,
+        format=config.format,
+        event_time_column=event_time,
+        time_zone=config.time_zone,
+    )
 
 
 class GateLike(Protocol):
@@ -97,12 +161,25 @@ class BatchRecord:
              MERGE ran) | empty (no valid rows) | replayed (committed before) | timed_out |
              lease_lost | failed (nothing committed, the batch raised)
     scope:   the partitions its commit lease covered, or "table"
+    merge_filter: how its MERGE was limited to its partitions: exact, superset (see
+             ingest_gate.merge), or None (the whole table)
+    sources: files (or Kafka topic-partitions) read, last_source the last of them by name;
+             rows_read: records; skipped: records skipped by reason (tombstone, DDL); changes:
+             what the good records asked for (deletes of them); duplicates_dropped: changes
+             another change of the same key superseded within the batch
     """
 
     query_id: str
     batch_id: int
+    sources: int = 0
+    last_source: str | None = None
     rows_read: int = 0
     bad_rows: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    unknown_fields: int = 0
+    unknown_names: list[str] = field(default_factory=list)
+    changes: int = 0
+    deletes: int = 0
     duplicates_dropped: int = 0
     rows_in_merge: int = 0
     rows_merged: int | None = None
@@ -111,6 +188,7 @@ class BatchRecord:
     lease_calls_s: float = 0.0
     lease_id: str | None = None
     scope: list[str] | str = "table"
+    merge_filter: str | None = None
     commit_s: float = 0.0
     snapshot_id: int | None = None
     dead_letter_path: str | None = None
@@ -210,8 +288,11 @@ class BatchWriter:
         self.in_progress: tuple[int, str] | None = None
         self.last_error: BaseException | None = None
         # the table's partition scope, decided at the first batch that merges (see _table_scope)
+        # and again after the table changed
         self._scope: PartitionScope | None = None
         self._scope_decided = False
+        # the decoder for the table as read at the last batch, and that table's version
+        self._decoder: Decoder | None = None
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
 
@@ -230,8 +311,9 @@ class BatchWriter:
         parsed = None
         self.in_progress = (batch_id, "parse")
         try:
-            parsed = parse_events(with_source_position(batch), required=self._required()).persist()
-            self._upsert(spark, parsed, record)
+            decoder = self.prepare(spark)
+            parsed = decode_batch(with_source_position(batch), decoder).persist()
+            self._upsert(spark, parsed, record, decoder)
         except BaseException as exc:
             if record.outcome not in ("timed_out", "lease_lost"):
                 record.outcome = "failed"
@@ -255,9 +337,39 @@ class BatchWriter:
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _required(self) -> tuple[str, ...]:
-        cfg = self.config
-        return tuple(dict.fromkeys([*cfg.key_columns, cfg.event_time_column]))
+    def prepare(self, spark: SparkSession) -> Decoder:
+        """The decoder for the table as it is now: read from the catalog, rebuilt (and the
+        partition scope decided again) when its schema or spec changed since the last batch.
+
+        Raises:
+            TableMissing: the table is gone.
+            IngestError: as plan_decoder.
+        """
+        target = read_target(spark, self.config.table, catalog=self.config.catalog)
+        if self._decoder is not None and self._decoder.target.version == target.version:
+            return self._decoder
+        decoder = plan_decoder(self.config, target)
+        if target.identifier:
+            refusal = identifier_merge_refusal(
+                table_properties(spark, target.name),
+                identifier=target.identifier,
+                iceberg_version=str(spark._jvm.org.apache.iceberg.IcebergBuild.version()),
+            )
+            if refusal is not None:
+                raise IngestError(f"{target.name}: {refusal}")
+        if self._decoder is not None:
+            before = set(self._decoder.target.names)
+            log.warning(
+                "table %s changed (schema %d, spec %d): columns added %s, dropped %s; "
+                "records are read against it from this batch on",
+                target.name,
+                *target.version,
+                sorted(set(target.names) - before),
+                sorted(before - set(target.names)),
+            )
+        self._decoder = decoder
+        self._scope_decided = False
+        return decoder
 
     def _query_id(self, spark: SparkSession) -> str:
         if self.query_id is not None:
@@ -270,27 +382,32 @@ class BatchWriter:
             )
         return query_id
 
-    def _upsert(self, spark: SparkSession, parsed: DataFrame, record: BatchRecord) -> None:
-        from pyspark.sql import functions as F
-
+    def _upsert(
+        self, spark: SparkSession, parsed: DataFrame, record: BatchRecord, decoder: Decoder
+    ) -> None:
         cfg = self.config
-        counts = parsed.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.count("reason").alias("bad"),
-        ).first()
-        record.rows_read, record.bad_rows = int(counts["rows"]), int(counts["bad"])
-        good, bad = split_valid(parsed)
+        counts = count_decoded(parsed)
+        record.rows_read, record.bad_rows = counts.rows, counts.bad
+        for name in ("sources", "last_source", "skipped", "changes", "deletes"):
+            setattr(record, name, getattr(counts, name))
+        record.unknown_fields, record.unknown_names = counts.unknown_fields, counts.unknown_names
         if record.bad_rows:
             # before the gate: dead letters are not the table's, and a replay overwrites them
             record.dead_letter_path = write_dead_letters(
-                bad, cfg.dead_letter_path, query_id=record.query_id, batch_id=record.batch_id
+                bad_records(parsed),
+                cfg.dead_letter_path,
+                query_id=record.query_id,
+                batch_id=record.batch_id,
             )
-        deduped = dedupe_latest(
-            good, key_columns=cfg.key_columns, event_time_column=cfg.event_time_column
+        last = last_change_per_key(
+            changes(parsed),
+            key_columns=decoder.key_columns,
+            names=decoder.target.names,
+            event_time_column=decoder.event_time_column,
         ).persist()
         try:
-            record.rows_in_merge, values = self._count(spark, deduped)
-            record.duplicates_dropped = record.rows_read - record.bad_rows - record.rows_in_merge
+            record.rows_in_merge, values = self._count(spark, last)
+            record.duplicates_dropped = record.changes - record.rows_in_merge
             if record.rows_in_merge == 0:
                 record.outcome = "empty"
                 return
@@ -304,9 +421,9 @@ class BatchWriter:
                     record.snapshot_id = found
                     record.outcome = "replayed"
                     return
-            self._merge(spark, deduped, record, values)
+            self._merge(spark, last, record, values, decoder)
         finally:
-            deduped.unpersist()
+            last.unpersist()
 
     def _count(
         self, spark: SparkSession, deduped: DataFrame
@@ -318,7 +435,8 @@ class BatchWriter:
         Raises:
             as _table_scope and ingest_gate.partition.batch_partition_counts.
         """
-        scope = self._table_scope(spark)
+        keys = self._decoder.key_columns if self._decoder else self.config.key_columns
+        scope = self._table_scope(spark, keys)
         if scope is None:
             return deduped.count(), None
         counts = batch_partition_counts(deduped, scope.spec, catalog=self.config.catalog.name)
@@ -330,17 +448,21 @@ class BatchWriter:
         deduped: DataFrame,
         record: BatchRecord,
         values: list[tuple[Any, ...]] | None,
+        decoder: Decoder,
     ) -> None:
         cfg = self.config
         view = f"lakelock_batch_{record.batch_id}"
         partitions, partition_filter = self._batch_scope(values, record.batch_id)
+        record.merge_filter = None if partition_filter.predicate is None else partition_filter.kind
         deduped.createOrReplaceTempView(view)
         statement = merge_sql(
             target=cfg.table,
             source=view,
-            key_columns=cfg.key_columns,
-            event_time_column=cfg.event_time_column,
-            partition_filter=partition_filter,
+            key_columns=decoder.key_columns,
+            columns=decoder.target.names,
+            event_time_column=decoder.event_time_column,
+            delete_column=None if cfg.format == "json" else DELETED,
+            partition_filter=partition_filter.predicate,
         )
         gate_pass = None
         self.in_progress = (record.batch_id, "gate")
@@ -381,7 +503,9 @@ class BatchWriter:
         if self.hooks.after_merge is not None:
             self.hooks.after_merge(record.batch_id, gate_pass)
 
-    def _table_scope(self, spark: SparkSession) -> PartitionScope | None:
+    def _table_scope(
+        self, spark: SparkSession, key_columns: Sequence[str]
+    ) -> PartitionScope | None:
         """The table's partition scope when its leases may name partitions, else None (the
         whole table, the reason logged). Decided once per writer, at its first merge.
 
@@ -394,7 +518,7 @@ class BatchWriter:
         if cfg.lease_scope == "table":
             log.info("commit leases on %s cover the whole table (lease_scope = table)", cfg.table)
         else:
-            scope = partition_scope(spark, cfg.table, key_columns=cfg.key_columns)
+            scope = partition_scope(spark, cfg.table, key_columns=key_columns)
             if scope.usable:
                 log.info(
                     "commit leases on %s cover each batch's partitions (spec %d: %s)",
@@ -414,18 +538,23 @@ class BatchWriter:
 
     def _batch_scope(
         self, values: list[tuple[Any, ...]] | None, batch_id: int
-    ) -> tuple[list[str] | None, str | None]:
+    ) -> tuple[list[str] | None, MergeFilter]:
         """The partitions to lease for a batch in partitions `values` (None: the whole table)
-        and the MERGE's partition filter (None: none).
+        and the MERGE's partition filter (its predicate None: none).
 
         Raises:
             as ingest_gate.partition.partition_name; TypeError from the filter.
         """
         cfg = self.config
         if values is None or self._scope is None:
-            return None, None
+            return None, MergeFilter(None, "exact")
         names = partition_names(self._scope.spec, values)
-        partition_filter = partition_predicate(self._scope.spec, values, catalog=cfg.catalog.name)
+        partition_filter = merge_filter(
+            self._scope.spec,
+            values,
+            catalog=cfg.catalog.name,
+            exact_max=cfg.exact_filter_max_partitions,
+        )
         if len(names) > cfg.max_lease_partitions:
             log.warning(
                 "batch %d touches %d partitions of %s (max_lease_partitions %d): "
@@ -461,11 +590,46 @@ class IngestRun:
     handle.stop()
     """
 
-    def __init__(self, query: StreamingQuery, writer: BatchWriter, config: IngestConfig) -> None:
+    def __init__(
+        self,
+        query: StreamingQuery,
+        writer: BatchWriter,
+        config: IngestConfig,
+        *,
+        files_at_start: int | None = None,
+    ) -> None:
         self.query = query
         self.writer = writer
         self.config = config
+        self.files_at_start = files_at_start
         self.started = time.monotonic()
+
+    def summary(self) -> dict[str, Any]:
+        """What the run did, summed over its batches; `note` says when nothing was there."""
+        records = [r for r in self.records if r.outcome != "failed"]
+        skipped: dict[str, int] = {}
+        for r in records:
+            for why, n in r.skipped.items():
+                skipped[why] = skipped.get(why, 0) + n
+        out: dict[str, Any] = {
+            "format": self.config.format,
+            "files_matched_at_start": self.files_at_start,
+            "sources_read": sum(r.sources for r in records),
+            "batches": len(records),
+            "records": sum(r.rows_read for r in records),
+            "bad_records": sum(r.bad_rows for r in records),
+            "skipped": skipped,
+            "unknown_fields": sum(r.unknown_fields for r in records),
+            "changes": sum(r.changes for r in records),
+            "deletes": sum(r.deletes for r in records),
+            "rows_merged": sum(r.rows_in_merge for r in records),
+        }
+        if self.config.source == "files" and not out["sources_read"]:
+            out["note"] = (
+                f"no file matching {self.config.file_pattern!r} was read from "
+                f"{self.config.landing_path} (set file_pattern to the names your files have)"
+            )
+        return out
 
     @property
     def records(self) -> list[BatchRecord]:
@@ -524,13 +688,15 @@ def run(
     gate: GateLike | None = None,
     hooks: BatchHooks | None = None,
 ) -> IngestRun:
-    """Create the table if missing and start the streaming query; returns at once.
+    """Read the target table and start the streaming query; returns at once.
 
     `spark` lets tests and notebooks share a session; else one is built from `config.catalog`.
     `gate` replaces the one built from config (`make_gate`).
 
     Raises:
-        pyspark.errors.PySparkException: the table or the query cannot be set up.
+        TableMissing: the table does not exist (one line: where the job looked, how to create it).
+        IngestError: the table and the config do not fit (the message says what to fix).
+        pyspark.errors.PySparkException: the query cannot be set up.
     """
     if spark is None:
         from ingest_gate.spark import build_session
@@ -538,13 +704,27 @@ def run(
         spark = build_session(
             config.catalog, app_name="lakelock-ingest", master=config.spark_master
         )
-    ensure_table(spark, config.table, partition_columns=config.partition_columns)
-    if config.source == "files" and "://" not in config.landing_path:
-        # the file source refuses a missing folder; an empty one just has nothing yet
-        Path(config.landing_path).mkdir(parents=True, exist_ok=True)
     writer = BatchWriter(
         config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks
     )
+    decoder = writer.prepare(spark)  # refuses a missing table or a misfit before any batch
+    check_write_modes(spark, config.table)
+    ensure_clustered_writes(spark, config.table)
+    files = None
+    if config.source == "files":
+        if "://" not in config.landing_path:
+            # the file source refuses a missing folder; an empty one just has nothing yet
+            Path(config.landing_path).mkdir(parents=True, exist_ok=True)
+        files = count_files(spark, config)
+        level = logging.INFO if files else logging.WARNING
+        log.log(
+            level,
+            "%d files in %s match %r%s",
+            files,
+            config.landing_path,
+            config.file_pattern,
+            "" if files else " (file_pattern): nothing to read yet",
+        )
     stream = read_stream(spark, config).writeStream.foreachBatch(writer)
     stream = stream.option("checkpointLocation", config.checkpoint_path)
     if config.available_now:
@@ -554,10 +734,12 @@ def run(
         stream = stream.trigger(processingTime=f"{interval_ms} milliseconds")
     query = stream.start()
     log.info(
-        "ingest query %s (run %s) started: %s -> %s",
+        "ingest query %s (run %s) started: %s (%s) -> %s, key %s",
         query.id,
         query.runId,
         config.landing_path if config.source == "files" else "kafka",
+        config.format,
         config.table,
+        ", ".join(decoder.key_columns),
     )
-    return IngestRun(query, writer, config)
+    return IngestRun(query, writer, config, files_at_start=files)

@@ -1,4 +1,4 @@
-"""The upsert statement of one micro-batch.
+"""The MERGE statement of one micro-batch: upserts, and deletes for change streams.
 
     merge_sql(target="local.db.events", source="batch_7",
               key_columns=("event_id", "dt", "hr"), event_time_column="event_time")
@@ -14,7 +14,22 @@ gives
 The event-time guard makes the statement idempotent: replaying a batch that already committed
 matches every row with an equal event time and rewrites it with the same values, and an older
 version of a key (a late update) never replaces a newer one. `>=` rather than `>` lets a later
-batch win a tie, the same rule as within a batch (see ingest_gate.schema).
+batch win a tie, the same rule as within a batch (see ingest_gate.changes).
+
+A change stream's batch (one last change per key, `_deleted` true for a delete) merges with
+
+    merge_sql(target="local.db.users", source="batch_7", key_columns=("userid",),
+              columns=("userid", "name"), delete_column="_deleted")
+
+    MERGE INTO `local`.`db`.`users` t
+    USING `batch_7` s
+    ON t.`userid` = s.`userid`
+    WHEN MATCHED AND s.`_deleted` THEN DELETE
+    WHEN MATCHED THEN UPDATE SET t.`userid` = s.`userid`, t.`name` = s.`name`
+    WHEN NOT MATCHED AND NOT s.`_deleted` THEN INSERT (`userid`, `name`) VALUES (s.`userid`, ...)
+
+Replaying a stretch of a change stream again, in order, converges: each batch leaves every key
+it names in the state of its last change, whatever the table held before.
 
 Under partition scope (DESIGN.md §3b) the ON condition also names the batch's partitions by
 literal values, so the MERGE reads and may touch only them (`partition_filter`):
@@ -26,25 +41,78 @@ Spark pushes such a disjunction of equalities into Iceberg's scan as a partition
 transform's value is compared through Iceberg's function (`local`.system.days(t.`ts`) =
 DATE'2024-06-20'), which Iceberg 1.9 turns into `day(ts) = ...`. A row tuple `(t.dt, t.hr) IN
 ((...))` is not pushed down (checked with EXPLAIN), so the disjunction is spelled out.
+
+That disjunction costs one AND per partition wherever it is evaluated (Iceberg's planning of
+each file, each scan task's residual), so a wide batch pays for its width: on a table of
+30,000 files in 1,000 hour partitions, a MERGE under the OR of 1,000 ANDs was slower than with
+no filter at all (benchmarks/README.md, wide batches). Past `exact_max` partitions
+`merge_filter` gives `partition_superset` instead, one IN list per partition field:
+
+    t.`dt` IN (DATE'2024-06-20', DATE'2024-06-21') AND t.`hr` IN (0, 1, 22, 23)
+
+a superset of the batch's partitions (here hours 22-23 of one day and 0-1 of the next, so it
+admits eight partitions for four) at one set lookup per field, pushed down the same way. It
+only widens what the MERGE reads: the rows a key matches are in the batch's own partitions, and
+the commit lease still names exactly those.
 """
 
 from __future__ import annotations
 
 import binascii
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from ingest_gate.partition import PartitionField, PartitionSpec
+from ingest_gate.partition import PartitionField, PartitionSpec, transform_sql
+from ingest_gate.sql import quote_identifier
 
-__all__ = ["merge_sql", "partition_predicate", "sql_literal", "quote_identifier"]
+__all__ = [
+    "MergeFilter",
+    "merge_filter",
+    "merge_sql",
+    "partition_predicate",
+    "partition_superset",
+    "sql_literal",
+    "quote_identifier",
+]
 
 
-def quote_identifier(name: str) -> str:
-    """`a.b.c` -> `` `a`.`b`.`c` ``, each part back-quoted (back-quotes inside are doubled)."""
-    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
+@dataclass(frozen=True)
+class MergeFilter:
+    """The partition filter of one MERGE: `predicate` (None: no filter) and its `kind`,
+    `exact` (partition_predicate) or `superset` (partition_superset)."""
+
+    predicate: str | None
+    kind: Literal["exact", "superset"]
+
+
+def merge_filter(
+    spec: PartitionSpec,
+    values: Iterable[Sequence[Any]],
+    *,
+    catalog: str,
+    exact_max: int,
+    alias: str | None = "t",
+) -> MergeFilter:
+    """The partition filter for a batch in the partitions of `values`: exact for at most
+    `exact_max` distinct partitions, else the per-field superset (see the module docstring).
+
+    Raises:
+        as partition_predicate.
+    """
+    rows = _distinct(values)
+    if len(rows) <= exact_max:
+        return MergeFilter(partition_predicate(spec, rows, catalog=catalog, alias=alias), "exact")
+    return MergeFilter(partition_superset(spec, rows, catalog=catalog, alias=alias), "superset")
+
+
+def _distinct(values: Iterable[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    """The distinct tuples of `values` in a stable order (by repr: binary values come as
+    unhashable bytearrays)."""
+    rows = {repr(tuple(row)): tuple(row) for row in values}
+    return [row for _, row in sorted(rows.items())]
 
 
 def merge_sql(
@@ -52,29 +120,52 @@ def merge_sql(
     target: str,
     source: str,
     key_columns: Sequence[str],
-    event_time_column: str,
+    event_time_column: str | None = None,
+    columns: Sequence[str] | None = None,
+    delete_column: str | None = None,
     partition_filter: str | None = None,
 ) -> str:
-    """The MERGE INTO statement that upserts view `source` into table `target`; with
+    """The MERGE INTO statement that applies view `source` to table `target`; with
     `partition_filter` (from `partition_predicate`) ANDed to the ON condition.
+
+    `columns`: the table columns to write, by name (None: `*`, every column of the source); a
+    column added to the table after they were read keeps its value (null in new rows).
+    `event_time_column`: the json format's guard, a matched row changes only when the source
+    row is as new or newer. `delete_column`: a boolean source column; true deletes the key
+    (change streams; no event-time guard: a key's changes arrive in order).
 
     Raises:
         ValueError: no key column, or the event-time column is a key column.
     """
     if not key_columns:
         raise ValueError("key_columns must name at least one column")
-    if event_time_column in key_columns:
+    if event_time_column is not None and event_time_column in key_columns:
         raise ValueError(f"event_time_column {event_time_column!r} must not be a key column")
     on = " AND ".join(f"t.{quote_identifier(c)} = s.{quote_identifier(c)}" for c in key_columns)
     if partition_filter is not None:
         on += f" AND ({partition_filter})"
-    ts = quote_identifier(event_time_column)
+    if columns is None:
+        update, insert = "UPDATE SET *", "INSERT *"
+    else:
+        names = [quote_identifier(c) for c in columns]
+        update = "UPDATE SET " + ", ".join(f"t.{n} = s.{n}" for n in names)
+        insert = f"INSERT ({', '.join(names)}) VALUES ({', '.join(f's.{n}' for n in names)})"
+    matched = "WHEN MATCHED"
+    if event_time_column is not None:
+        ts = quote_identifier(event_time_column)
+        matched += f" AND s.{ts} >= t.{ts}"
+    clauses = [f"{matched} THEN {update}", f"WHEN NOT MATCHED THEN {insert}"]
+    if delete_column is not None:
+        deleted = f"s.{quote_identifier(delete_column)}"
+        clauses = [
+            f"WHEN MATCHED AND {deleted} THEN DELETE",
+            f"{matched} THEN {update}",
+            f"WHEN NOT MATCHED AND NOT {deleted} THEN {insert}",
+        ]
     return (
         f"MERGE INTO {quote_identifier(target)} t\n"
         f"USING {quote_identifier(source)} s\n"
-        f"ON {on}\n"
-        f"WHEN MATCHED AND s.{ts} >= t.{ts} THEN UPDATE SET *\n"
-        "WHEN NOT MATCHED THEN INSERT *"
+        f"ON {on}\n" + "\n".join(clauses)
     )
 
 
@@ -90,12 +181,8 @@ def partition_predicate(
         ingest_gate.partition.UnsupportedPartition: a transform it cannot express.
         TypeError: a value of a Python type it cannot write as a literal.
     """
-    from ingest_gate.partition import transform_sql
-
     disjuncts = []
-    # distinct, in a stable order; by repr since binary values come as unhashable bytearrays
-    rows = {repr(tuple(row)): tuple(row) for row in values}
-    for _, row in sorted(rows.items()):
+    for row in _distinct(values):
         terms = []
         for field, value in zip(spec.fields, row, strict=True):
             if field.transform == "void":
@@ -112,6 +199,43 @@ def partition_predicate(
             return None
         disjuncts.append("(" + " AND ".join(terms) + ")")
     return " OR ".join(disjuncts) or None
+
+
+def partition_superset(
+    spec: PartitionSpec, values: Iterable[Sequence[Any]], *, catalog: str, alias: str | None = "t"
+) -> str | None:
+    """A predicate that holds for every row in the partitions of `values` (as
+    partition_predicate takes them) and for rows of other partitions that combine the same
+    field values: per field, its transformed value IN the field's distinct values (`OR
+    column IS NULL` when null is one of them), ANDed over the fields. None when it would not
+    restrict anything (no values, or only void fields).
+
+    Raises:
+        as partition_predicate.
+    """
+    rows = _distinct(values)
+    if not rows:
+        return None
+    terms = []
+    for i, field in enumerate(spec.fields):
+        if field.transform == "void":
+            continue  # always null: no restriction
+        term = _field_in(field, [row[i] for row in rows], catalog=catalog, alias=alias)
+        terms.append(term)
+    return " AND ".join(terms) or None
+
+
+def _field_in(field: PartitionField, values: list[Any], *, catalog: str, alias: str | None) -> str:
+    """`field`'s transformed value IN `values`, and/or its source column IS NULL."""
+    by_literal = {sql_literal(v, field): v for v in values if v is not None}
+    literals = [literal for literal, _ in sorted(by_literal.items(), key=lambda item: item[1])]
+    tests = []
+    if literals:
+        tests.append(f"{transform_sql(field, catalog, alias=alias)} IN ({', '.join(literals)})")
+    if any(v is None for v in values):
+        column = quote_identifier(field.source)
+        tests.append(f"{column if alias is None else f'{alias}.{column}'} IS NULL")
+    return tests[0] if len(tests) == 1 else "(" + " OR ".join(tests) + ")"
 
 
 def sql_literal(value: Any, field: PartitionField) -> str:

@@ -53,6 +53,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ingest_gate.spark import load_table
+from ingest_gate.sql import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -350,8 +351,6 @@ def partition_scope(
         py4j.protocol.Py4JJavaError: the table cannot be loaded.
         pyspark.errors.PySparkException: the `files` metadata table cannot be read.
     """
-    from ingest_gate.merge import quote_identifier
-
     jtable = load_table(spark, table)
     spec = spec_of(jtable)
     in_use = [spec.spec_id]
@@ -370,8 +369,6 @@ def transform_sql(field: PartitionField, catalog: str, *, alias: str | None = No
     Raises:
         UnsupportedPartition: a transform this module cannot name.
     """
-    from ingest_gate.merge import quote_identifier
-
     column = quote_identifier(field.source)
     if alias is not None:
         column = f"{alias}.{column}"
@@ -452,8 +449,6 @@ def table_partitions(
         ValueError: the spec has no fields.
         pyspark.errors.PySparkException: the metadata table cannot be read.
     """
-    from ingest_gate.merge import quote_identifier
-
     if not spec.fields:
         raise ValueError("an unpartitioned table has no partitions; lease the whole table")
     rows = spark.sql(

@@ -1,10 +1,23 @@
 """The one place a Spark session with the Iceberg runtime and a catalog is built.
 
-Both jobs call `build_session(CatalogConfig(...))`. Locally the Iceberg runtime jar comes from
-the `snowpark-connect-deps-iceberg==1.0.1` wheel (Iceberg 1.9.2 for Spark 3.5, Scala 2.12); on a
-cluster, set `jars_packages` (or leave `use_bundled_jar=False` and let the site provide it).
+Both jobs call `build_session(CatalogConfig(...))`, started in one of two ways:
+
+    python -m ingest_gate ...     Python starts Spark itself: the job's master (default
+                                  local[*]) and the Iceberg runtime jar of the `spark` extra
+                                  (`snowpark-connect-deps-iceberg==1.0.1`: Iceberg 1.9.2 for
+                                  Spark 3.5, Scala 2.12), or `jars_packages`
+    spark-submit <entry script>   spark-submit started the driver: its --master, --jars,
+                                  --packages and --conf win; the job adds its catalog and fills
+                                  in only the settings the submit left out. The Iceberg runtime
+                                  must come with the submit (--jars or --packages), since the
+                                  driver's classpath is fixed by then; a missing one is a
+                                  one-line error, not a failure at the first MERGE.
+
+Catalogs (docs/catalogs.md has the properties of each):
 
     CatalogConfig()                                         # Hadoop catalog in ./var/warehouse
+    CatalogConfig(name="lake", type="jdbc", warehouse="s3://bucket/wh",
+                  properties={"uri": "jdbc:mariadb://db:3306/iceberg", "jdbc.user": "iceberg"})
     CatalogConfig(name="glue", type="glue", warehouse="s3://bucket/wh",
                   properties={"io-impl": "org.apache.iceberg.aws.s3.S3FileIO"})
     CatalogConfig(type="rest", properties={"uri": "https://catalog.example/api"})
@@ -12,6 +25,7 @@ cluster, set `jars_packages` (or leave `use_bundled_jar=False` and let the site 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -29,7 +43,11 @@ __all__ = [
     "bundled_iceberg_jar",
     "build_session",
     "load_table",
+    "submitted_conf",
+    "IcebergMissing",
 ]
+
+log = logging.getLogger(__name__)
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -86,6 +104,43 @@ def bundled_iceberg_jar() -> Path:
     return jar
 
 
+def submitted_conf() -> dict[str, str] | None:
+    """The Spark conf that spark-submit started this driver with (its --master, --jars, --conf
+    ...), or None when no spark-submit started it and Python starts Spark itself.
+
+    spark-submit hands a Python driver the port of its running JVM in PYSPARK_GATEWAY_PORT;
+    pyspark connects to it instead of launching one, and the JVM's system properties hold the
+    submitted conf.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+class IcebergMissing(RuntimeError):
+    """The Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit."""
+
+
+def _check_iceberg_on_driver() -> None:
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+
+    try:
+        # the driver's context class loader holds what spark-submit's --jars/--packages added
+        SparkContext._jvm.org.apache.spark.util.Utils.classForName(  # type: ignore[union-attr]
+            "org.apache.iceberg.spark.SparkCatalog", False, False
+        )
+    except Py4JJavaError:
+        raise IcebergMissing(
+            "the Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit "
+            '(--jars "$(python -m lakelock_submit jars)", or --packages '
+            "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2); see docs/spark-submit.md"
+        ) from None
+
+
 def build_session(
     catalog: CatalogConfig,
     *,
@@ -97,17 +152,45 @@ def build_session(
 ) -> SparkSession:
     """A SparkSession with Iceberg's SQL extensions and `catalog` registered.
 
-    `master=None` leaves the master to spark-submit. `extra_conf` wins over everything here.
+    Started by Python: `master` (None leaves it to Spark's defaults) and the bundled Iceberg
+    jar or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
+    jars and conf, with the catalog and the defaults below added where the submit set nothing.
+    `extra_conf` wins over everything here.
+
+    Raises:
+        IcebergMissing: under spark-submit, the Iceberg runtime was not submitted with the job.
     """
     from pyspark.sql import SparkSession
 
+    submitted = submitted_conf()
+    if submitted is not None:
+        _check_iceberg_on_driver()
+        if master and master != submitted.get("spark.master"):
+            log.info(
+                "spark master %s (from spark-submit; not %s)", submitted.get("spark.master"), master
+            )
+        master = None
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     if master and master.startswith("local"):
         # a local driver talks to itself: bind loopback, not whatever the hostname resolves to
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = {
+    conf = _defaults(submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar)
+    conf.update(catalog.spark_conf())
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _defaults(
+    submitted: dict[str, str] | None, *, jars_packages: str | None, use_bundled_jar: bool
+) -> dict[str, str]:
+    """The conf lakelock sets unless spark-submit set it: Iceberg's SQL extensions (added to
+    the submitted ones), UTC, few shuffle partitions, no UI; and the Iceberg jar when Python
+    starts the driver."""
+    defaults = {
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.session.timeZone": "UTC",
         # small local runs: a handful of shuffle partitions, not 200 tiny tasks per MERGE
@@ -115,21 +198,25 @@ def build_session(
         "spark.ui.enabled": "false",
         # the console progress bar garbles the jobs' one-line JSON logs on stderr
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-        **catalog.spark_conf(),
     }
-    if jars_packages:
-        conf["spark.jars.packages"] = jars_packages
-    elif use_bundled_jar:
-        conf["spark.jars"] = str(bundled_iceberg_jar())
-    conf.update(extra_conf or {})
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+    if submitted is None:
+        # the driver JVM is started with these; under spark-submit it runs already
+        defaults["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
+        if jars_packages:
+            defaults["spark.jars.packages"] = jars_packages
+        elif use_bundled_jar:
+            defaults["spark.jars"] = str(bundled_iceberg_jar())
+    conf = {k: v for k, v in defaults.items() if submitted is None or k not in submitted}
+    if submitted is not None and "spark.sql.extensions" in submitted:
+        extensions = submitted["spark.sql.extensions"].split(",")
+        if ICEBERG_EXTENSIONS not in extensions:
+            conf["spark.sql.extensions"] = ",".join([*extensions, ICEBERG_EXTENSIONS])
+    return conf
 
 
 class SparkJobGroups:
-    """Runs the gate's Spark work in a cancellable job group (the `job_groups` of `Gate`).
+    """Runs Spark work in a cancellable job group and tag (the gate's MERGE, the
+    compactor's steps; the `job_groups` of `Gate`).
 
         groups = SparkJobGroups(spark.sparkContext)
         groups.set("lakelock-commit-<lease>")    # in the thread that runs the MERGE
@@ -141,7 +228,12 @@ class SparkJobGroups:
     previous group instead of wiping it.
     """
 
-    _KEYS = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    _KEYS = (
+        "spark.jobGroup.id",
+        "spark.job.description",
+        "spark.job.interruptOnCancel",
+        "spark.job.tags",
+    )
 
     def __init__(self, sc: SparkContext) -> None:
         self._sc = sc
@@ -151,6 +243,9 @@ class SparkJobGroups:
         """Put this thread's next Spark jobs into `group`, interruptible on cancel."""
         self._saved.props = {key: self._sc.getLocalProperty(key) for key in self._KEYS}
         self._sc.setJobGroup(group, description or group, interruptOnCancel=True)
+        # the tag too: a job that an action starts from a thread of its own pool carries the
+        # tags of the thread that made the pool, and cancelJobsWithTag reaches it
+        self._sc.addJobTag(group)
 
     def clear(self) -> None:
         """Restore the job group this thread had before `set()`."""
@@ -161,6 +256,7 @@ class SparkJobGroups:
 
     def cancel(self, group: str) -> None:
         """Cancel the running jobs of `group`; the statement running them raises."""
+        self._sc.cancelJobsWithTag(group)
         self._sc.cancelJobGroup(group)
 
 

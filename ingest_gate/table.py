@@ -1,11 +1,27 @@
-"""Create the upsert table when it is missing.
+"""What the ingest job expects of its table, and reading one back.
 
-    create_table_sql("local.db.events", partition_columns=("dt", "hr"))
-    ensure_table(spark, "local.db.events", partition_columns=("dt", "hr"))
+    check_write_modes(spark, "local.db.events")     # warns when not merge-on-read
+    ensure_clustered_writes(spark, "local.db.events")  # one writer open per task, not per partition
+    create_table_sql("local.db.events", columns="event_id STRING NOT NULL, ...",
+                     partitioned_by="dt, hr", identifier=("event_id", "dt", "hr"))
+    read_rows(spark, "local.db.events", key_columns=("event_id", "dt", "hr"))
 
-Merge-on-read for MERGE, UPDATE and DELETE (position deletes instead of rewritten data files, so
-a micro-batch is cheap), file-scoped delete granularity (one delete file per data file, which
-`rewrite_position_delete_files` can drop when the data file is compacted), format version 2.
+The job never creates its table: the table is the schema (ingest_gate.target). A table made for
+it is best merge-on-read for MERGE, UPDATE and DELETE (position deletes instead of rewritten
+data files, so a micro-batch is cheap), with file-scoped delete granularity (one delete file per
+data file, which `rewrite_position_delete_files` can drop when the data file is compacted),
+format version 2 (TABLE_PROPERTIES), and identifier fields naming its key.
+
+It also needs Spark to write it with the clustered writer (`write.spark.fanout.enabled` =
+`false`). Iceberg's MERGE already distributes rows by partition (`write.merge.distribution-mode`
+is `hash` by default), but a small batch still lands in one write task, and with the fanout
+writer, Iceberg's default for an unsorted table, that task keeps one Parquet writer open per
+partition at once: a batch over 500 hour partitions ran a 1 GiB driver out of heap
+(`FanoutDataWriter.newWriter`) and took the streaming query down. Without fanout Iceberg asks
+Spark to sort each task's rows by partition, and the clustered writer keeps one file open at a
+time however many partitions the batch spans (benchmarks/README.md, wide batches). No session
+setting or MERGE option chooses the writer: only this table property (or a write option, which
+SQL MERGE cannot pass), so the job sets it at start where the table's owner left it unset.
 """
 
 from __future__ import annotations
@@ -15,13 +31,22 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ingest_gate.merge import quote_identifier
-from ingest_gate.schema import EVENT_COLUMNS
+from ingest_gate.sql import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TABLE_PROPERTIES", "create_table_sql", "ensure_table", "read_rows"]
+__all__ = [
+    "TABLE_PROPERTIES",
+    "TIMESTAMP_FORMAT",
+    "FANOUT_PROPERTY",
+    "check_write_modes",
+    "ensure_clustered_writes",
+    "create_table_sql",
+    "identifier_merge_refusal",
+    "table_properties",
+    "read_rows",
+]
 
 # how the generator writes event times (ingest_gate.generate.format_time), in Spark's pattern
 TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
@@ -34,38 +59,74 @@ TABLE_PROPERTIES: Mapping[str, str] = {
     "write.update.mode": "merge-on-read",
     "write.delete.mode": "merge-on-read",
     "write.delete.granularity": "file",
+    "write.spark.fanout.enabled": "false",
 }
+FANOUT_PROPERTY = "write.spark.fanout.enabled"
 
 
-def create_table_sql(table: str, *, partition_columns: Sequence[str]) -> str:
-    """`CREATE TABLE IF NOT EXISTS` with the event columns, partitioning and TABLE_PROPERTIES."""
-    columns = ",\n  ".join(f"{quote_identifier(n)} {kind}" for n, kind in EVENT_COLUMNS)
-    partitioned = ""
-    if partition_columns:
-        partitioned = (
-            "\nPARTITIONED BY (" + ", ".join(quote_identifier(c) for c in partition_columns) + ")"
-        )
+def create_table_sql(
+    table: str, *, columns: str, partitioned_by: str = "", identifier: Sequence[str] = ()
+) -> list[str]:
+    """The statements a user runs to make a table for the job: `CREATE TABLE IF NOT EXISTS`
+    with TABLE_PROPERTIES, then `ALTER TABLE ... SET IDENTIFIER FIELDS` (the key; its columns
+    must be NOT NULL)."""
     props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    return (
+    partitioned = f"\nPARTITIONED BY ({partitioned_by})" if partitioned_by else ""
+    statements = [
         f"CREATE TABLE IF NOT EXISTS {quote_identifier(table)} (\n  {columns}\n)\n"
         f"USING iceberg{partitioned}\nTBLPROPERTIES (\n  {props}\n)"
+    ]
+    if identifier:
+        fields = ", ".join(quote_identifier(c) for c in identifier)
+        statements.append(f"ALTER TABLE {quote_identifier(table)} SET IDENTIFIER FIELDS {fields}")
+    return statements
+
+
+def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    """`SHOW TBLPROPERTIES` of `table`.
+
+    Raises:
+        pyspark.errors.PySparkException: the table's properties cannot be read.
+    """
+    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(table)}").collect()
+    return {row["key"]: row["value"] for row in rows}
+
+
+def identifier_merge_refusal(
+    properties: Mapping[str, str], *, identifier: Sequence[str], iceberg_version: str
+) -> str | None:
+    """Why Spark cannot MERGE into this table, or None.
+
+    Iceberg before 1.10 fails every merge-on-read MERGE, UPDATE and DELETE from Spark on a table
+    with identifier fields ("Cannot add fieldId 1 as an identifier field: field does not
+    exist", apache/iceberg#11341): said at start, with the way out, instead of at each batch.
+    """
+    parts = [int(p) for p in iceberg_version.split(".")[:2] if p.isdigit()]
+    if not identifier or properties.get("write.merge.mode") != "merge-on-read":
+        return None
+    if len(parts) == 2 and tuple(parts) >= (1, 10):
+        return None
+    fields = ", ".join(identifier)
+    return (
+        f"Iceberg {iceberg_version} cannot MERGE into a merge-on-read table with identifier "
+        f"fields (apache/iceberg#11341, fixed in 1.10): drop them (ALTER TABLE ... DROP "
+        f"IDENTIFIER FIELDS {fields}) and set key_columns = [{fields}], or make the table "
+        "copy-on-write (write.merge.mode), or run Iceberg 1.10 or later"
     )
 
 
-def ensure_table(spark: SparkSession, table: str, *, partition_columns: Sequence[str]) -> None:
-    """Create `table` (and its namespace) if missing; warn when an existing table's write modes
-    differ from TABLE_PROPERTIES (its owner chose them; the job does not alter them).
+def check_write_modes(spark: SparkSession, table: str) -> None:
+    """Warn when `table`'s write modes differ from TABLE_PROPERTIES (its owner chose them; the
+    job does not alter them).
 
     Raises:
-        pyspark.errors.PySparkException: the catalog refused the statements.
+        pyspark.errors.PySparkException: the table's properties cannot be read.
     """
-    namespace = table.rsplit(".", 1)[0]
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote_identifier(namespace)}")
-    spark.sql(create_table_sql(table, partition_columns=partition_columns))
-    rows = spark.sql(f"SHOW TBLPROPERTIES {quote_identifier(table)}").collect()
-    actual = {row["key"]: row["value"] for row in rows}
+    actual = table_properties(spark, table)
     for key, wanted in TABLE_PROPERTIES.items():
-        if key != "format-version" and actual.get(key) != wanted:
+        if key in ("format-version", FANOUT_PROPERTY):
+            continue  # the version is Iceberg's to check; the writer, ensure_clustered_writes
+        if actual.get(key) != wanted:
             log.warning(
                 "table %s has %s=%s, expected %s: each batch may rewrite data files",
                 table,
@@ -73,6 +134,44 @@ def ensure_table(spark: SparkSession, table: str, *, partition_columns: Sequence
                 actual.get(key),
                 wanted,
             )
+
+
+def ensure_clustered_writes(spark: SparkSession, table: str) -> bool:
+    """Make Spark write `table` with the clustered writer (see the module docstring): set
+    `write.spark.fanout.enabled` to `false` when the table does not have the property (logged,
+    one metadata commit that changes no data file); warn when its owner set it to `true`.
+    True when the table is (now) written clustered.
+
+    Raises:
+        pyspark.errors.PySparkException: the properties cannot be read or set.
+    """
+    value = table_properties(spark, table).get(FANOUT_PROPERTY)
+    if value is None:
+        spark.sql(
+            f"ALTER TABLE {quote_identifier(table)} SET TBLPROPERTIES ('{FANOUT_PROPERTY}' = "
+            "'false')"
+        )
+        log.info(
+            "table %s: set %s=false, so a batch over many partitions keeps one Parquet writer "
+            "open per write task instead of one per partition",
+            table,
+            FANOUT_PROPERTY,
+        )
+        return True
+    if value.strip().lower() == "false":
+        return True
+    log.warning(
+        "table %s has %s=%s: each write task keeps one Parquet writer open per partition it "
+        "writes, so a batch over a few hundred partitions can run the driver or an executor out "
+        "of heap (about 2 MiB per partition); ALTER TABLE %s SET TBLPROPERTIES ('%s' = 'false') "
+        "keeps one open per task",
+        table,
+        FANOUT_PROPERTY,
+        value,
+        table,
+        FANOUT_PROPERTY,
+    )
+    return False
 
 
 def read_rows(

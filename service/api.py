@@ -12,41 +12,69 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import AfterValidator
 from sqlalchemy import delete, insert, select
 
-from service import audit, leases, migrate
+from service import audit, debt, leases, migrate, state
 from service.auth import JobDep, OperatorDep, ReaderDep
 from service.db import now, runs_t
 from service.errors import InvalidRequest, Locked, Refused, Unavailable
 from service.runtime import ClientGone, Runtime
-from service.schemas import (
+from service.scope import label
+from service.settings import ApiToken
+from service.wire import (
     HOLDER_PATTERN,
     MAX_TOKEN,
     REQUEST_ID_PATTERN,
     TABLE_PATTERN,
     AcquireBody,
-    DrainingOut,
-    LeaseId,
+    ClaimBody,
+    DebtBody,
+    Draining,
+    Events,
+    Lease,
+    Released,
     RenewBody,
+    Renewed,
     RevokeBody,
     RunBody,
+    RunId,
+    Runs,
     SwitchBody,
-    TableName,
-    draining_out,
-    lease_out,
-    state_out,
+    TableDebt,
+    Tables,
+    TableState,
+    Withdrawn,
 )
-from service.scope import label
 
-__all__ = ["router", "RuntimeDep", "problems"]
+__all__ = ["router", "RuntimeDep", "TableName", "LeaseId", "problems"]
 
 router = APIRouter()
+
+TableName = Annotated[
+    str,
+    Path(
+        pattern=TABLE_PATTERN,
+        max_length=194,
+        description="Iceberg identifier namespace.table or catalog.namespace.table; compared "
+        "case-insensitively (Spark's default), answered in lower case",
+        examples=["lake.db.events"],
+    ),
+    AfterValidator(str.lower),
+]
+"""`namespace.table` or `catalog.namespace.table`; each part an identifier of at most 64 chars.
+
+Its canonical form is lower case, on every backend: Spark resolves Iceberg identifiers
+case-insensitively, so `lake.db.Events` and `lake.db.events` are one table and one lock."""
+
+LeaseId = Annotated[uuid.UUID, Path(description="a lease id as granted (a UUID)")]
 
 PROBLEM = "application/problem+json"
 
@@ -55,8 +83,8 @@ _WHY = {
     401: "no bearer token, or an unknown one",
     403: "the token's role may not do this",
     404: "no such lease or table",
-    409: "refused by the protocol: another holder's lease or request_id, or a maintenance "
-    "lease is held",
+    409: "refused by the protocol: another holder's lease or request_id, a maintenance lease "
+    "is held, or the table is claimed",
     410: "the lease expired or was released; acquire again",
     412: "stale fencing token: a newer holder exists; stop writing",
     413: "the body is too large",
@@ -89,7 +117,7 @@ async def _runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(_runtime)]
 
 
-def _check_acquire(rt: Runtime, body: AcquireBody) -> None:
+def check_acquire(rt: Runtime, body: AcquireBody) -> None:
     _check_ttl(rt, body.ttl_s, body.wait_s)
     most = rt.settings.max_partitions
     if body.partitions is not None and len(body.partitions) > most:
@@ -171,8 +199,8 @@ async def metrics(rt: RuntimeDep, _: ReaderDep) -> Response:
 
 
 @router.get("/v1/tables", tags=["tables"], responses=_READ)
-async def list_tables(rt: RuntimeDep, _: ReaderDep) -> dict[str, Any]:
-    return {"tables": [state_out(s) for s in await rt.read(leases.list_tables)]}
+async def list_tables(rt: RuntimeDep, _: ReaderDep) -> Tables:
+    return Tables(tables=tuple(await rt.read(state.list_tables)))
 
 
 @router.get("/v1/tables/{table}", tags=["tables"], responses={**_READ, **problems(404)})
@@ -185,26 +213,28 @@ async def get_table(
     since: Annotated[
         int | None, Query(ge=0, le=MAX_TOKEN, description="answer once version > since")
     ] = None,
-) -> dict[str, Any]:
+) -> TableState:
     _check_ttl(rt, None, wait)
     until = _clock() + wait
     while True:
-        state = await rt.read(lambda conn: leases.table_state(conn, table=table))
-        if since is None or state.version > since or _clock() >= until:
-            return state_out(state)
+        current = await rt.read(lambda conn: state.table_state(conn, table=table))
+        if since is None or current.version > since or _clock() >= until:
+            return current
         if rt.changes.closing.is_set():
-            return state_out(state)
+            return current
         try:
             await rt.changes.wait(
-                table, seen=state.version, until=until, is_disconnected=request.is_disconnected
+                table, seen=current.version, until=until, is_disconnected=request.is_disconnected
             )
         except ClientGone:
-            return state_out(state)
+            return current
 
 
 @router.put("/v1/tables/{table}/switch", tags=["tables"], responses=_WRITE)
-async def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep) -> Any:
-    state = await rt.transact(
+async def set_switch(
+    table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep
+) -> TableState:
+    changed = await rt.transact(
         lambda conn: leases.set_switch(
             conn,
             table=table,
@@ -214,7 +244,14 @@ async def set_switch(table: TableName, body: SwitchBody, rt: RuntimeDep, who: Op
             maintenance=body.maintenance,
         )
     )
-    return state_out(state)
+    return changed
+
+
+@router.put("/v1/tables/{table}/debt", tags=["tables"], responses=_WRITE)
+async def report_debt(table: TableName, body: DebtBody, rt: RuntimeDep, who: JobDep) -> TableDebt:
+    """Store the table's compaction debt as a compactor measured it; it replaces the one
+    before. A table never seen before becomes known. Answers the debt as stored."""
+    return await rt.transact(lambda conn: debt.report(conn, table=table, body=body, by=who.name))
 
 
 def _decoded_report(report: str) -> dict[str, Any]:
@@ -232,7 +269,7 @@ async def list_runs(
     rt: RuntimeDep,
     _: ReaderDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
-) -> dict[str, Any]:
+) -> Runs:
     def read(conn: Any) -> list[dict[str, Any]]:
         rows = conn.execute(
             select(runs_t)
@@ -249,13 +286,11 @@ async def list_runs(
             for row in rows
         ]
 
-    return {"runs": await rt.read(read)}
+    return Runs(runs=tuple(await rt.read(read)))
 
 
 @router.post("/v1/tables/{table}/runs", status_code=201, tags=["runs"], responses=_WRITE)
-async def report_run(
-    table: TableName, body: RunBody, rt: RuntimeDep, who: JobDep
-) -> dict[str, Any]:
+async def report_run(table: TableName, body: RunBody, rt: RuntimeDep, who: JobDep) -> RunId:
     report = body.model_dump(mode="json")
     encoded = json.dumps(report, sort_keys=True, default=str)
 
@@ -293,10 +328,49 @@ async def report_run(
         )
         return int(run_id)
 
-    return {"run_id": await rt.transact(store)}
+    return RunId(run_id=await rt.transact(store))
 
 
 # -- leases ----------------------------------------------------------------------------------
+
+
+async def try_commit(rt: Runtime, table: str, body: AcquireBody, ttl: timedelta) -> Lease:
+    """One try for a commit lease: one transaction (the route and service.hot)."""
+    return await rt.transact(
+        lambda conn: leases.acquire_commit(
+            conn,
+            table=table,
+            holder=body.holder,
+            ttl=ttl,
+            request_id=body.request_id,
+            partitions=body.partitions,
+        )
+    )
+
+
+def count_denial(rt: Runtime, refusal: Locked, body: AcquireBody) -> None:
+    """A commit request answered with its refusal (not one that waits on)."""
+    rt.metrics.denials.labels(
+        "commit", refusal.extra.get("reason", ""), label(body.partitions)
+    ).inc()
+
+
+async def end_lease(
+    rt: Runtime, lease_id: str, *, who: ApiToken, holder: str | None, token: int | None
+) -> Released:
+    """A release (or an operator's revoke by release): one transaction (the route and
+    service.hot)."""
+    lease = await rt.transact(
+        lambda conn: leases.release(
+            conn,
+            lease_id=lease_id,
+            actor=who.name,
+            holder=holder,
+            token=token,
+            operator=who.role == "operator",
+        )
+    )
+    return Released(lease_id=lease_id, state=lease.state, lease=lease)
 
 
 @router.post(
@@ -307,8 +381,8 @@ async def report_run(
 )
 async def acquire_commit(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
-) -> Any:
-    _check_acquire(rt, body)
+) -> Lease:
+    check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
     until = _clock() + body.wait_s
     while True:
@@ -316,22 +390,10 @@ async def acquire_commit(
         # that will not wait does not need it
         seen = await rt.version(table) if body.wait_s else 0
         try:
-            lease = await rt.transact(
-                lambda conn: leases.acquire_commit(
-                    conn,
-                    table=table,
-                    holder=body.holder,
-                    ttl=ttl,
-                    request_id=body.request_id,
-                    partitions=body.partitions,
-                )
-            )
-            return lease_out(lease)
+            return await try_commit(rt, table, body, ttl)
         except Locked as exc:
             if _clock() >= until or rt.changes.closing.is_set():
-                rt.metrics.denials.labels(
-                    "commit", exc.extra.get("reason", ""), label(body.partitions)
-                ).inc()
+                count_denial(rt, exc, body)
                 raise
             retry = exc.retry_after_s
             try:
@@ -352,7 +414,7 @@ async def acquire_commit(
     responses={
         202: {
             "description": "draining: an intent is open; ask again with the same request_id",
-            "model": DrainingOut,
+            "model": Draining,
         },
         **_WRITE,
         **problems(409, 410, 423),
@@ -360,8 +422,8 @@ async def acquire_commit(
 )
 async def acquire_maintenance(
     table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
-) -> Any:
-    _check_acquire(rt, body)
+) -> Lease:
+    check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
     intent_ttl = timedelta(seconds=rt.settings.intent_ttl_s)
     until = _clock() + body.wait_s
@@ -382,10 +444,12 @@ async def acquire_maintenance(
         except Refused as exc:
             rt.metrics.denials.labels("maintenance", exc.slug, label(body.partitions)).inc()
             raise
-        if isinstance(result, leases.Lease):
-            return lease_out(result)
+        if isinstance(result, Lease):
+            return result
         answer = JSONResponse(
-            draining_out(result), status_code=202, headers=_retry_header(result.retry_after_s, rt)
+            result.model_dump(mode="json"),
+            status_code=202,
+            headers=_retry_header(result.retry_after_s, rt),
         )
         if _clock() >= until or rt.changes.closing.is_set():
             return answer
@@ -400,6 +464,33 @@ async def acquire_maintenance(
             )
         except ClientGone:
             return answer
+
+
+@router.post(
+    "/v1/tables/{table}/claim",
+    status_code=201,
+    tags=["leases"],
+    responses={**_WRITE, **problems(409, 410)},
+)
+async def claim(table: TableName, body: ClaimBody, rt: RuntimeDep, _: JobDep) -> Lease:
+    """Claim the table for one compactor process (DESIGN.md §3c): a lease of kind `claim`,
+    exclusive among claims only, on the whole table. It never waits (`wait_s` is ignored): a
+    claim another holder has is a 409 `claim-held` naming the holder and the seconds left.
+    Renew, release and revoke it as any lease, at `/v1/leases/{lease_id}`."""
+    _check_ttl(rt, body.ttl_s)
+    try:
+        return await rt.transact(
+            lambda conn: leases.acquire_claim(
+                conn,
+                table=table,
+                holder=body.holder,
+                ttl=timedelta(seconds=body.ttl_s),
+                request_id=body.request_id,
+            )
+        )
+    except Refused as exc:
+        rt.metrics.denials.labels("claim", exc.slug, "table").inc()
+        raise
 
 
 @router.delete(
@@ -418,20 +509,18 @@ async def withdraw_intent(
     ],
     rt: RuntimeDep,
     _: JobDep,
-) -> dict[str, Any]:
+) -> Withdrawn:
     """Withdraw the intent a maintenance request opened (a compactor giving up the drain):
     commit leases are granted again at once. Withdrawing one that is gone is not an error."""
     withdrawn = await rt.transact(
         lambda conn: leases.withdraw_intent(conn, table=table, request_id=request_id, holder=holder)
     )
-    return {"table": table, "request_id": request_id, "withdrawn": withdrawn}
+    return Withdrawn(table=table, request_id=request_id, withdrawn=withdrawn)
 
 
 @router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})
-async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Any:
-    return lease_out(
-        await rt.transact(lambda conn: leases.lease_state(conn, lease_id=str(lease_id)))
-    )
+async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Lease:
+    return await rt.read(lambda conn: state.lease_state(conn, lease_id=str(lease_id)))
 
 
 @router.post(
@@ -439,7 +528,7 @@ async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Any:
     tags=["leases"],
     responses={**_WRITE, **problems(404, 409, 410, 412)},
 )
-async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Any:
+async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Renewed:
     _check_ttl(rt, body.ttl_s)
     ttl = None if body.ttl_s is None else timedelta(seconds=body.ttl_s)
     lease = await rt.transact(
@@ -448,7 +537,7 @@ async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -
         )
     )
     rt.metrics.renewals.labels(lease.kind).inc()
-    return {"outcome": "ok", "lease": lease_out(lease)}
+    return Renewed(lease=lease)
 
 
 @router.delete(
@@ -471,19 +560,8 @@ async def release(
     token: Annotated[
         int | None, Query(ge=1, le=MAX_TOKEN, description="a maintenance lease's token")
     ] = None,
-) -> Any:
-    lease = await rt.transact(
-        lambda conn: leases.release(
-            conn,
-            lease_id=str(lease_id),
-            actor=who.name,
-            holder=holder,
-            token=token,
-            operator=who.role == "operator",
-        )
-    )
-    out = lease_out(lease)
-    return {"lease_id": str(lease_id), "state": out["state"], "released": True, "lease": out}
+) -> Released:
+    return await end_lease(rt, str(lease_id), who=who, holder=holder, token=token)
 
 
 @router.post(
@@ -491,11 +569,10 @@ async def release(
     tags=["leases"],
     responses={**_WRITE, **problems(404)},
 )
-async def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: OperatorDep) -> Any:
-    lease = await rt.transact(
+async def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: OperatorDep) -> Lease:
+    return await rt.transact(
         lambda conn: leases.revoke(conn, lease_id=str(lease_id), reason=body.reason, actor=who.name)
     )
-    return lease_out(lease)
 
 
 # -- events ----------------------------------------------------------------------------------
@@ -507,6 +584,6 @@ async def events(
     _: ReaderDep,
     table: Annotated[str | None, Query(pattern=TABLE_PATTERN, max_length=194)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> Events:
     name = None if table is None else table.lower()
-    return {"events": await rt.read(lambda conn: audit.recent(conn, table=name, limit=limit))}
+    return Events(events=tuple(await rt.read(lambda c: audit.recent(c, table=name, limit=limit))))

@@ -41,6 +41,7 @@ from service.errors import (
     Unavailable,
     to_problem,
 )
+from service.hot import HotRoutes
 from service.logs import mask_url
 from service.metrics import process_exited
 from service.retention import Pruner
@@ -310,7 +311,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.database_url, pool_size=settings.db_pool_size, timeout_s=settings.db_timeout_s
         )
         runtime = Runtime(settings, engine)
-        runtime.metrics.track_state(engine)
+        runtime.metrics.track_state(engine, max_tables=settings.metrics_max_tables)
         app.state.runtime = runtime
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
@@ -351,6 +352,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(DBAPIError, _database_problem)  # type: ignore[arg-type]
     app.add_exception_handler(PoolTimeout, _pool_exhausted)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, _server_fault)
+    # the two calls of every micro-batch skip FastAPI's layers (service.hot); inside the
+    # request context, so they are logged, measured and size-limited as every other call
+    app.add_middleware(HotRoutes, fastapi=app)
     app.add_middleware(RequestContext, max_body_bytes=settings.max_body_bytes)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
     return app
@@ -394,15 +398,26 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
             "description": "a secret from LAKELOCK_TOKENS; roles reader < job < operator",
         }
     }
-    for path, operations in schema["paths"].items():
+    _secure_and_bound_waits(schema["paths"], settings)
+    _bound_bodies(components["schemas"], settings)
+    app.openapi_schema = schema
+    return schema
+
+
+def _secure_and_bound_waits(paths: dict[str, Any], settings: Settings) -> None:
+    """The bearer scheme on every route but the open ones (when auth is on); the longest wait."""
+    for path, operations in paths.items():
         for operation in operations.values():
             if path not in _OPEN and settings.auth == "on":
                 operation["security"] = [{"bearer": []}]
             for parameter in operation.get("parameters", []):
                 if parameter["name"] in ("wait", "wait_s"):
                     parameter["schema"]["maximum"] = settings.max_wait_s
-    bodies = components["schemas"]
-    for name in ("AcquireBody", "RenewBody"):
+
+
+def _bound_bodies(bodies: dict[str, Any], settings: Settings) -> None:
+    """The TTL, wait and partition bounds of this service in the request bodies."""
+    for name in ("AcquireBody", "ClaimBody", "RenewBody"):
         ttl = bodies.get(name, {}).get("properties", {}).get("ttl_s")
         if ttl is not None:
             target = next((o for o in ttl.get("anyOf", []) if o.get("type") == "number"), ttl)
@@ -414,5 +429,3 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     for option in acquire.get("partitions", {}).get("anyOf", []):
         if option.get("type") == "array":
             option.update(minItems=1, maxItems=settings.max_partitions, uniqueItems=True)
-    app.openapi_schema = schema
-    return schema

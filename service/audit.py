@@ -13,10 +13,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection
 
-from service.db import events_t, recorded_events
+from service.db import Hot, events_t, recorded_events
+from service.wire import Event
 
 __all__ = ["EVENTS", "record", "recent", "last_for_lease"]
 
@@ -29,11 +30,16 @@ EVENTS = (
     "intent.opened",
     "intent.expired",
     "intent.withdrawn",
+    "intent.fulfilled",
     "switch.set",
     "run.reported",
 )
 
 _LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")
+
+_COLUMNS = ("at", "table_name", "event", "lease_id", "kind", "holder", "token", "actor", "detail")
+# every transition writes one: a statement of the hot path (db.Hot)
+_INSERT = Hot(insert(events_t).values({c: bindparam(c) for c in _COLUMNS}))
 
 
 def record(
@@ -62,36 +68,36 @@ def record(
         "actor": actor,
         "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None,
     }
-    conn.execute(insert(events_t).values(**row))
+    _INSERT.run(conn, **row)
     recorded = recorded_events.get()
     if recorded is not None:
         recorded.append({**row, "detail": detail})
 
 
-def _as_dict(row: Any) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "at": row.at.isoformat() + "Z",
-        "table": row.table_name,
-        "event": row.event,
-        "lease_id": row.lease_id,
-        "kind": row.kind,
-        "holder": row.holder,
-        "token": row.token,
-        "actor": row.actor,
-        "detail": json.loads(row.detail) if row.detail else {},
-    }
+def _event(row: Any) -> Event:
+    return Event(
+        id=row.id,
+        at=row.at,
+        table=row.table_name,
+        event=row.event,
+        lease_id=row.lease_id,
+        kind=row.kind,
+        holder=row.holder,
+        token=row.token,
+        actor=row.actor,
+        detail=json.loads(row.detail) if row.detail else {},
+    )
 
 
-def recent(conn: Connection, *, table: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+def recent(conn: Connection, *, table: str | None = None, limit: int = 100) -> list[Event]:
     """The newest `limit` events, newest first, of one table or of all."""
     query = select(events_t).order_by(events_t.c.id.desc()).limit(limit)
     if table is not None:
         query = query.where(events_t.c.table_name == table)
-    return [_as_dict(row) for row in conn.execute(query)]
+    return [_event(row) for row in conn.execute(query)]
 
 
-def last_for_lease(conn: Connection, lease_id: str) -> dict[str, Any] | None:
+def last_for_lease(conn: Connection, lease_id: str) -> Event | None:
     """The newest grant or end event of `lease_id`, or None if the trail never saw it."""
     row = conn.execute(
         select(events_t)
@@ -99,4 +105,4 @@ def last_for_lease(conn: Connection, lease_id: str) -> dict[str, Any] | None:
         .order_by(events_t.c.id.desc())
         .limit(1)
     ).first()
-    return None if row is None else _as_dict(row)
+    return None if row is None else _event(row)

@@ -15,12 +15,17 @@ from fastapi import Depends, Request
 from service.errors import Forbidden, Unauthorized
 from service.settings import ROLES, ApiToken, Role
 
-__all__ = ["require", "ReaderDep", "JobDep", "OperatorDep"]
+__all__ = ["authenticate", "require", "ReaderDep", "JobDep", "OperatorDep"]
 
 ANONYMOUS_OPERATOR = ApiToken(name="anonymous", role="operator", secret="")
 
 
-def _authenticate(request: Request) -> ApiToken:
+def authenticate(request: Request) -> ApiToken:
+    """The token the request carries (anonymous operator with auth off).
+
+    Raises:
+        Unauthorized: no bearer token, or an unknown one.
+    """
     settings = request.app.state.settings
     if settings.auth == "off":
         return ANONYMOUS_OPERATOR
@@ -43,7 +48,7 @@ def require(role: Role) -> Callable[[Request], Awaitable[ApiToken]]:
 
     # async: a plain `def` dependency would take a worker thread for a few microseconds of work
     async def dependency(request: Request) -> ApiToken:
-        caller = _authenticate(request)
+        caller = authenticate(request)
         request.state.caller = caller.name
         if ROLES.index(caller.role) < needed:
             raise Forbidden(

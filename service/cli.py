@@ -3,9 +3,10 @@
     lakelock status [TABLE] [--json]
     lakelock pause TABLE --reason "backfill, INC-123"     lakelock resume TABLE --reason ...
     lakelock maintenance disable TABLE --reason ...       lakelock maintenance enable TABLE ...
-    lakelock revoke LEASE_ID --reason "compactor host lost"
+    lakelock revoke LEASE_ID --reason "compactor host lost"   # or 8+ first chars of the id
     lakelock events [--table T] [--follow]                lakelock runs TABLE
     lakelock audit TABLE --warehouse var/warehouse        # exit 1 when a commit broke the rules
+    lakelock audit lake.db.events -p type=sql -p uri=mysql+pymysql://...   # through a catalog
 
 Reads the service's address from LAKELOCK_URL and the bearer token from LAKELOCK_TOKEN (or
 --url / --token). A refusal is one line on stderr, the service's `detail`, and exit status 1;
@@ -25,13 +26,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
-import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from service.client import DEFAULT_URL, LeaseClient
 from service.errors import LakelockError, OutcomeUnknown
+from service.extras import needs_extras
+
+with needs_extras("lakelock"):
+    import typer
+    from rich.console import Console, RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+    from service.layout import Column, rows_view
 
 __all__ = ["app", "main", "client_factory"]
 
@@ -39,6 +45,8 @@ app = typer.Typer(
     help="Operate lakelock: see and steer the leases on Iceberg tables.",
     no_args_is_help=True,
     add_completion=False,
+    # docstrings are wrapped at 100 columns in the source: let the terminal's width wrap them
+    rich_markup_mode="markdown",
     # a traceback's locals would print the bearer token
     pretty_exceptions_show_locals=False,
 )
@@ -134,49 +142,134 @@ def intents(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [state["intent"]] if state.get("intent") else []
 
 
-def _state_tables(state: dict[str, Any], last_run: dict[str, Any] | None) -> list[Table]:
+LEASE_COLUMNS = (
+    Column("kind"),
+    Column("lease id", whole=True),
+    Column("holder", whole=True),
+    Column("token"),
+    Column("scope"),
+    Column("time left"),
+    Column("held"),
+)
+INTENT_COLUMNS = (
+    Column("holder", whole=True),
+    Column("scope"),
+    Column("open"),
+    Column("expires in"),
+)
+
+
+def live_leases(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every live lease of a table state: maintenance, claims (if the service has them), commit."""
+    return (
+        maintenance_leases(state)
+        + list(state.get("claims") or [])
+        + list(state.get("commit_leases") or [])
+    )
+
+
+DEBT_COLUMNS = (
+    Column("table", whole=True),
+    Column("small files"),
+    Column("delete files"),
+    Column("partitions over target"),
+    Column("data files"),
+)
+
+
+def debt_weight(state: dict[str, Any]) -> int:
+    """What tables are ranked by: small files plus delete files of the last debt reported."""
+    debt = state.get("debt") or {}
+    return int(debt.get("small_files") or 0) + int(debt.get("delete_files") or 0)
+
+
+def by_debt(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tables with the most debt first (small plus delete files), then by name."""
+    return sorted(states, key=lambda s: (-debt_weight(s), s["table"]))
+
+
+def _count(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _debt_row(state: dict[str, Any]) -> list[str]:
+    """A table's row of the ranking; records and the report's age are in its own view."""
+    debt = state.get("debt") or {}
+    return [
+        state["table"],
+        _count(debt.get("small_files")),
+        _count(debt.get("delete_files")),
+        _count(debt.get("partitions_over_target")),
+        _count(debt.get("data_files")),
+    ]
+
+
+def _debt_line(debt: dict[str, Any]) -> str:
+    records = "" if debt.get("records") is None else f", {debt['records']} records"
+    return (
+        f"{debt.get('small_files')} small files, {debt.get('delete_files')} delete files, "
+        f"{debt.get('partitions_over_target')} partitions over target, of "
+        f"{debt.get('data_files')} data files{records} (reported "
+        f"{_seconds(debt.get('reported_s_ago'))} ago by {debt.get('reported_by')})"
+    )
+
+
+def _state_tables(
+    state: dict[str, Any], last_run: dict[str, Any] | None, console: Console | None = None
+) -> list[RenderableType]:
+    console = console or _console()
     switch = state.get("switch") or {}
-    head = Table(title=f"{state['table']}  (version {state.get('version')})", show_header=False)
-    head.add_column("what", style="bold")
-    head.add_column("value", overflow="fold")
+    # the title on a line of its own: as a table's title it would wrap to the table's width
+    title = Text(f"{state['table']}  (version {state.get('version')})", style="italic")
+    head = Table(show_header=False)
+    head.add_column("what", style="bold", no_wrap=True)
+    head.add_column("value")
     head.add_row("ingest", str(switch.get("ingest")))
     head.add_row("maintenance", str(switch.get("maintenance")))
     if switch.get("reason"):
-        head.add_row("switch reason", f"{switch['reason']} (by {switch.get('by')})")
+        head.add_row("switch reason", Text(f"{switch['reason']} (by {switch.get('by')})"))
     head.add_row("next token", str(state.get("next_token")))
+    if state.get("debt"):
+        head.add_row("debt", Text(_debt_line(state["debt"])))
     if last_run:
         head.add_row(
             "last run",
-            f"{last_run.get('outcome')} at {last_run.get('reported_at')} "
-            f"(holder {last_run.get('holder')})",
+            Text(
+                f"{last_run.get('outcome')} at {last_run.get('reported_at')} "
+                f"(holder {last_run.get('holder')})"
+            ),
         )
-    leases = Table(title="live leases")
-    for column in ("kind", "lease id", "holder", "token", "scope", "time left", "held"):
-        leases.add_column(column, overflow="fold")
-    for lease in maintenance_leases(state) + list(state.get("commit_leases") or []):
-        leases.add_row(
-            lease.get("kind"),
-            lease.get("lease_id"),
-            lease.get("holder"),
+    rows = [
+        [
+            str(lease.get("kind") or ""),
+            str(lease.get("lease_id") or ""),
+            str(lease.get("holder") or ""),
             "" if lease.get("token") is None else str(lease["token"]),
             _scope(lease),
             _seconds(lease.get("remaining_s")),
             _seconds(lease.get("held_s")),
-        )
-    out = [head, leases]
+        ]
+        for lease in live_leases(state)
+    ]
+    leases = (
+        rows_view(console, LEASE_COLUMNS, rows, title="live leases", head=2)
+        if rows
+        else Text("live leases: none")
+    )
+    out = [title, head, leases]
     open_intents = intents(state)
     if open_intents:
-        table = Table(title="intents (commit leases held back while these drain)")
-        for column in ("holder", "scope", "open", "expires in"):
-            table.add_column(column, overflow="fold")
-        for intent in open_intents:
-            table.add_row(
-                intent.get("holder"),
+        rows = [
+            [
+                str(intent.get("holder") or ""),
                 _scope(intent),
                 _seconds(intent.get("open_s")),
                 _seconds(intent.get("remaining_s")),
-            )
-        out.append(table)
+            ]
+            for intent in open_intents
+        ]
+        title = "intents (commit leases held back while these drain)"
+        out.append(rows_view(console, INTENT_COLUMNS, rows, title=title))
     return out
 
 
@@ -187,9 +280,11 @@ def status(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
 ) -> None:
-    """The switch, live leases, intents and last run of one table, or of every table."""
+    """The switch, live leases and claims, intents, debt and last run of one table, or of every
+    table: then first the tables by debt (small plus delete files, most first), and each table
+    in that order."""
     with _client() as client:
-        states = [client.state(table)] if table else client.tables()
+        states = [client.state(table)] if table else by_debt(client.tables())
         last_runs = {s["table"]: next(iter(client.runs(s["table"], limit=1)), None) for s in states}
     if as_json:
         data = [{**s, "last_run": last_runs[s["table"]]} for s in states]
@@ -197,9 +292,13 @@ def status(
         return
     console = _console()
     if not states:
-        console.print("no tables yet: a table appears at its first lease or switch")
+        console.print("no tables yet: a table appears at its first lease, switch or debt report")
+    elif not table:
+        rows = [_debt_row(state) for state in states]
+        title = "tables by debt (small + delete files, most first)"
+        console.print(rows_view(console, DEBT_COLUMNS, rows, title=title))
     for state in states:
-        for part in _state_tables(state, last_runs[state["table"]]):
+        for part in _state_tables(state, last_runs[state["table"]], console):
             console.print(part)
 
 
@@ -243,11 +342,48 @@ def maintenance_enable(table: str, reason: Reason, as_json: JsonFlag = False) ->
     _switch(table, reason, as_json, maintenance="enabled")
 
 
+MIN_PREFIX = 8
+"""Shortest lease id prefix `revoke` takes, as git takes short hashes."""
+
+_FULL_ID_CHARS = 36  # a lease id is a UUID in its usual form
+
+
+def resolve_lease_id(client: LeaseClient, given: str) -> str:
+    """The live lease id that starts with `given` (a whole id is taken as it is).
+
+    Raises:
+        typer.Exit: the prefix is too short, matches no live lease, or more than one.
+    """
+    if len(given) >= _FULL_ID_CHARS:
+        return given
+    if len(given) < MIN_PREFIX:
+        raise _fail(f"give at least {MIN_PREFIX} characters of the lease id, not {given!r}", 2)
+    matches = sorted(
+        {
+            str(lease["lease_id"])
+            for state in client.tables()
+            for lease in live_leases(state)
+            if str(lease.get("lease_id") or "").startswith(given)
+        }
+    )
+    if not matches:
+        raise _fail(f"no live lease id starts with {given}; see `lakelock status`")
+    if len(matches) > 1:
+        raise _fail(f"lease id prefix {given} is ambiguous: {', '.join(matches)}")
+    return matches[0]
+
+
 @app.command()
-def revoke(lease_id: str, reason: Reason, as_json: JsonFlag = False) -> None:
+def revoke(
+    lease_id: Annotated[
+        str, typer.Argument(help=f"The lease id, or a unique prefix of it ({MIN_PREFIX}+ chars).")
+    ],
+    reason: Reason,
+    as_json: JsonFlag = False,
+) -> None:
     """Force-release a lease; its holder learns it at its next renew and stops."""
     with _client() as client:
-        lease = client.revoke(lease_id, reason=reason)
+        lease = client.revoke(resolve_lease_id(client, lease_id), reason=reason)
     if as_json:
         _print_json(lease)
         return
@@ -258,28 +394,39 @@ def revoke(lease_id: str, reason: Reason, as_json: JsonFlag = False) -> None:
     )
 
 
-_EVENT_COLUMNS = ("id", "at", "table", "event", "kind", "lease id", "holder", "token", "actor")
+EVENT_COLUMNS = (
+    Column("id"),
+    Column("at", whole=True),
+    Column("event", whole=True),
+    Column("table", whole=True),
+    Column("kind"),
+    Column("lease id", whole=True),
+    Column("holder", whole=True),
+    Column("token"),
+    Column("actor", whole=True),
+    Column("detail"),
+)
 
 
-def _events_table(events: list[dict[str, Any]], *, header: bool = True) -> Table:
-    table = Table(show_header=header, box=box.SIMPLE_HEAD if header else None)
-    for column in _EVENT_COLUMNS:
-        table.add_column(column, overflow="fold")
-    table.add_column("detail", overflow="fold")
-    for e in events:
-        table.add_row(
+def _events_view(
+    console: Console, events: list[dict[str, Any]], *, header: bool = True
+) -> RenderableType:
+    rows = [
+        [
             str(e["id"]),
             e["at"],
-            e.get("table"),
             e["event"],
+            e.get("table") or "",
             e.get("kind") or "",
             e.get("lease_id") or "",
             e.get("holder") or "",
             "" if e.get("token") is None else str(e["token"]),
             e.get("actor") or "",
             json.dumps(e.get("detail") or {}, sort_keys=True) if e.get("detail") else "",
-        )
-    return table
+        ]
+        for e in events
+    ]
+    return rows_view(console, EVENT_COLUMNS, rows, header=header, head=4)
 
 
 @app.command()
@@ -328,7 +475,8 @@ def _show_events(batch: list[dict[str, Any]], *, as_json: bool, header: bool, fo
             _print_json(batch)
         return
     if batch or header:
-        _console().print(_events_table(batch, header=header))
+        console = _console()
+        console.print(_events_view(console, batch, header=header))
 
 
 @app.command()
@@ -343,20 +491,42 @@ def runs(
     if as_json:
         _print_json(reports)
         return
-    out = Table(title=f"{table}: maintenance runs, newest first")
-    for column in ("run", "reported at", "holder", "outcome", "data files", "delete files"):
-        out.add_column(column, overflow="fold")
+    rows = []
     for r in reports:
         before, after = r.get("before") or {}, r.get("after") or {}
-        out.add_row(
-            str(r.get("run_id")),
-            r.get("reported_at"),
-            r.get("holder"),
-            r.get("outcome"),
-            f"{before.get('data_files', '?')} -> {after.get('data_files', '?')}",
-            f"{before.get('delete_files', '?')} -> {after.get('delete_files', '?')}",
+        rows.append(
+            [
+                str(r.get("run_id")),
+                str(r.get("reported_at") or ""),
+                str(r.get("outcome") or ""),
+                str(r.get("holder") or ""),
+                f"{before.get('data_files', '?')} -> {after.get('data_files', '?')}",
+                f"{before.get('delete_files', '?')} -> {after.get('delete_files', '?')}",
+            ]
         )
-    _console().print(out)
+    console = _console()
+    title = f"{table}: maintenance runs, newest first"
+    console.print(rows_view(console, RUN_COLUMNS, rows, title=title, head=3))
+
+
+RUN_COLUMNS = (
+    Column("run"),
+    Column("reported at", whole=True),
+    Column("outcome"),
+    Column("holder", whole=True),
+    Column("data files"),
+    Column("delete files"),
+)
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    properties = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise _fail(f"--catalog-property takes KEY=VALUE, not {pair!r}", 2)
+        properties[key] = value
+    return properties
 
 
 @app.command()
@@ -373,6 +543,24 @@ def audit(
         str | None,
         typer.Option(help="A metadata file to read instead (vN.metadata.json, any catalog)."),
     ] = None,
+    catalog: Annotated[
+        str | None,
+        typer.Option(
+            help="Read the table through this pyiceberg catalog (~/.pyiceberg.yaml, "
+            "PYICEBERG_CATALOG__<NAME>__*); default with --catalog-property: the table's own.",
+            show_default=False,
+        ),
+    ] = None,
+    catalog_property: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--catalog-property",
+            "-p",
+            help="KEY=VALUE for the pyiceberg catalog (repeat; docs/catalogs.md), e.g. "
+            "type=sql, uri=mysql+pymysql://..., warehouse=s3://...",
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Events to read.")] = 1000,
     clock_skew_s: Annotated[
         float, typer.Option(min=0, help="Allowed skew between the jobs' and the DB's clocks.")
@@ -383,13 +571,19 @@ def audit(
 
     Each maintenance commit must carry its lease's token and land inside that lease, each ingest
     commit inside its own commit lease, and no ingest commit inside a maintenance lease over an
-    intersecting scope (rules in service.iceberg_audit).
+    intersecting scope (rules in service.iceberg_audit). The table is read from its catalog
+    with --catalog / --catalog-property, else from --metadata, else from the Hadoop --warehouse.
     """
     from service import iceberg_audit
 
     try:
-        location = metadata or iceberg_audit.metadata_file(warehouse, table)
-        snapshots = iceberg_audit.read_snapshots(location)
+        if catalog or catalog_property:
+            snapshots = iceberg_audit.read_catalog_snapshots(
+                table, catalog=catalog, properties=_properties(catalog_property or [])
+            )
+        else:
+            location = metadata or iceberg_audit.metadata_file(warehouse, table)
+            snapshots = iceberg_audit.read_snapshots(location)
     except (FileNotFoundError, ValueError) as exc:
         raise _fail(str(exc), 2) from None
     with _client() as client:
@@ -417,25 +611,33 @@ def _print_audit(report: Any) -> None:
     if report.clean:
         console.print("clean: every commit landed inside its own lease, none inside maintenance")
         return
-    out = Table(title="violations")
-    out.add_column("snapshot", no_wrap=True)
-    out.add_column("committed at", no_wrap=True)
-    for column in ("operation", "kind", "lease id", "problem"):
-        out.add_column(column, overflow="fold")
-    for f in report.violations:
-        out.add_row(
+    rows = [
+        [
             str(f.snapshot_id),
             f.as_dict()["committed_at"],
             f.operation,
             f.kind,
             f.lease_id or "",
             "; ".join(f.problems),
-        )
-    console.print(out)
+        ]
+        for f in report.violations
+    ]
+    console.print(rows_view(console, VIOLATION_COLUMNS, rows, title="violations", head=2))
+
+
+VIOLATION_COLUMNS = (
+    Column("snapshot", whole=True),
+    Column("committed at", whole=True),
+    Column("operation"),
+    Column("kind"),
+    Column("lease id", whole=True),
+    Column("problem"),
+)
 
 
 def main() -> None:
-    app()
+    with needs_extras("lakelock"):  # audit reads Iceberg metadata with pyiceberg
+        app()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,22 @@
 """The lakelock HTTP client both jobs use: `LeaseClient` and `Renewer`.
 
-Imports httpx and `service.errors` only, so a Spark job can use it without FastAPI or SQLAlchemy.
-The protocol itself is described in service.leases; the wire format in docs/api.md.
+Imports httpx, pydantic and `service.errors`/`service.wire` only, so a Spark job can use it
+without FastAPI or SQLAlchemy. The protocol itself is described in service.leases; the wire
+format in docs/api.md, its models in service.wire (the service answers with the same `Lease`).
 
     client = LeaseClient("http://lakelock:8737", token=secret)
     lease = client.acquire_commit("cat.db.events", holder="ingest:run-7", ttl_s=30, wait_s=10)
     with Renewer(client, lease, on_lost=cancel_spark_jobs) as renewer:
         ...                                    # long work
-        if not renewer.safe_to_commit(): ...   # do not commit
+        if not renewer.safe_to_commit(): ...   # do not commit: raise LeaseLost
     client.release(lease)
+
+    got = client.acquire_until("maintenance", "cat.db.events", holder="compactor:7",
+                               ttl_s=600, within_s=300)   # asks until granted or NotGranted
+
+    claim = client.claim("cat.db.events", holder="compactor:7", ttl_s=60)  # or ClaimHeld
+    with Renewer(client, claim): ...           # plan, maintenance leases, housekeeping
+    client.release(claim)
 
 Failures come back as the `service.errors` tree. Connection errors, timeouts and 5xx answers are
 retried with exponential backoff and full jitter (a `Retry-After` longer than the backoff wins);
@@ -27,14 +35,18 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
 import httpx
+from pydantic import BaseModel
 
 from service.errors import (
+    ClaimHeld,
     LakelockError,
     LeaseExpired,
+    Locked,
     NotFound,
     NotOwner,
     OutcomeUnknown,
@@ -43,64 +55,89 @@ from service.errors import (
     Unavailable,
     from_problem,
 )
+from service.wire import DebtBody, Draining, Lease, LeaseKind, Renewed, RunId, TableDebt, Withdrawn
 
-__all__ = ["DEFAULT_URL", "Lease", "Draining", "LeaseClient", "Renewer"]
+__all__ = [
+    "DEFAULT_URL",
+    "MAX_WAIT_S",
+    "UNAVAILABLE",
+    "Lease",
+    "Draining",
+    "LeaseLost",
+    "Waited",
+    "Acquired",
+    "NotGranted",
+    "ClaimHeld",
+    "DebtBody",
+    "TableDebt",
+    "LeaseClient",
+    "Renewer",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "http://127.0.0.1:8737"
+MAX_WAIT_S = 60.0  # the service bounds a long poll to [0, LAKELOCK_MAX_WAIT_S], 60 s by default
+UNAVAILABLE = "unavailable"  # the wait reason while the service fails or cannot be reached
+
+
+class LeaseLost(Exception):
+    """The lease can no longer be trusted (revoked, expired, refused at a renew, or not renewed
+    within its renew deadline): stop writing, do not commit. The jobs raise it from their own
+    checks (the gate before a commit, the compactor between steps).
+
+    raise LeaseLost(f"commit lease on {table} lost: {renewer.lost_reason}", lease=lease)
+    exc.lease        # the lease lost, when the raiser knew it
+    exc.gate_pass    # set by ingest_gate.gate: the pass whose batch must not commit
+    """
+
+    def __init__(self, message: str, *, lease: Lease | None = None, gate_pass: Any = None) -> None:
+        super().__init__(message)
+        self.lease = lease
+        self.gate_pass = gate_pass
 
 
 @dataclass(frozen=True)
-class Lease:
-    """A granted lease, as the service described it when it answered.
+class Waited:
+    """One ask of `LeaseClient.acquire_until` that was not a grant: `reason` is the refusal's
+    (`paused`, `maintenance`, `intent`), `draining` (a maintenance request's intent is open),
+    or `unavailable` (the service failed; retried); `answer` is the refusal, the `Draining`
+    answer or the failure."""
 
-    Lease.from_json({"lease_id": ..., "table": ..., "kind": "commit", ...})
-    lease.token        # None for a commit lease; the fencing token of a maintenance lease
-    lease.remaining_s  # seconds left when the service answered (database clock)
-    """
-
-    lease_id: str
-    table: str
-    kind: str
-    holder: str
-    request_id: str
-    token: int | None
-    ttl_s: float
-    remaining_s: float
-    held_s: float = 0.0
-    partitions: tuple[str, ...] | None = None  # None: the whole table
-
-    @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Lease:
-        token = body.get("token")
-        return cls(
-            lease_id=str(body["lease_id"]),
-            table=str(body["table"]),
-            kind=str(body["kind"]),
-            holder=str(body["holder"]),
-            request_id=str(body.get("request_id") or ""),
-            token=None if token is None else int(token),
-            ttl_s=float(body["ttl_s"]),
-            remaining_s=float(body["remaining_s"]),
-            held_s=float(body.get("held_s") or 0.0),
-            partitions=_scope(body.get("partitions")),
-        )
+    reason: str
+    answer: Draining | Exception
+    waited_s: float
 
 
 @dataclass(frozen=True)
-class Draining:
-    """A maintenance request that registered an intent; commit leases are draining.
+class Acquired:
+    """A lease `acquire_until` got, after `waited_s`, of which `calls_s` in calls."""
 
-    Ask again with the same `request_id` (after `retry_after_s`, or at once with `wait_s`).
-    """
+    lease: Lease
+    waited_s: float
+    calls_s: float
 
-    table: str
-    in_flight_commits: int
-    retry_after_s: float
-    intent: dict[str, Any]
-    request_id: str = ""
-    partitions: tuple[str, ...] | None = None  # None: the whole table
+
+class NotGranted(Exception):
+    """`acquire_until` ran out of time: no lease within its deadline. `last` is the last
+    answer (a `Locked`, a `Draining`, or the service's failure), `reasons` what held the
+    request, each once in the order first seen. A maintenance request's intent is already
+    withdrawn."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        last: Draining | Exception | None,
+        reasons: tuple[str, ...],
+        waited_s: float,
+        calls_s: float,
+    ) -> None:
+        super().__init__(message)
+        self.last = last
+        self.reasons = reasons
+        self.waited_s = waited_s
+        self.calls_s = calls_s
 
 
 class LeaseClient:
@@ -110,6 +147,10 @@ class LeaseClient:
     LeaseClient("https://lakelock.internal", token="s3cret")   # bearer token
     LeaseClient(http=TestClient(app))                          # an httpx.Client used as is
     LeaseClient(http=httpx.Client(transport=httpx.MockTransport(handler)), retries=0)
+
+    The lease calls answer `service.wire` models (`Lease`, `Draining`); the views
+    and operator calls (`state`, `tables`, `events`, `runs`, `set_switch`, `revoke`) answer the
+    API's JSON as it came, for scripts and the `lakelock` command to print.
     """
 
     def __init__(
@@ -160,7 +201,7 @@ class LeaseClient:
             holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
         )
         answer = self._call("POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s)
-        return Lease.from_json(answer.json())
+        return Lease.model_validate_json(answer.content)
 
     def acquire_maintenance(
         self,
@@ -188,17 +229,181 @@ class LeaseClient:
         answer = self._call(
             "POST", f"/v1/tables/{table}/maintenance-lease", json=body, wait_s=wait_s
         )
-        data = answer.json()
         if answer.status_code == 202:
-            return Draining(
-                table=str(data.get("table", table)),
-                in_flight_commits=int(data.get("in_flight_commits", 0)),
-                retry_after_s=float(data.get("retry_after_s", 1.0)),
-                intent=dict(data.get("intent") or {}),
-                request_id=body["request_id"],
-                partitions=_scope(data.get("partitions")),
-            )
-        return Lease.from_json(data)
+            return Draining.model_validate_json(answer.content)
+        return Lease.model_validate_json(answer.content)
+
+    def claim(
+        self, table: str, *, holder: str, ttl_s: float, request_id: str | None = None
+    ) -> Lease:
+        """Claim `table` for this compactor (a lease of kind `claim`, whole table, no token):
+        granted or refused at once, never waited for. Renew it with `renew` or a `Renewer`,
+        end it with `release`. A retry after a lost answer sends the same request id, so it
+        gets the same claim back.
+
+        Raises:
+            ClaimHeld: another holder has the table (`exc.extra["holder"]`, `["remaining_s"]`):
+                move on to the next table.
+            LeaseExpired: `request_id` was granted a claim that has ended since.
+            NotOwner: `request_id` was used by another holder.
+            OutcomeUnknown: timed out; retry with the same `request_id`.
+            Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
+        """
+        body = {"holder": holder, "ttl_s": ttl_s, "request_id": request_id or uuid.uuid4().hex}
+        answer = self._call("POST", f"/v1/tables/{table}/claim", json=body)
+        return Lease.model_validate_json(answer.content)
+
+    def acquire_until(
+        self,
+        kind: LeaseKind,
+        table: str,
+        *,
+        holder: str,
+        ttl_s: float,
+        within_s: float,
+        request_id: str | None = None,
+        partitions: Sequence[str] | None = None,
+        poll_s: float = 10.0,
+        retry_unavailable: bool = False,
+        on_wait: Callable[[Waited], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> Acquired:
+        """Ask for a `kind` lease until it is granted or `within_s` seconds passed (at least
+        once). The first ask answers at once, so a grant says nothing held it up; after a
+        refusal (`Locked`) or a drain (`Draining`) each ask long-polls on the service for up to
+        `poll_s`. One request id for the whole wait: a grant whose answer was lost is answered
+        again. `on_wait` hears each ask that was not a grant.
+
+        With `retry_unavailable` a failing or unreachable service is asked again with backoff
+        until the deadline (the ingest gate: a stalled stream is worse than a failed
+        compaction); without it the failure is raised (the compactor: no trusted lease, no
+        compaction). A maintenance request that opened an intent and ends without its lease
+        (the deadline, a refusal, an error, an interrupt) withdraws the intent, so ingest does
+        not wait for it to expire.
+
+        Raises:
+            NotGranted: no lease within `within_s`.
+            MaintenanceHeld, MaintenanceOff: a maintenance lease cannot be had now.
+            NotOwner, LeaseExpired: `request_id` belongs to another holder or ended.
+            Unavailable, OutcomeUnknown, ServerError: without `retry_unavailable`.
+            InvalidRequest, Unauthorized, Forbidden: a configuration mistake.
+        """
+        if kind == "claim":
+            raise ValueError("a claim is never waited for: ask with claim(), move on if held")
+        request_id = request_id or uuid.uuid4().hex
+        started = clock()
+        deadline = started + within_s
+        calls_s = 0.0
+        reasons: list[str] = []
+        last: Draining | Exception | None = None
+        failures = 0
+        intent_open = False
+        try:
+            while True:
+                # the first ask answers at once; later ones long-poll, within the deadline
+                wait_s = 0.0 if last is None else min(poll_s, deadline - clock(), MAX_WAIT_S)
+                asked = clock()
+                try:
+                    answer = self._ask(
+                        kind,
+                        table,
+                        holder,
+                        ttl_s,
+                        max(wait_s, 0.0),
+                        request_id,
+                        partitions,
+                        retry_unavailable=retry_unavailable,
+                    )
+                finally:
+                    calls_s += clock() - asked
+                if isinstance(answer, Lease):
+                    intent_open = False  # the grant fulfilled it
+                    return Acquired(answer, clock() - started, calls_s)
+                last, reason = answer, _wait_reason(answer)
+                intent_open = intent_open or isinstance(answer, Draining)
+                failures = failures + 1 if reason == UNAVAILABLE else 0
+                if reason not in reasons:
+                    reasons.append(reason)
+                if on_wait is not None:
+                    on_wait(Waited(reason, answer, clock() - started))
+                if clock() >= deadline:
+                    waited = clock() - started
+                    raise NotGranted(
+                        f"no {kind} lease on {table} after {waited:.1f}s (within {within_s:g}s);"
+                        f" waited for: {', '.join(reasons)}",
+                        last=last,
+                        reasons=tuple(reasons),
+                        waited_s=waited,
+                        calls_s=calls_s,
+                    )
+                if failures:
+                    log.warning(
+                        "%s lease on %s: service failed (%s); backing off",
+                        kind,
+                        table,
+                        _describe(answer),
+                    )
+                pause = _pause_s(
+                    answer, failures, poll_s=poll_s, wait_s=wait_s, asked_s=clock() - asked
+                )
+                pause = min(pause, deadline - clock())
+                if pause > 0:
+                    sleep(pause)
+        finally:
+            if intent_open:
+                self._withdraw_quietly(table, request_id=request_id, holder=holder)
+
+    def _ask(
+        self,
+        kind: LeaseKind,
+        table: str,
+        holder: str,
+        ttl_s: float,
+        wait_s: float,
+        request_id: str,
+        partitions: Sequence[str] | None,
+        *,
+        retry_unavailable: bool,
+    ) -> Lease | Draining | Exception:
+        """One ask of `acquire_until`: the lease, the drain, or the refusal to wait out (a
+        failing service too, with `retry_unavailable`)."""
+        try:
+            return self._acquire(kind, table, holder, ttl_s, wait_s, request_id, partitions)
+        except Locked as exc:
+            return exc
+        except (*_TRANSIENT, httpx.TransportError) as exc:
+            if not retry_unavailable:
+                raise
+            return exc
+
+    def _acquire(
+        self,
+        kind: LeaseKind,
+        table: str,
+        holder: str,
+        ttl_s: float,
+        wait_s: float,
+        request_id: str,
+        partitions: Sequence[str] | None,
+    ) -> Lease | Draining:
+        acquire = self.acquire_commit if kind == "commit" else self.acquire_maintenance
+        return acquire(
+            table,
+            holder=holder,
+            ttl_s=ttl_s,
+            wait_s=wait_s,
+            request_id=request_id,
+            partitions=partitions,
+        )
+
+    def _withdraw_quietly(self, table: str, *, request_id: str, holder: str) -> None:
+        try:
+            self.withdraw_intent(table, request_id=request_id, holder=holder)
+        except LakelockError as exc:
+            # the intent then expires by itself (LAKELOCK_INTENT_TTL_S); what ended the wait
+            # (raised on from acquire_until's finally) is what matters
+            log.warning("could not withdraw the intent %s on %s: %s", request_id, table, exc)
 
     def renew(
         self, lease: Lease, *, ttl_s: float | None = None, within_s: float | None = None
@@ -220,7 +425,7 @@ class LeaseClient:
         answer = self._call(
             "POST", f"/v1/leases/{lease.lease_id}/renew", json=body, within_s=within_s
         )
-        return Lease.from_json(answer.json()["lease"])
+        return Renewed.model_validate_json(answer.content).lease
 
     def release(self, lease: Lease) -> None:
         """Release `lease`; releasing it again is not an error.
@@ -246,7 +451,7 @@ class LeaseClient:
         answer = self._call(
             "DELETE", f"/v1/tables/{table}/intents/{request_id}", params={"holder": holder}
         )
-        return bool(answer.json()["withdrawn"])
+        return Withdrawn.model_validate_json(answer.content).withdrawn
 
     def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:
         """Force-release a lease (operator); its holder learns it at its next renew.
@@ -310,7 +515,24 @@ class LeaseClient:
         Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
         """
         answer = self._call("POST", f"/v1/tables/{table}/runs", json=report, idempotent=False)
-        return int(answer.json()["run_id"])
+        return RunId.model_validate_json(answer.content).run_id
+
+    def report_debt(self, table: str, debt: dict[str, Any] | BaseModel) -> TableDebt:
+        """Store the table's compaction debt (`DebtBody`'s fields: snapshot_id, data_files,
+        small_files, delete_files, partitions_over_target, records, measured_at); it replaces
+        the one reported before. A model is sent with the fields `DebtBody` knows. Retried like
+        any call: a repeated report stores the same debt.
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        if isinstance(debt, BaseModel):
+            fields = debt.model_dump(mode="json")
+            body = {k: v for k, v in fields.items() if k in DebtBody.model_fields}
+        else:
+            # sent as given, so the service's 422 names a wrong field; a datetime as RFC 3339
+            body = {k: _rfc3339(v) if isinstance(v, datetime) else v for k, v in debt.items()}
+        answer = self._call("PUT", f"/v1/tables/{table}/debt", json=body)
+        return TableDebt.model_validate_json(answer.content)
 
     def runs(self, table: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Run reports, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""
@@ -443,8 +665,32 @@ class LeaseClient:
         )
 
 
-def _scope(partitions: Any) -> tuple[str, ...] | None:
-    return None if partitions is None else tuple(str(name) for name in partitions)
+def _rfc3339(at: datetime) -> str:
+    """`at` as RFC 3339; a naive datetime is taken as UTC."""
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+
+
+def _pause_s(
+    answer: Draining | Exception, failures: int, *, poll_s: float, wait_s: float, asked_s: float
+) -> float:
+    """How long `acquire_until` sleeps after `answer` (which took `asked_s`) before it asks
+    again (0: the next ask long-polls at once)."""
+    if failures:
+        # full jitter: a recovering service is not asked by every job at once
+        return random.uniform(0.0, min(poll_s, 0.5 * 2 ** (failures - 1)))
+    if wait_s > 0 and isinstance(answer, Draining | LakelockError):
+        # a long poll answered early (the state changed, or a service that does not hold
+        # calls) waits out Retry-After: never a busy loop
+        return min(answer.retry_after_s or 1.0, wait_s) - asked_s
+    return 0.0
+
+
+def _wait_reason(answer: Draining | Exception) -> str:
+    if isinstance(answer, Draining):
+        return "draining"
+    if isinstance(answer, Locked):
+        return str(answer.extra.get("reason") or "locked")
+    return UNAVAILABLE
 
 
 def _problem(response: httpx.Response) -> LakelockError:
@@ -490,6 +736,10 @@ class Renewer:
     renewer.safe_to_commit()                           # judged by the clock now
     renewer.lost.is_set(); renewer.lost_reason; renewer.lease   # the latest renewed lease
     renewer.stop()                                     # stop renewing (does not release)
+    Renewer(client, lease, clock=fake.now, wait=fake.wait)      # time driven by a test
+
+    `wait(seconds)` is how the thread waits between renews: True when it should stop (by
+    default the stop event's `wait`, so `stop()` ends a wait at once).
     """
 
     def __init__(
@@ -500,6 +750,7 @@ class Renewer:
         renew_deadline_s: float | None = None,
         on_lost: Callable[[str], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[float], bool] | None = None,
         start: bool = True,
     ) -> None:
         if lease.ttl_s <= 0:
@@ -519,6 +770,7 @@ class Renewer:
         self.lost = threading.Event()
         self.lost_reason: str | None = None
         self._stop = threading.Event()
+        self._wait = wait if wait is not None else self._stop.wait
         self._lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._run, name=f"lakelock-renewer-{lease.lease_id[:8]}", daemon=True
@@ -567,7 +819,7 @@ class Renewer:
                 wait = min(self.interval_s / 3, self.renew_deadline_s - self._silent_s())
             else:
                 wait = self.interval_s - self._silent_s()
-            if self._stop.wait(max(wait, 0.0)):
+            if self._wait(max(wait, 0.0)):
                 return
             outcome = self._renew_once()
             if outcome is None:

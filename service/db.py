@@ -7,7 +7,8 @@ migrations in `migrations/`; `metadata` here is what they (and the code) agree o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import namedtuple
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -15,7 +16,6 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     BigInteger,
     Column,
-    ColumnElement,
     DateTime,
     Engine,
     Float,
@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.sql.expression import Executable, Select
 
 from service.errors import LakelockError
 
@@ -41,14 +42,17 @@ __all__ = [
     "tables_t",
     "commit_leases_t",
     "maintenance_leases_t",
+    "claims_t",
     "intents_t",
     "events_t",
     "runs_t",
+    "debt_t",
     "Instant",
     "now",
-    "locked_clock",
+    "LockingRead",
     "make_engine",
     "run_transaction",
+    "Hot",
     "is_unavailable",
     "recorded_events",
 ]
@@ -87,9 +91,9 @@ tables_t = Table(
 )
 
 
-def _lease_table(kind: str, *own: Column) -> Table:
-    """The table of `kind` leases, one row per grant; `own` adds the kind's own columns."""
-    name = f"lakelock_{kind}_leases"
+def _lease_table(name: str, *own: Column, scoped: bool = True) -> Table:
+    """A table of leases of one kind, one row per grant; `own` adds the kind's own columns,
+    `scoped` the partitions a lease covers (NULL: the whole table)."""
     return Table(
         name,
         metadata,
@@ -98,7 +102,7 @@ def _lease_table(kind: str, *own: Column) -> Table:
         Column("holder", String(255), nullable=False),
         Column("request_id", String(128), nullable=False),
         *own,
-        Column("partitions", Scope),
+        *((Column("partitions", Scope),) if scoped else ()),
         Column("ttl_s", Float, nullable=False),
         Column("acquired_at", Instant, nullable=False),
         Column("expires_at", Instant, nullable=False),
@@ -113,8 +117,14 @@ def _lease_table(kind: str, *own: Column) -> Table:
     )
 
 
-commit_leases_t = _lease_table("commit")
-maintenance_leases_t = _lease_table("maintenance", Column("token", BigInteger, nullable=False))
+commit_leases_t = _lease_table("lakelock_commit_leases")
+maintenance_leases_t = _lease_table(
+    "lakelock_maintenance_leases", Column("token", BigInteger, nullable=False)
+)
+# claims (DESIGN.md §3c) in a table of their own: no query of the commit and maintenance paths
+# (the commit grant, `holds_until`, the drain) ever reads them, as a claim excludes neither. A
+# claim covers the whole table and carries no token: no partitions, no token column.
+claims_t = _lease_table("lakelock_claims", scoped=False)
 
 # an open intent (writer preference) of one maintenance request; deleted when it ends
 intents_t = Table(
@@ -163,19 +173,23 @@ runs_t = Table(
 )
 
 
-def locked_clock(conn: Connection) -> ColumnElement[datetime] | None:
-    """The database clock as a column to read in the statement that locks a row, or None on
-    SQLite (see `now`).
-
-    `SYSDATE(6)` is evaluated when the row is read, after a `FOR UPDATE` was granted its lock,
-    not when the statement started (`UTC_TIMESTAMP()` would be): a call that waited for the
-    lock never judges expiry with an instant from before the previous holder committed. It is
-    UTC because every connection sets `time_zone = '+00:00'` (make_engine); a server started
-    with `--sysdate-is-now` would break this and is not supported.
-    """
-    if conn.dialect.name == "sqlite":
-        return None
-    return literal_column("SYSDATE(6)", type_=Instant)
+# the latest compaction debt a compactor reported for each table: one row per table, apart
+# from lakelock_tables so the row every lease call locks and reads stays narrow
+debt_t = Table(
+    "lakelock_debt",
+    metadata,
+    Column("table_name", String(NAME), primary_key=True),
+    Column("snapshot_id", BigInteger),
+    Column("data_files", BigInteger, nullable=False),
+    Column("small_files", BigInteger, nullable=False),
+    Column("delete_files", BigInteger, nullable=False),
+    Column("partitions_over_target", BigInteger, nullable=False),
+    Column("records", BigInteger),
+    # the compactor's own clock, as it sent it (RFC 3339): informational, never compared
+    Column("measured_at", String(64)),
+    Column("reported_at", Instant, nullable=False),  # the database clock
+    Column("reported_by", String(255)),
+)
 
 
 def now(conn: Connection) -> datetime:
@@ -232,7 +246,7 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
         # closed Connection rolls back): the pool's own ROLLBACK on return is a wasted round trip
         pool_reset_on_return=None,
         connect_args={
-            # the session clock in UTC, once per connection: SYSDATE() is then UTC (locked_clock)
+            # the session clock in UTC, once per connection: SYSDATE() is then UTC (LockingRead)
             "init_command": "SET time_zone = '+00:00'",
             "connect_timeout": max(1, int(timeout_s)),
             # PyMySQL applies the read timeout to the handshake too: on a silent network a call
@@ -242,6 +256,105 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
             "write_timeout": max(1, int(timeout_s)),
         },
     )
+
+
+class Hot:
+    """A statement of the lease path, written once with SQLAlchemy, sent straight through the
+    DBAPI cursor on MySQL/MariaDB.
+
+        LOCK = Hot(select(tables_t).where(tables_t.c.name == bindparam("name")).with_for_update())
+        rows = LOCK.rows(conn, name="lake.db.t")   # rows with attribute access
+        count = UPDATE.run(conn, id=lease_id, ...) # rows changed
+
+    Its SQL is compiled once per dialect, so a call skips SQLAlchemy's statement, compile-cache
+    and result layers (about three quarters of the Python time of a statement; see
+    benchmarks/lease_throughput.py). The transaction is still the Connection's, and a driver
+    error is raised as SQLAlchemy's (`IntegrityError`, `OperationalError`, a lost connection
+    invalidated), so `run_transaction` retries and maps them as for any statement. SQLite runs
+    the statement through SQLAlchemy: its datetimes are text that SQLAlchemy converts.
+    """
+
+    def __init__(self, stmt: Executable) -> None:
+        self.stmt = stmt
+        self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
+        self._row: type | None = None
+
+    def rows(self, conn: Connection, **params: Any) -> list[Any]:
+        if conn.dialect.name == "sqlite":
+            return list(conn.execute(self.stmt, params))
+        cursor = self._execute(conn, params)
+        try:
+            found = cursor.fetchall()
+            if self._row is None:
+                self._row = namedtuple("Row", [d[0] for d in cursor.description])  # type: ignore[misc]
+            return [self._row._make(row) for row in found]
+        finally:
+            cursor.close()
+
+    def run(self, conn: Connection, **params: Any) -> int:
+        if conn.dialect.name == "sqlite":
+            return conn.execute(self.stmt, params).rowcount
+        cursor = self._execute(conn, params)
+        cursor.close()
+        return cursor.rowcount
+
+    def _execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        compiled = self._compiled.get(conn.dialect.driver)
+        if compiled is None:
+            sql = self.stmt.compile(dialect=conn.dialect)
+            names = tuple(sql.positiontup or ()) if sql.positional else None
+            compiled = self._compiled[conn.dialect.driver] = (sql.string, names)
+        sql, names = compiled
+        # the driver's paramstyle: positional (MySQLdb's %s) or named (PyMySQL's %(name)s)
+        values = params if names is None else tuple(params[name] for name in names)
+        dbapi_conn = conn.connection.dbapi_connection
+        assert dbapi_conn is not None
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(sql, values)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            cursor.close()
+            lost = conn.dialect.is_disconnect(exc, dbapi_conn, cursor)
+            if lost:
+                conn.invalidate(exc)
+            raise DBAPIError.instance(
+                sql,
+                values,
+                exc,
+                conn.dialect.loaded_dbapi.Error,
+                connection_invalidated=lost,
+                dialect=conn.dialect,
+            ) from exc
+        return cursor
+
+
+# `SYSDATE(6)` is evaluated when the row is read, after a `FOR UPDATE` was granted its lock,
+# not when the statement started (`UTC_TIMESTAMP()` would be): a call that waited for the lock
+# never judges expiry with an instant from before the previous holder committed. It is UTC
+# because every connection sets `time_zone = '+00:00'` (make_engine); a server started with
+# `--sysdate-is-now` would break this and is not supported.
+_CLOCK_AT_LOCK = literal_column("SYSDATE(6)", type_=Instant).label("db_now")
+
+
+class LockingRead:
+    """A `SELECT ... FOR UPDATE` that reads the database clock in the same statement, once the
+    lock is granted (one round trip for both); on SQLite, where `BEGIN IMMEDIATE` already holds
+    the lock, the clock is `now()`.
+
+        LOCK = LockingRead(select(tables_t).where(tables_t.c.name == bindparam("name")))
+        found = LOCK.first(conn, name="lake.db.t")     # (row, clock) or None
+    """
+
+    def __init__(self, query: Select[Any]) -> None:
+        self._plain = Hot(query.with_for_update())
+        self._clocked = Hot(query.add_columns(_CLOCK_AT_LOCK).with_for_update())
+
+    def first(self, conn: Connection, **params: Any) -> tuple[Any, datetime] | None:
+        if conn.dialect.name == "sqlite":
+            rows = self._plain.rows(conn, **params)
+            return (rows[0], now(conn)) if rows else None
+        rows = self._clocked.rows(conn, **params)
+        return (rows[0], rows[0].db_now) if rows else None
 
 
 _MYSQL_RETRYABLE = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back

@@ -9,6 +9,7 @@
         + Locked            423  no commit lease now: reason paused | maintenance | intent
         + MaintenanceHeld   409  another maintenance lease (or intent) is live
         + MaintenanceOff    423  an operator disabled maintenance on the table
+        + ClaimHeld         409  another compactor has claimed the table; move on to the next
         + NotOwner          409  the lease belongs to another holder, or was revoked
         + StaleToken        412  the token sent is not the lease's; stop writing
       x LeaseExpired        410  renewed too late, or already released; acquire again
@@ -37,6 +38,7 @@ __all__ = [
     "Locked",
     "MaintenanceHeld",
     "MaintenanceOff",
+    "ClaimHeld",
     "NotOwner",
     "StaleToken",
     "LeaseExpired",
@@ -115,6 +117,13 @@ class MaintenanceOff(Refused):
     """An operator disabled maintenance on the table; skip this run."""
 
     status, slug, title = 423, "maintenance-off", "Maintenance disabled"
+
+
+class ClaimHeld(Refused):
+    """Another holder has a live claim on the table (`holder`, `remaining_s`): move on to the
+    next table, do not wait; it is free again once released or expired."""
+
+    status, slug, title = 409, "claim-held", "Table claimed"
 
 
 class NotOwner(Refused):

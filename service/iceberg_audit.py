@@ -25,7 +25,9 @@ A snapshot's timestamp comes from the committing job's clock and the intervals f
 database's, so `skew` widens a lease's own interval and narrows the maintenance intervals by
 that much. Snapshots older than the oldest event read (the trail was cut by `limit`) cannot be
 judged; they are listed as `unverified`, not as violations. A snapshot without any lakelock
-property was written by a writer that does not take leases: a violation.
+property was written by a writer that does not take leases: a violation, whatever it did; its
+finding says what it added and removed and where (`describe_changes`), so an operator can tell
+a job writing rows around lakelock from a maintenance step run outside it.
 """
 
 from __future__ import annotations
@@ -48,8 +50,12 @@ __all__ = [
     "AuditReport",
     "lease_intervals",
     "audit",
+    "describe_changes",
     "metadata_file",
     "read_snapshots",
+    "snapshot_records",
+    "read_catalog_snapshots",
+    "load_catalog_table",
 ]
 
 TOKEN = "lakelock.token"
@@ -262,7 +268,10 @@ def _problems(
 ) -> list[str]:
     at = snap.committed_at
     if snap.kind == "unattributed":
-        return ["no lakelock.lease-id: committed by a writer that takes no lease"]
+        return [
+            "no lakelock.lease-id: committed by a writer that takes no lease; "
+            f"{snap.operation or 'a commit'} that {describe_changes(snap)}"
+        ]
     if snap.lease_id == NO_LEASE:
         return ["committed outside any lease (lakelock.lease-id = none)"]
     lease = leases.get(snap.lease_id or "")
@@ -289,6 +298,45 @@ def _problems(
                     f"(token {held.token}, holder {held.holder}) over an intersecting scope"
                 )
     return problems
+
+
+# what a commit changed, from the counts Iceberg keeps in its snapshot summary
+_CHANGES = (
+    ("added-data-files", "added", "data file"),
+    ("deleted-data-files", "removed", "data file"),
+    ("added-position-delete-files", "added", "position delete file"),
+    ("removed-position-delete-files", "removed", "position delete file"),
+    ("added-equality-delete-files", "added", "equality delete file"),
+    ("removed-equality-delete-files", "removed", "equality delete file"),
+    ("added-dvs", "added", "deletion vector"),
+    ("removed-dvs", "removed", "deletion vector"),
+)
+
+
+def describe_changes(snap: SnapshotRecord) -> str:
+    """What `snap` added and removed, in words, and where: enough for an operator to tell a
+    writer of rows (adds data files, or position deletes beside them) from a maintenance step
+    (replaces files: removes as many as it adds, or only delete files).
+
+    "added 2 data files (40 records), removed 1 position delete file in dt=2024-06-20/hr=13"
+    """
+    summary = snap.summary
+    parts = []
+    for key, verb, noun in _CHANGES:
+        count = int(summary.get(key, 0) or 0)
+        if not count:
+            continue
+        text = f"{verb} {count} {noun}{'s' if count != 1 else ''}"
+        records = summary.get("added-records" if verb == "added" else "deleted-records")
+        if noun == "data file" and records:
+            text += f" ({records} records)"
+        parts.append(text)
+    what = ", ".join(parts) or "changed no files"
+    if snap.partitions:
+        shown = sorted(snap.partitions)
+        more = f" and {len(shown) - 3} more partitions" if len(shown) > 3 else ""
+        what += f" in {', '.join(shown[:3])}{more}"
+    return what
 
 
 # -- reading Iceberg metadata -----------------------------------------------------------------
@@ -332,12 +380,18 @@ def read_snapshots(metadata_location: str | Path) -> list[SnapshotRecord]:
         FileNotFoundError: a metadata or manifest file is missing.
         ValueError: the file is not Iceberg table metadata.
     """
-    from pyiceberg.manifest import ManifestEntryStatus
     from pyiceberg.table import StaticTable
 
     table = StaticTable.from_metadata(
         str(metadata_location), properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
     )
+    return snapshot_records(table)
+
+
+def snapshot_records(table: Any) -> list[SnapshotRecord]:
+    """Every snapshot of a pyiceberg `Table`, with the partitions each one's files touch."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
     schema, specs = table.schema(), table.specs()
     records = []
     for snap in table.snapshots():
@@ -364,3 +418,51 @@ def read_snapshots(metadata_location: str | Path) -> list[SnapshotRecord]:
             )
         )
     return records
+
+
+# -- reading a table through its catalog ------------------------------------------------------
+
+
+def read_catalog_snapshots(
+    table: str, *, catalog: str | None = None, properties: Mapping[str, str] | None = None
+) -> list[SnapshotRecord]:
+    """Every snapshot of `table` as its catalog has it now (see `load_catalog_table`)."""
+    return snapshot_records(load_catalog_table(table, catalog=catalog, properties=properties))
+
+
+def load_catalog_table(
+    table: str, *, catalog: str | None = None, properties: Mapping[str, str] | None = None
+) -> Any:
+    """`table` (`catalog.namespace.table`, or `namespace.table` with `catalog`) loaded through
+    a pyiceberg catalog: the one named `catalog` (default: the table's first part), configured
+    by pyiceberg's own means (`~/.pyiceberg.yaml`, `PYICEBERG_CATALOG__<NAME>__<KEY>`) and
+    `properties` over them. docs/catalogs.md lists the properties per catalog; the name must be
+    the jobs' Spark catalog name where the catalog keeps it (JDBC's `catalog_name` column).
+
+        load_catalog_table("lake.db.events", properties={
+            "type": "sql", "uri": "mysql+pymysql://iceberg@db:3306/iceberg",
+            "warehouse": "s3://bucket/wh"})
+
+    Raises:
+        ValueError: the name has no catalog part and `catalog` is not given, or the catalog
+            cannot be configured from what is given.
+        FileNotFoundError: the catalog has no such table.
+    """
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    parts = table.split(".")
+    if len(parts) == 3:
+        name = catalog or parts[0]
+    elif len(parts) == 2 and catalog:
+        name = catalog
+    else:
+        raise ValueError(f"{table}: give catalog.namespace.table, or the catalog's name")
+    try:
+        loaded = load_catalog(name, **dict(properties or {}))
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"catalog {name!r}: {exc}") from None
+    try:
+        return loaded.load_table((parts[-2], parts[-1]))
+    except (NoSuchTableError, NoSuchNamespaceError) as exc:
+        raise FileNotFoundError(f"{table}: not in catalog {name!r} ({exc})") from None

@@ -55,9 +55,12 @@ class LocalService:
         port: int | None = None,
         tokens: dict[str, str] | None = None,
         ready_timeout_s: float = 60.0,
+        python: str = sys.executable,
+        cwd: Path = ROOT,
         **env: str,
     ) -> LocalService:
-        """Start `python -m service` and wait until it is ready.
+        """Start `python -m service` (this interpreter's, from this checkout, unless `python`
+        and `cwd` say otherwise) and wait until it is ready.
 
         Raises:
             RuntimeError: the process exited or did not become ready; the message has its log.
@@ -77,8 +80,8 @@ class LocalService:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file: IO[bytes] = log_path.open("ab")
         process = subprocess.Popen(
-            [sys.executable, "-m", "service"],
-            cwd=ROOT,
+            [python, "-m", "service"],
+            cwd=cwd,
             env=full_env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

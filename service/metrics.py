@@ -6,7 +6,10 @@ metrics and the trail cannot disagree; refusals that change nothing are counted 
     counters, histograms   per process; with LAKELOCK_WORKERS > 1, `python -m service` sets up
                            prometheus-client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR), so
                            whichever worker answers a scrape reports the sum over all of them
-    state gauges           live leases by kind, open intents, paused tables: read from the
+    state gauges           live leases by kind (commit, maintenance, claim), open intents,
+                           paused tables, and the reported debt of the tables that owe most
+                           (small files, delete files, partitions over target, per table, for
+                           at most LAKELOCK_METRICS_MAX_TABLES tables): read from the
                            database at scrape time, so they are right whichever replica granted
                            the lease, and need no multiprocess handling
 
@@ -23,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import Engine, func, select
@@ -31,7 +34,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from service import debt
 from service.db import (
+    claims_t,
     commit_leases_t,
     intents_t,
     is_unavailable,
@@ -40,6 +45,7 @@ from service.db import (
     tables_t,
 )
 from service.scope import label
+from service.wire import TableDebt
 
 __all__ = [
     "Metrics",
@@ -92,6 +98,13 @@ class Metrics:
             buckets=_HOLD_BUCKETS,
             registry=own,
         )
+        # summed over the live workers: how many clients wait on a long-poll right now
+        self.parked = Gauge(
+            "lakelock_parked_long_polls",
+            "Long-polls (wait_s, wait) parked, waiting for a change or their deadline",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
         self.latency = Histogram(
             "lakelock_request_duration_seconds",
             "HTTP request latency",
@@ -126,9 +139,10 @@ class Metrics:
                 if "held_s" in detail:
                     self.hold.labels(kind, scope).observe(float(detail["held_s"]))
 
-    def track_state(self, engine: Engine) -> None:
-        """Add the state gauges, read from `engine`'s database at each scrape."""
-        self.registry.register(StateCollector(engine))
+    def track_state(self, engine: Engine, *, max_tables: int = 100) -> None:
+        """Add the state gauges, read from `engine`'s database at each scrape; the per-table
+        debt gauges for the `max_tables` tables with the most debt."""
+        self.registry.register(StateCollector(engine, max_tables=max_tables))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -143,8 +157,9 @@ class StateCollector(Collector):
     `lakelock_state_up` 0 and no state gauges.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, max_tables: int = 100) -> None:
         self.engine = engine
+        self.max_tables = max_tables
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # registering must not query the database
@@ -156,6 +171,7 @@ class StateCollector(Collector):
         try:
             with self.engine.connect() as conn:
                 state = read_state(conn)
+                heaviest = debt.heaviest(conn, limit=self.max_tables, at=now(conn))
         except (DBAPIError, PoolTimeout) as exc:
             if isinstance(exc, DBAPIError) and not is_unavailable(exc):
                 raise  # a bad statement or schema is a fault, not an outage
@@ -166,8 +182,8 @@ class StateCollector(Collector):
         up.add_metric([], 1)
         yield up
         live = GaugeMetricFamily("lakelock_live_leases", "Live leases", labels=["kind"])
-        live.add_metric(["commit"], state["commit"])
-        live.add_metric(["maintenance"], state["maintenance"])
+        for kind in ("commit", "maintenance", "claim"):
+            live.add_metric([kind], state[kind])
         yield live
         yield GaugeMetricFamily(
             "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
@@ -175,13 +191,40 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
         )
+        yield from _debt_gauges(heaviest)
+
+
+_DEBT_GAUGES = (
+    ("small_files", "Data files under the small size, as last reported"),
+    ("delete_files", "Delete files that still apply, as last reported"),
+    ("partitions_over_target", "Partitions a rewrite would change, as last reported"),
+)
+
+
+def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricFamily]:
+    """`lakelock_table_<count>{table}` for the tables given (the most indebted): one series per
+    table and count, so the number of series is bounded by LAKELOCK_METRICS_MAX_TABLES."""
+    for name, help_text in _DEBT_GAUGES:
+        family = GaugeMetricFamily(
+            f"lakelock_table_{name}",
+            f"{help_text} (the LAKELOCK_METRICS_MAX_TABLES tables with the most debt)",
+            labels=["table"],
+        )
+        for table, owed in heaviest:
+            family.add_metric([table], getattr(owed, name))
+        yield family
 
 
 def read_state(conn: Connection) -> dict[str, int]:
-    """Counts of live commit and maintenance leases, open intents and paused tables."""
+    """Counts of live leases of each kind, open intents and paused tables."""
     at = now(conn)
     counts: dict[str, int] = {}
-    for kind, leases_t in (("commit", commit_leases_t), ("maintenance", maintenance_leases_t)):
+    kinds = (
+        ("commit", commit_leases_t),
+        ("maintenance", maintenance_leases_t),
+        ("claim", claims_t),
+    )
+    for kind, leases_t in kinds:
         c = leases_t.c
         # by the (ended_at, expires_at) index: not ended, expiry ahead
         live = select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)

@@ -18,7 +18,13 @@ from sqlalchemy.engine import Connection
 
 __all__ = ["alembic_config", "upgrade", "downgrade", "head", "current", "is_at_head"]
 
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_HERE = Path(__file__).resolve().parent
+# an installed wheel carries them as service/migrations; a checkout (and the image's /app) has
+# them beside the package
+MIGRATIONS = next(
+    (p for p in (_HERE / "migrations", _HERE.parent / "migrations") if (p / "env.py").is_file()),
+    _HERE.parent / "migrations",
+)
 
 
 def alembic_config(url: str) -> Config:

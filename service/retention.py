@@ -10,7 +10,7 @@ tables (and on SQLite, the whole file) wait at most one batch.
     events          walked by primary key from the oldest: ids grow with time, so a pass stops at
                     the first row younger than the cutoff. Each table's newest event is kept, the
                     trail's last word on it.
-    leases          commit and maintenance leases, found by their `(ended_at, expires_at)`
+    leases          commit and maintenance leases and claims, by their `(ended_at, expires_at)`
                     index: ended before the cutoff. Live or expired-but-unswept leases have no
                     `ended_at` and are never touched. A pruned lease is still answered from its
                     last audit event while that is kept.
@@ -35,6 +35,7 @@ from sqlalchemy import Engine, Table, delete, func, select
 from sqlalchemy.engine import Connection
 
 from service.db import (
+    claims_t,
     commit_leases_t,
     events_t,
     is_unavailable,
@@ -57,6 +58,7 @@ class Pruned:
     events: int = 0
     commit_leases: int = 0
     maintenance_leases: int = 0
+    claims: int = 0
     batches: int = 0
     longest_batch_s: float = 0.0
 
@@ -87,7 +89,11 @@ def prune(
         done=done,
         pause=pause,
     )
-    for kind, leases_t in (("commit", commit_leases_t), ("maintenance", maintenance_leases_t)):
+    for field, leases_t in (
+        ("commit_leases", commit_leases_t),
+        ("maintenance_leases", maintenance_leases_t),
+        ("claims", claims_t),
+    ):
         if stopped:
             break
         deleted, stopped = _in_batches(
@@ -98,7 +104,7 @@ def prune(
             done=done,
             pause=pause,
         )
-        setattr(done, f"{kind}_leases", deleted)
+        setattr(done, field, deleted)
     return done
 
 
@@ -214,13 +220,15 @@ class Pruner:
         self.metrics.pruned.labels("events").inc(pruned.events)
         self.metrics.pruned.labels("commit_leases").inc(pruned.commit_leases)
         self.metrics.pruned.labels("maintenance_leases").inc(pruned.maintenance_leases)
-        if pruned.events or pruned.commit_leases or pruned.maintenance_leases:
+        self.metrics.pruned.labels("claims").inc(pruned.claims)
+        if pruned.events or pruned.commit_leases or pruned.maintenance_leases or pruned.claims:
             log.info(
                 "pruned rows past the retention",
                 extra={
                     "events": pruned.events,
                     "commit_leases": pruned.commit_leases,
                     "maintenance_leases": pruned.maintenance_leases,
+                    "claims": pruned.claims,
                     "batches": pruned.batches,
                     "longest_batch_ms": round(pruned.longest_batch_s * 1000, 1),
                 },

@@ -24,10 +24,11 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from prometheus_client import Gauge
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
-from service import leases
+from service import leases, state
 from service.db import is_unavailable, run_transaction
 from service.metrics import Metrics
 from service.settings import Settings
@@ -55,8 +56,9 @@ class _Waiter:
 class Changes:
     """Parks long-polls until their table's version moves. See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, parked: Gauge | None = None) -> None:
         self._waiters: dict[str, set[_Waiter]] = {}
+        self._parked = parked  # the gauge of parked long-polls, kept by wait()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.closing = threading.Event()
 
@@ -108,6 +110,8 @@ class Changes:
         loop = asyncio.get_running_loop()
         waiter = _Waiter(seen)
         self._waiters.setdefault(table, set()).add(waiter)
+        if self._parked is not None:
+            self._parked.inc()
         try:
             while not self.closing.is_set() and not waiter.event.is_set():
                 left = until - loop.time()
@@ -120,6 +124,8 @@ class Changes:
                 if is_disconnected is not None and await is_disconnected():
                     raise ClientGone()
         finally:
+            if self._parked is not None:
+                self._parked.dec()
             waiters = self._waiters.get(table)
             if waiters is not None:
                 waiters.discard(waiter)
@@ -132,7 +138,7 @@ class Runtime:
         self.settings = settings
         self.engine = engine
         self.metrics = Metrics()
-        self.changes = Changes()
+        self.changes = Changes(self.metrics.parked)
         # one worker thread per pooled connection: more would only queue inside the pool
         self.db_limiter = anyio.CapacityLimiter(settings.db_pool_size)
 
@@ -173,7 +179,7 @@ class Runtime:
         return await anyio.to_thread.run_sync(self.read_sync, fn, limiter=self.db_limiter)
 
     async def version(self, table: str) -> int:
-        return await self.read(lambda conn: leases.table_version(conn, table=table))
+        return await self.read(lambda conn: state.table_version(conn, table=table))
 
     async def poll_versions(self) -> None:
         """Forever: every poll interval, one read of the versions of the tables waited on, so
@@ -185,7 +191,7 @@ class Runtime:
             if not tables:
                 continue
             try:
-                versions = await self.read(lambda conn, t=tables: leases.table_versions(conn, t))
+                versions = await self.read(lambda conn, t=tables: state.table_versions(conn, t))
             except Exception as exc:
                 # a database outage: wake the waiters, whose own next try answers 503
                 log.warning("version poll failed: %s: %s", type(exc).__name__, exc)
@@ -203,7 +209,7 @@ class Runtime:
         Raises:
             the database's unavailability (no other table can be swept either).
         """
-        due = self.read_sync(leases.tables_due_for_sweep)
+        due = self.read_sync(state.tables_due_for_sweep)
         swept = 0
         for table in due:
             try:

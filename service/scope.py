@@ -11,10 +11,11 @@ exact strings: two names for one partition would only make two writers not wait 
 and Iceberg still rejects the conflicting commit.
 
 Kinds: `commit` (ingest, shared), `maintenance` (compaction, exclusive) and `intent` (a
-maintenance request draining the commits it conflicts with). Commits never conflict with each
-other; maintenance conflicts with commits and with maintenance; an intent stands for its
-maintenance request towards commits only (it blocks new commit leases, and does not keep another
-maintenance request from being granted or from draining).
+maintenance request draining the commits it conflicts with), and `claim` (a compactor's hold
+on a table, always the whole table). Commits never conflict with each other; maintenance
+conflicts with commits and with maintenance; an intent stands for its maintenance request
+towards commits only (it blocks new commit leases, and does not keep another maintenance
+request from being granted or from draining); a claim conflicts with claims only.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "MAX_NAME_CHARS",
     "scope_of",
     "intersects",
+    "covers",
     "conflicts",
     "is_name",
     "encode",
@@ -41,7 +43,7 @@ __all__ = [
 Scope = frozenset[str] | None
 """None is the whole table; otherwise a non-empty set of partition names."""
 
-ScopeKind = Literal["commit", "maintenance", "intent"]
+ScopeKind = Literal["commit", "maintenance", "intent", "claim"]
 
 MAX_NAME_CHARS = 512
 # <field>=<value>(/<field>=<value>)*: a field name is not empty, a value may be ("" is a value).
@@ -63,10 +65,17 @@ def intersects(a: Scope, b: Scope) -> bool:
     return a is None or b is None or not a.isdisjoint(b)
 
 
+def covers(a: Scope, b: Scope) -> bool:
+    """True when scope `a` holds every partition of `b`: the whole table covers everything, a
+    set of partitions never covers the whole table."""
+    return a is None or (b is not None and b <= a)
+
+
 _CONFLICTING_KINDS = {
     frozenset({"commit", "maintenance"}),
     frozenset({"commit", "intent"}),
     frozenset({"maintenance"}),
+    frozenset({"claim"}),
 }
 
 

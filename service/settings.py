@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default=DEFAULT_SQLITE_URL,
         description="The lock database: `mysql+pymysql://user:password@host:3306/db` (or "
-        "`mariadb+pymysql://`; `mysql://` means PyMySQL too) or `sqlite:///path` for local "
-        "runs. A secret: the password is masked in logs.",
+        "`mariadb+pymysql://`; `mysql://` means PyMySQL too; `mysql+mysqldb://` for the C "
+        "driver mysqlclient, where it is installed) or `sqlite:///path` for local runs. A "
+        "secret: the password is masked in logs.",
     )
     auth: Literal["on", "off"] = Field(
         default="on", description="`off` lets anyone do anything; local runs only."
@@ -168,6 +169,14 @@ class Settings(BaseSettings):
         description="Rows deleted per transaction while pruning; each batch is followed by a "
         "pause as long as it took, so writers are never held up for long.",
     )
+    metrics_max_tables: int = Field(
+        default=100,
+        ge=0,
+        le=100000,
+        description="How many tables get the per-table debt gauges (`lakelock_table_small_files`, "
+        "`_delete_files`, `_partitions_over_target`): those with the most small plus delete "
+        "files. Bounds the series a scrape carries; 0 turns them off.",
+    )
     shutdown_grace_s: float = Field(
         default=20.0,
         ge=0,
@@ -185,8 +194,14 @@ class Settings(BaseSettings):
             value = "mysql+pymysql://" + value.removeprefix("mysql://")
         if value.startswith("mariadb://"):
             value = "mariadb+pymysql://" + value.removeprefix("mariadb://")
-        if not value.startswith(("sqlite://", "mysql+pymysql://", "mariadb+pymysql://")):
-            raise ValueError("must start with sqlite:///, mysql+pymysql:// or mariadb+pymysql://")
+        drivers = (
+            "mysql+pymysql://",
+            "mariadb+pymysql://",
+            "mysql+mysqldb://",
+            "mariadb+mysqldb://",
+        )
+        if not value.startswith(("sqlite://", *drivers)):
+            raise ValueError(f"must start with sqlite:/// or one of {', '.join(drivers)}")
         return value
 
     @field_validator("tokens")

@@ -68,6 +68,8 @@ def _empty_mariadb(url: str) -> None:
         for table in (
             "lakelock_commit_leases",
             "lakelock_maintenance_leases",
+            "lakelock_claims",
+            "lakelock_debt",
             "lakelock_intents",
             "lakelock_events",
             "lakelock_runs",

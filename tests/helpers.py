@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,40 @@ import httpx
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parent.parent
+
+HANG_GUARD_S = 120.0
+"""How long a test waits for something that normally takes well under a second: a guard
+against a hang only, never a measure (tests are driven by counts, benchmarks measure)."""
+
+
+def wait_until(condition: Callable[[], Any], what: str, *, timeout: float = HANG_GUARD_S) -> Any:
+    """Poll `condition` until it is truthy and return its value; fail naming `what` after
+    `timeout` seconds (a hang)."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
+        time.sleep(0.02)
+    return value
+
+
+def metric(client: httpx.Client, name: str, **labels: str) -> float:
+    """One sample of the service's /metrics (0 when absent); `client` sends a reader token."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return 0.0
+
+
+def wait_parked(client: httpx.Client, count: int) -> None:
+    """Wait until `count` long-polls are parked in the service (they wait on the server, not
+    still on their way to it)."""
+    wait_until(
+        lambda: metric(client, "lakelock_parked_long_polls") >= count,
+        f"{count} long-polls parked",
+    )
 
 
 def run_module(module: str, *args: str, timeout: float = 300) -> str:
@@ -39,6 +75,12 @@ def maintenance(
     return api.post(
         f"/v1/tables/{table}/maintenance-lease", json={"holder": holder, "ttl_s": 60, **body}
     )
+
+
+def claim(
+    api: httpx.Client, table: str = "lake.db.events", holder: str = "compactor-1", **body: Any
+):
+    return api.post(f"/v1/tables/{table}/claim", json={"holder": holder, "ttl_s": 60, **body})
 
 
 def switch(api: httpx.Client, table: str = "lake.db.events", **body: Any):
@@ -78,7 +120,7 @@ def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, A
 
 def backdate(db_url: str, lease: dict[str, Any], seconds: float = 3600) -> None:
     """Move a lease's expiry into the past, as if its TTL ran out without renewal."""
-    leases = f"lakelock_{lease['kind']}_leases"
+    leases = "lakelock_claims" if lease["kind"] == "claim" else f"lakelock_{lease['kind']}_leases"
     _backdate(db_url, leases, "id = :id", {"id": lease["lease_id"]}, seconds)
 
 

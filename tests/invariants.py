@@ -1,4 +1,5 @@
-"""A checker of DESIGN.md's five invariants over a recorded history, with scopes (§3b).
+"""A checker of DESIGN.md's invariants over a recorded history, with scopes (§3b) and claims
+(§3c).
 
 Every lease and intent covers the whole table (`partitions` null) or a set of partitions. Two
 conflict when their kinds do and their partition sets intersect, the whole table intersecting
@@ -8,7 +9,9 @@ everything; the checker has its own `_overlap` for that, apart from the service'
 - inv2: never a live commit and a live maintenance lease with intersecting scopes;
 - inv3: maintenance tokens strictly increase per table, whatever their scopes;
 - inv4: no renew revives a lease past its TTL;
-- inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open.
+- inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open;
+- inv6: never two live claims on one table (a claim covers the whole table; it is checked
+  against claims only, and commit and maintenance leases never against claims).
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -90,50 +93,88 @@ def _overlap(a: Scope, b: Scope) -> bool:
     return a is None or b is None or bool(a & b)
 
 
+@dataclass
+class _Table:
+    """The model of one table's lock while its events are replayed: what is live, and the
+    violations found at each grant."""
+
+    name: str
+    violations: list[str]
+    commits: dict[str, Scope] = field(default_factory=dict)
+    maintenance: dict[str, Scope] = field(default_factory=dict)
+    claims: set[str] = field(default_factory=set)
+    intents: dict[str, Scope] = field(default_factory=dict)  # by request id
+    paused: bool = False
+    last_token: int = 0
+
+    def flag(self, found: bool, what: str, e: dict[str, Any]) -> None:
+        if found:
+            where = f"{self.name} event {e['id']} ({e['event']} {e['lease_id']})"
+            self.violations.append(f"{what}: {where}")
+
+    def commit(self, e: dict[str, Any], scope: Scope) -> None:
+        held = any(_overlap(scope, x) for x in self.maintenance.values())
+        self.flag(held, "inv2: commit granted while maintenance live", e)
+        draining = any(_overlap(scope, x) for x in self.intents.values())
+        self.flag(draining, "inv5: commit granted while intent open", e)
+        self.flag(self.paused, "inv5: commit granted while paused", e)
+        self.commits[e["lease_id"]] = scope
+
+    def maintain(self, e: dict[str, Any], scope: Scope) -> None:
+        held = any(_overlap(scope, x) for x in self.maintenance.values())
+        self.flag(held, "inv1: intersecting maintenance leases", e)
+        live = sum(_overlap(scope, x) for x in self.commits.values())
+        self.flag(bool(live), f"inv2: maintenance granted over {live} commits", e)
+        token = e["token"]
+        self.flag(token <= self.last_token, f"inv3: token {token} after {self.last_token}", e)
+        self.last_token = token
+        self.maintenance[e["lease_id"]] = scope
+        self.intents.pop(e["detail"].get("request_id"), None)
+
+    def claim(self, e: dict[str, Any], _scope: Scope) -> None:
+        self.flag(bool(self.claims), f"inv6: claim granted while {sorted(self.claims)} live", e)
+        self.claims.add(e["lease_id"])
+
+    def end(self, e: dict[str, Any], _scope: Scope) -> None:
+        self.commits.pop(e["lease_id"], None)
+        self.maintenance.pop(e["lease_id"], None)
+        self.claims.discard(e["lease_id"])
+
+    def open_intent(self, e: dict[str, Any], scope: Scope) -> None:
+        self.intents[e["detail"]["request_id"]] = scope
+
+    def close_intent(self, e: dict[str, Any], _scope: Scope) -> None:
+        self.intents.pop(e["detail"]["request_id"], None)
+
+    def switch(self, e: dict[str, Any], _scope: Scope) -> None:
+        self.paused = e["detail"]["after"]["ingest"] == "paused"
+
+    def apply(self, e: dict[str, Any]) -> None:
+        name = e["event"]
+        if name == "lease.acquired":
+            step = {"commit": self.commit, "claim": self.claim}.get(e["kind"], self.maintain)
+        else:
+            step = {
+                "lease.released": self.end,
+                "lease.expired": self.end,
+                "lease.revoked": self.end,
+                "intent.opened": self.open_intent,
+                "intent.expired": self.close_intent,
+                "intent.withdrawn": self.close_intent,
+                "intent.fulfilled": self.close_intent,
+                "switch.set": self.switch,
+            }.get(name, lambda _e, _s: None)
+        step(e, _scope(e["detail"].get("partitions")))
+
+
 def replay(history: History) -> list[str]:
-    """Invariants 1, 2, 3 and 5 by replaying each table's events in commit order."""
+    """Invariants 1, 2, 3, 5 and 6 by replaying each table's events in commit order."""
     violations: list[str] = []
-    by_table: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    tables: dict[str, _Table] = {}
     for event in history.events:
-        by_table[event["table_name"]].append(event)
-    for table, events in by_table.items():
-        commits: dict[str, Scope] = {}
-        maintenance: dict[str, Scope] = {}
-        intents: dict[str, Scope] = {}  # by request id
-        paused = False
-        last_token = 0
-        for e in events:
-            name, lease_id, detail = e["event"], e["lease_id"], e["detail"]
-            scope = _scope(detail.get("partitions"))
-            where = f"{table} event {e['id']} ({name} {lease_id})"
-            if name == "lease.acquired" and e["kind"] == "commit":
-                if any(_overlap(scope, held) for held in maintenance.values()):
-                    violations.append(f"inv2: commit granted while maintenance live: {where}")
-                if any(_overlap(scope, held) for held in intents.values()):
-                    violations.append(f"inv5: commit granted while intent open: {where}")
-                if paused:
-                    violations.append(f"inv5: commit granted while paused: {where}")
-                commits[lease_id] = scope
-            elif name == "lease.acquired":
-                if any(_overlap(scope, held) for held in maintenance.values()):
-                    violations.append(f"inv1: intersecting maintenance leases: {where}")
-                live = sum(_overlap(scope, held) for held in commits.values())
-                if live:
-                    violations.append(f"inv2: maintenance granted over {live} commits: {where}")
-                if e["token"] <= last_token:
-                    violations.append(f"inv3: token {e['token']} after {last_token}: {where}")
-                last_token = e["token"]
-                maintenance[lease_id] = scope
-                intents.pop(detail.get("request_id"), None)
-            elif name in ("lease.released", "lease.expired", "lease.revoked"):
-                commits.pop(lease_id, None)
-                maintenance.pop(lease_id, None)
-            elif name == "intent.opened":
-                intents[detail["request_id"]] = scope
-            elif name in ("intent.expired", "intent.withdrawn"):
-                intents.pop(detail["request_id"], None)
-            elif name == "switch.set":
-                paused = detail["after"]["ingest"] == "paused"
+        name = event["table_name"]
+        model = tables.setdefault(name, _Table(name, violations))
+        model.apply(event)
     return violations
 
 
@@ -142,10 +183,15 @@ Span = tuple[datetime, datetime, str, Scope]
 
 def maintenance_spans(history: History) -> dict[str, list[Span]]:
     """Each maintenance lease's live interval in database time, per table."""
+    return lease_spans(history, "maintenance")
+
+
+def lease_spans(history: History, kind: str) -> dict[str, list[Span]]:
+    """Each `kind` lease's live interval in database time, per table, from the audit trail."""
     spans: dict[str, list[Span]] = defaultdict(list)
     granted: dict[str, dict[str, Any]] = {}
     for e in history.events:
-        if e["kind"] != "maintenance" or not e["lease_id"]:
+        if e["kind"] != kind or not e["lease_id"]:
             continue
         if e["event"] == "lease.acquired":
             granted[e["lease_id"]] = e
@@ -171,15 +217,26 @@ def commit_span(lease: dict[str, Any]) -> tuple[datetime, datetime]:
     return lease["acquired_at"], end
 
 
+def _overlapping(spans: list[Span]) -> list[tuple[str, str]]:
+    """Pairs of spans live at the same instant with intersecting scopes."""
+    return [
+        (id1, id2)
+        for n, (s1, e1, id1, scope1) in enumerate(spans)
+        for s2, e2, id2, scope2 in spans[n + 1 :]
+        if s2 < e1 and s1 < e2 and _overlap(scope1, scope2)
+    ]
+
+
 def intervals(history: History) -> list[str]:
-    """Invariants 1 and 2 again, on live intervals in database time."""
+    """Invariants 1, 2 and 6 again, on live intervals in database time."""
     violations: list[str] = []
+    for table, claims in lease_spans(history, "claim").items():
+        for id1, id2 in _overlapping(claims):
+            violations.append(f"inv6: {table} claims {id1} and {id2} overlap")
     spans = maintenance_spans(history)
     for table, leases in spans.items():
-        for n, (s1, e1, id1, scope1) in enumerate(leases):
-            for s2, e2, id2, scope2 in leases[n + 1 :]:
-                if s2 < e1 and s1 < e2 and _overlap(scope1, scope2):
-                    violations.append(f"inv1: {table} maintenance {id1} and {id2} overlap")
+        for id1, id2 in _overlapping(leases):
+            violations.append(f"inv1: {table} maintenance {id1} and {id2} overlap")
     for lease in history.commit_leases:
         start, end = commit_span(lease)
         scope = _scope(lease.get("partitions"))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import uuid
 
 import pytest
 from typer.testing import CliRunner
@@ -21,8 +24,8 @@ def lakelock(api, monkeypatch):
     monkeypatch.setattr(cli, "client_factory", lambda url, token: LeaseClient(http=api, retries=0))
     runner = CliRunner()
 
-    def run(*args: str):
-        return runner.invoke(cli.app, list(args), env={"COLUMNS": "240"})
+    def run(*args: str, columns: int = 240):
+        return runner.invoke(cli.app, list(args), env={"COLUMNS": str(columns)})
 
     return run
 
@@ -52,6 +55,63 @@ def test_status_of_all_tables_shows_the_maintenance_holder_and_token(api, lakelo
     tables = json.loads(lakelock("status", "--json").stdout)
     assert [t["table"] for t in tables] == [TABLE]
     assert cli.maintenance_leases(tables[0])[0]["token"] == held.token
+
+
+def test_status_shows_the_claim_and_revoke_ends_it_by_prefix(api, lakelock):
+    client = LeaseClient(http=api)
+    held = client.claim(TABLE, holder="compactor-fleet-3", ttl_s=60)
+    _commit(api)
+    result = lakelock("status", TABLE, columns=80)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if held.lease_id in line)
+    assert row.split()[0] == "claim"
+    assert "compactor-fleet-3" in result.stdout
+    assert [c["holder"] for c in json.loads(lakelock("status", "--json").stdout)[0]["claims"]] == [
+        "compactor-fleet-3"
+    ]
+    revoked = lakelock("revoke", held.lease_id[:8], "--reason", "compactor host lost")
+    assert revoked.exit_code == 0, revoked.output
+    assert "claim" in revoked.stdout and "revoked" in revoked.stdout
+    assert client.state(TABLE)["claims"] == []
+
+
+def _debt(small: int, deletes: int) -> dict:
+    return {
+        "snapshot_id": 7,
+        "data_files": 100,
+        "small_files": small,
+        "delete_files": deletes,
+        "partitions_over_target": 2,
+        "records": None,
+    }
+
+
+def test_status_ranks_tables_by_debt_in_80_columns(api, lakelock):
+    client = LeaseClient(http=api)
+    client.report_debt("lake.db.few_small_files", _debt(3, 0))
+    client.report_debt("lake.db.many_deletes", _debt(1, 40))  # 41: deletes count as much
+    client.report_debt("lake.db.many_small_files", _debt(30, 2))
+    _commit(api)  # lake.db.events: no debt reported, last
+    result = lakelock("status", columns=80)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    ranking = lines[: next(n for n, line in enumerate(lines) if "(version" in line)]
+    ranked = [line.split()[0] for line in ranking if line.strip().startswith("lake.db.")]
+    assert ranked == [
+        "lake.db.many_deletes",
+        "lake.db.many_small_files",
+        "lake.db.few_small_files",
+        "lake.db.events",
+    ]
+    top = next(line for line in ranking if line.strip().startswith("lake.db.many_deletes"))
+    assert top.split()[1:] == ["1", "40", "2", "100"]  # small, delete, over target, data files
+    # each table's own view follows in the same order, with its debt
+    views = [line.split()[0] for line in lines if "(version" in line]
+    assert views == ranked
+    assert "1 small files, 40 delete files, 2 partitions over target" in result.stdout
+    as_json = json.loads(lakelock("status", "--json").stdout)
+    assert [t["table"] for t in as_json] == ranked
 
 
 def test_pause_and_resume_set_the_switch_with_the_reason(api, lakelock):
@@ -175,3 +235,93 @@ def test_events_follow_prints_new_events_as_they_come(api, lakelock, monkeypatch
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [e["event"] for e in lines] == ["lease.acquired", "lease.revoked"]
+
+
+# -- an 80-column terminal, a pipe, and short lease ids ------------------------------------------
+
+LONG_HOLDERS = (
+    "compactor@ip-10-0-3-17.eu-west-1.compute.internal:4242/ab12cd34ef56",
+    "ingest@worker-3.example:4242",
+    "ingest@worker-4.example:4343",
+)
+
+
+def _leases_with_long_holders(api) -> list[str]:
+    client = LeaseClient(http=api)
+    maintenance_table = "lake.db.other"
+    ids = [client.acquire_maintenance(maintenance_table, holder=LONG_HOLDERS[0], ttl_s=60).lease_id]
+    for holder in LONG_HOLDERS[1:]:
+        ids.append(client.acquire_commit(TABLE, holder=holder, ttl_s=60).lease_id)
+    return ids
+
+
+def _whole_on_a_line(text: str, values) -> list[str]:
+    """The values that do not appear unbroken on some line of `text`."""
+    lines = text.splitlines()
+    return [v for v in values if not any(v in line for line in lines)]
+
+
+@pytest.mark.parametrize("command", [["status"], ["events"]], ids=["status", "events"])
+def test_at_80_columns_lease_ids_and_holders_stay_whole_on_one_line(api, lakelock, command):
+    ids = _leases_with_long_holders(api)
+    result = lakelock(*command, columns=80)
+    assert result.exit_code == 0, result.output
+    assert _whole_on_a_line(result.stdout, [*ids, *LONG_HOLDERS]) == []
+    assert max(len(line.rstrip()) for line in result.stdout.splitlines()) <= 80
+
+
+def test_status_piped_without_columns_keeps_ids_whole(lakelock_server):
+    """A real `lakelock` process writing into a pipe, as `lakelock status | less` would."""
+    client = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
+    with client:
+        lease = client.acquire_commit(TABLE, holder=LONG_HOLDERS[1], ttl_s=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LAKELOCK_URL": lakelock_server.url,
+        "LAKELOCK_TOKEN": lakelock_server.token("reader"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "status", TABLE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _whole_on_a_line(done.stdout, [lease.lease_id, LONG_HOLDERS[1]]) == []
+
+
+def test_revoke_takes_a_unique_prefix_of_the_lease_id(api, lakelock):
+    lease = _commit(api)
+    result = lakelock("revoke", lease.lease_id[:8], "--reason", "host lost", columns=80)
+    assert result.exit_code == 0, result.output
+    assert lease.lease_id in result.stdout and "revoked" in result.stdout
+    assert api.get(f"/v1/tables/{TABLE}").json()["commit_leases"] == []
+
+
+def test_an_ambiguous_prefix_is_one_line_listing_the_matches(api, lakelock, monkeypatch):
+    # lease ids that share their first 15 characters
+    numbers = iter(range(1, 1000))
+    monkeypatch.setattr(
+        uuid, "uuid4", lambda: uuid.UUID(f"21001664-112e-4000-8000-{next(numbers):012x}")
+    )
+    first, second = _commit(api, "ingest-1"), _commit(api, "ingest-2")
+    assert first.lease_id[:15] == second.lease_id[:15]
+    result = lakelock("revoke", first.lease_id[:12], "--reason", "x", columns=80)
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ambiguous" in lines[0]
+    assert first.lease_id in lines[0] and second.lease_id in lines[0]
+    assert len(api.get(f"/v1/tables/{TABLE}").json()["commit_leases"]) == 2  # nothing revoked
+
+
+@pytest.mark.parametrize(
+    ("prefix", "code", "says"),
+    [("2100166", 2, "at least 8"), ("ffffffff", 1, "no live lease")],
+    ids=["too-short", "no-match"],
+)
+def test_a_prefix_too_short_or_matching_nothing_is_refused(api, lakelock, prefix, code, says):
+    _commit(api)
+    result = lakelock("revoke", prefix, "--reason", "x")
+    assert result.exit_code == code
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1

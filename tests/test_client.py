@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.client import Draining, Lease, LeaseClient, Renewer
+from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer
 from service.errors import (
     PROBLEM_TYPE_PREFIX,
     LeaseExpired,
@@ -190,13 +189,15 @@ def test_maintenance_request_while_commits_drain_returns_draining_with_its_reque
     body = {
         "status": "draining",
         "table": TABLE,
-        "intent": {"holder": "compactor", "request_id": "x", "remaining_s": 9.0},
+        "intent": {"holder": "compactor", "request_id": "run-1", "remaining_s": 9.0},
         "in_flight_commits": 2,
         "retry_after_s": 1.5,
     }
     client, recorder = make_client(scripted(httpx.Response(202, json=body)))
     answer = client.acquire_maintenance(TABLE, holder="compactor", ttl_s=60, request_id="run-1")
-    assert answer == Draining(TABLE, 2, 1.5, body["intent"], request_id="run-1")
+    assert answer == Draining.model_validate(body)
+    assert (answer.table, answer.in_flight_commits, answer.retry_after_s) == (TABLE, 2, 1.5)
+    assert answer.request_id == "run-1"
     assert recorder.bodies()[0]["request_id"] == "run-1"
 
 
@@ -232,20 +233,48 @@ def renewing(answer: Callable[[], httpx.Response]) -> tuple[LeaseClient, Recorde
 
 
 def short_lease(ttl_s: float = 0.3) -> Lease:
-    return Lease.from_json(lease_json(ttl_s=ttl_s, remaining_s=ttl_s))
+    return Lease.model_validate(lease_json(ttl_s=ttl_s, remaining_s=ttl_s))
+
+
+class FakeTime:
+    """Time for a renewer's thread: each wait moves the clock on at once, and past `until`
+    seconds tells the thread to stop. `renews` are the instants the service was asked."""
+
+    def __init__(self, until: float) -> None:
+        self.t = 1000.0
+        self.until = self.t + until
+        self.renews: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, seconds: float) -> bool:
+        self.t += seconds
+        return self.t > self.until
+
+    def answering(self, *answers: httpx.Response) -> Callable[[], httpx.Response]:
+        """Each of `answers` in turn at each renew, then the last one again."""
+        remaining = list(answers)
+
+        def answer() -> httpx.Response:
+            self.renews.append(self.t)
+            return remaining.pop(0) if len(remaining) > 1 else remaining[0]
+
+        return answer
+
+
+def renewed(ttl_s: float) -> httpx.Response:
+    lease = lease_json(ttl_s=ttl_s, remaining_s=ttl_s)
+    return httpx.Response(200, json={"outcome": "ok", "lease": lease})
 
 
 def test_renewer_renews_at_a_third_of_the_ttl() -> None:
-    lease = short_lease(0.3)
-    ok = lease_json(ttl_s=0.3, remaining_s=0.3)
-    client, recorder = renewing(lambda: httpx.Response(200, json={"outcome": "ok", "lease": ok}))
-    renewer = Renewer(client, lease)
-    time.sleep(0.75)
-    assert renewer.safe_to_commit()
-    renewer.stop()
-    gaps = [b - a for a, b in zip(recorder.at, recorder.at[1:], strict=False)]
-    assert len(recorder.at) >= 4
-    assert 0.08 <= statistics.median(gaps) <= 0.14
+    fake = FakeTime(until=95)
+    client, _ = renewing(fake.answering(renewed(30.0)))
+    renewer = Renewer(client, short_lease(30.0), clock=fake.now, wait=fake.wait)
+    renewer.stop()  # waits for the thread, which runs until fake time passes `until`
+    assert fake.renews == [1000.0 + 10 * n for n in range(1, 10)]
+    assert renewer.renewals == 9 and renewer.safe_to_commit()
     assert not renewer.lost.is_set()
 
 
@@ -263,29 +292,29 @@ def test_renewer_loses_the_lease_when_the_service_says_expired() -> None:
 
 def test_renewer_loses_the_lease_at_the_deadline_while_the_service_answers_503() -> None:
     calls: list[str] = []
-    client, recorder = renewing(lambda: problem(503, "unavailable"))
-    renewer = Renewer(client, short_lease(), on_lost=calls.append)
-    assert renewer.lost.wait(2.0)
-    time.sleep(0.2)  # the thread has stopped: no second callback, no more renews
-    count = len(recorder.requests)
-    time.sleep(0.2)
+    fake = FakeTime(until=600)
+    client, _ = renewing(fake.answering(problem(503, "unavailable")))
+    # TTL 36 s: a renew every 12 s, a retry every 4 s while failing, lost at 24 s of silence
+    renewer = Renewer(
+        client, short_lease(36.0), on_lost=calls.append, clock=fake.now, wait=fake.wait
+    )
+    assert renewer.lost.wait(5.0)
     renewer.stop()
-    assert len(calls) == 1
-    assert "renew-deadline" in calls[0]
-    assert len(recorder.requests) == count
-    assert 2 <= count <= 10  # retried before the deadline, but not in a busy loop
+    # retried before the deadline, but not in a busy loop; the thread stopped at the loss
+    assert fake.renews == [1012.0, 1016.0, 1020.0]
+    assert len(calls) == 1 and "renew-deadline" in calls[0]
+    assert fake.t == 1024.0
     assert not renewer.safe_to_commit()
 
 
 def test_renewer_survives_a_transient_failure_before_the_deadline() -> None:
-    ok = {"outcome": "ok", "lease": lease_json(ttl_s=0.6, remaining_s=0.6)}
-    answers = [problem(503, "unavailable")]
-    client, _ = renewing(lambda: answers.pop() if answers else httpx.Response(200, json=ok))
-    renewer = Renewer(client, short_lease(0.6))
-    time.sleep(0.9)
+    fake = FakeTime(until=45)
+    client, _ = renewing(fake.answering(problem(503, "unavailable"), renewed(36.0)))
+    renewer = Renewer(client, short_lease(36.0), clock=fake.now, wait=fake.wait)
     renewer.stop()
-    assert not renewer.lost.is_set()
-    assert renewer.renewals >= 2
+    # the retry 4 s after the failure succeeds; from it, a renew every 12 s again
+    assert fake.renews == [1012.0, 1016.0, 1028.0, 1040.0]
+    assert not renewer.lost.is_set() and renewer.renewals == 3
 
 
 def test_safe_to_commit_is_judged_by_the_clock_not_only_by_the_thread() -> None:
@@ -358,3 +387,150 @@ def test_a_compactor_that_gives_up_draining_withdraws_its_intent(lakelock_server
     trail = [e["event"] for e in job.events(table=table)]
     assert "intent.withdrawn" in trail and "intent.expired" not in trail
     job.release(in_flight)
+
+
+# -- acquire until a deadline ------------------------------------------------------------------
+
+
+class FakeWall:
+    """A clock for acquire_until: each call takes `call_s`, each sleep moves time on."""
+
+    def __init__(self, call_s: float = 0.0) -> None:
+        self.t = 0.0
+        self.call_s = call_s
+        self.slept: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(round(seconds, 6))
+        self.t += seconds
+
+
+def acquiring(fake: FakeWall, *answers: httpx.Response | Exception) -> tuple[LeaseClient, Recorder]:
+    """A client whose acquires get `answers` in turn (each taking the fake call time), and
+    whose intent withdrawals are answered `withdrawn: true`."""
+    acquire = scripted(*answers)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(200, json={"table": TABLE, "request_id": "r", "withdrawn": True})
+        fake.t += fake.call_s
+        return acquire(request)
+
+    return make_client(handler, retries=0)
+
+
+def draining(in_flight: int = 1, retry_after_s: float = 2.0) -> httpx.Response:
+    intent = {"holder": "compactor", "request_id": "run-1", "remaining_s": 5.0}
+    body = {
+        "status": "draining",
+        "table": TABLE,
+        "intent": intent,
+        "in_flight_commits": in_flight,
+        "retry_after_s": retry_after_s,
+    }
+    return httpx.Response(202, json=body)
+
+
+def asks(recorder: Recorder) -> list[tuple[str, float]]:
+    return [(b["request_id"], b["wait_s"]) for b in recorder.bodies() if "wait_s" in b]
+
+
+def deletes(recorder: Recorder) -> list[str]:
+    return [r.url.path for r in recorder.requests if r.method == "DELETE"]
+
+
+def test_acquire_until_asks_at_once_then_long_polls_with_one_request_id() -> None:
+    fake = FakeWall(call_s=3.0)
+    locked = problem(423, "locked", reason="maintenance", retry_after_s=30)
+    client, recorder = acquiring(fake, locked, locked, httpx.Response(201, json=lease_json()))
+    waits: list[str] = []
+    got = client.acquire_until(
+        "commit",
+        TABLE,
+        holder="ingest:test",
+        ttl_s=30,
+        within_s=60,
+        poll_s=10,
+        request_id="batch-7",
+        on_wait=lambda w: waits.append(w.reason),
+        clock=fake.now,
+        sleep=fake.sleep,
+    )
+    assert asks(recorder) == [("batch-7", 0.0), ("batch-7", 10.0), ("batch-7", 10.0)]
+    assert waits == ["maintenance", "maintenance"]
+    # the second ask was answered early (3 s of a 10 s poll): Retry-After spaces the next one
+    assert fake.slept == [7.0]
+    assert (got.lease.lease_id, got.waited_s, got.calls_s) == (lease_json()["lease_id"], 16.0, 9.0)
+
+
+def test_acquire_until_gives_up_at_the_deadline_saying_what_held_it() -> None:
+    fake = FakeWall(call_s=1.0)
+    client, recorder = acquiring(fake, problem(423, "locked", reason="intent"))
+    with pytest.raises(NotGranted) as caught:
+        client.acquire_until(
+            "commit", TABLE, holder="h", ttl_s=30, within_s=5, clock=fake.now, sleep=fake.sleep
+        )
+    assert caught.value.reasons == ("intent",)
+    assert isinstance(caught.value.last, Locked)
+    assert caught.value.waited_s >= 5 and len(recorder.requests) <= 6
+    assert asks(recorder)[1][1] == 4.0  # the long poll never outlasts the deadline
+
+
+def test_acquire_until_retries_a_failing_service_only_when_asked_to() -> None:
+    fake = FakeWall()
+    answers = (problem(503, "unavailable"), httpx.Response(201, json=lease_json()))
+    client, _ = acquiring(fake, *answers)
+    got = client.acquire_until(
+        "commit",
+        TABLE,
+        holder="h",
+        ttl_s=30,
+        within_s=60,
+        retry_unavailable=True,
+        clock=fake.now,
+        sleep=fake.sleep,
+    )
+    assert got.lease.kind == "commit" and len(fake.slept) == 1 and fake.slept[0] <= 0.5
+    client, _ = acquiring(FakeWall(), *answers)
+    with pytest.raises(Unavailable):
+        client.acquire_until("commit", TABLE, holder="h", ttl_s=30, within_s=60)
+
+
+@pytest.mark.parametrize(
+    ("then", "withdrawn"),
+    [
+        (httpx.Response(201, json=lease_json(kind="maintenance", token=3)), False),
+        (problem(409, "maintenance-held"), True),
+        (draining(), True),  # until the deadline
+    ],
+)
+def test_a_maintenance_request_that_ends_without_its_lease_withdraws_its_intent(
+    then: httpx.Response, withdrawn: bool
+) -> None:
+    fake = FakeWall(call_s=1.0)
+    client, recorder = acquiring(fake, draining(), then)
+    try:
+        client.acquire_until(
+            "maintenance",
+            TABLE,
+            holder="compactor",
+            ttl_s=60,
+            within_s=30,
+            request_id="run-1",
+            clock=fake.now,
+            sleep=fake.sleep,
+        )
+    except (MaintenanceHeld, NotGranted):
+        assert withdrawn
+    expected = [f"/v1/tables/{TABLE}/intents/run-1"] if withdrawn else []
+    assert deletes(recorder) == expected
+
+
+def test_no_intent_no_withdrawal() -> None:
+    client, recorder = acquiring(FakeWall(), problem(423, "maintenance-off"))
+    with pytest.raises(MaintenanceOff):
+        client.acquire_until("maintenance", TABLE, holder="c", ttl_s=60, within_s=30)
+    assert deletes(recorder) == []

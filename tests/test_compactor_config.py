@@ -78,7 +78,7 @@ def test_a_table_entry_overrides_the_defaults_key_by_key(tmp_path):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"tables": [{"name": "db.t", "plna": {}}]}, r"unknown key\(s\) \['plna'\]"),
+        ({"tables": [{"name": "db.t", "plna": {}}]}, r'tables\["db.t"\]\.plna: unknown key'),
         ({"defaults": {"plan": {"min_small_file": 3}}}, "min_small_file"),
         ({"tables": [{"name": "db.t", "rewrite_data_files": {"strategy": "zorder"}}]}, "binpack"),
         ({"tables": [{"name": "t"}]}, "namespace.table"),
@@ -117,10 +117,35 @@ def test_retention_below_a_floor_is_refused_at_load_time(tmp_path, section, valu
 
 
 def test_a_floor_in_the_defaults_is_refused_naming_the_defaults():
-    with pytest.raises(ConfigError, match=r"\[defaults\].*older_than=1m"):
+    with pytest.raises(ConfigError, match=r"defaults: .*older_than=1m"):
         config_from_dict(
             {"defaults": {"remove_orphan_files": {"enabled": True, "older_than": "1m"}}}
         )
+
+
+def test_every_mistake_in_a_file_is_listed_with_its_place_and_rule():
+    with pytest.raises(ConfigError) as caught:
+        config_from_dict(
+            {
+                "every": "soon",
+                "service": {"uri": "http://x"},
+                "defaults": {"plan": {"small_file_fraction": 2}},
+                "tables": [
+                    {"name": "db.a", "lease": {"scope": "rows", "ttl": "0s"}},
+                    {"name": "db.b", "expire_snapshots": {"retain_last": 1}},
+                ],
+            }
+        )
+
+    assert caught.value.problems == [
+        ("every", "not a duration: 'soon' (use e.g. 30s, 10m, 1h30m, 7d)"),
+        ("service.uri", "unknown key"),
+        ("defaults.plan.small_file_fraction", "must be <= 1"),
+        ('tables["db.a"].lease.ttl', "must be at least 1s"),
+        ('tables["db.a"].lease.scope', "must be one of partitions, table"),
+        ('tables["db.b"]', "expire_snapshots.retain_last=1 is below the floor of 5"),
+    ]
+    assert '  tables["db.a"].lease.ttl: must be at least 1s' in str(caught.value)
 
 
 def test_manifest_thresholds_are_read_and_checked():
@@ -138,12 +163,12 @@ def test_command_line_overrides_the_file(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[service]\nurl = "http://a:1"\n[[tables]]\nname = "local.db.a"\n')
 
-    config, tables = resolve(
+    config, selection = resolve(
         parse_args(["run", "--config", str(path), "--once", "--service-url", "http://b:2"])
     )
 
     assert config.service_url == "http://b:2"
-    assert [t.name for t in tables] == ["local.db.a"]
+    assert selection == ["local.db.a"]
 
 
 def test_no_table_anywhere_is_an_error():

@@ -134,14 +134,40 @@ def test_many_dangling_deletes_plan_a_run_that_drops_them():
     assert procedures(p) == ["rewrite_position_delete_files"]
 
 
-def test_equality_deletes_are_applied_and_then_dropped_by_the_data_rewrite():
+def test_equality_deletes_are_applied_by_the_data_rewrite_then_dropped_by_a_step_of_their_own():
     p = plan(stats(part("2024-05-10", data=6, eq=2)), config(), NOW)
 
     assert p.run
-    assert procedures(p) == ["rewrite_data_files"]  # no position deletes: no such step
+    # no position deletes: no rewrite_position_delete_files
+    assert procedures(p) == ["rewrite_data_files", "remove_dangling_deletes"]
     options = p.steps[0].options
     assert options["delete-file-threshold"] == "1"
-    assert options["remove-dangling-deletes"] == "true"
+    # Iceberg would make that commit itself, without the lease's properties
+    assert "remove-dangling-deletes" not in options
+
+
+def test_position_deletes_alone_plan_no_table_wide_dangling_step():
+    p = plan(stats(part("2024-05-10", data=40, pos=12, dangling_pos=3)), config(), NOW)
+
+    assert procedures(p) == ["rewrite_data_files", "rewrite_position_delete_files"]
+
+
+def test_remove_dangling_deletes_in_config_is_a_step_not_an_option():
+    cfg = config()
+    on = {**cfg.rewrite_data_files.options, "remove-dangling-deletes": "true"}
+    off = {**cfg.rewrite_data_files.options, "remove-dangling-deletes": "false"}
+    table = stats(part("2024-05-10", data=40, pos=12, eq=2))
+
+    asked = plan(
+        table, replace(cfg, rewrite_data_files=replace(cfg.rewrite_data_files, options=on)), NOW
+    )
+    refused = plan(
+        table, replace(cfg, rewrite_data_files=replace(cfg.rewrite_data_files, options=off)), NOW
+    )
+
+    assert "remove_dangling_deletes" in procedures(asked)
+    assert "remove_dangling_deletes" not in procedures(refused)
+    assert all("remove-dangling-deletes" not in s.options for s in asked.steps + refused.steps)
 
 
 def test_a_delete_threshold_set_in_config_is_kept():

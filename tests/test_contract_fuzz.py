@@ -7,9 +7,13 @@ each secured operation must refuse a call without or with a wrong token (`ignore
 The run is bounded by `MAX_EXAMPLES` per operation and phase: about 2,000 cases, under a minute
 per database on 2 cores. Its report (and the seed to repeat it with `--seed`) is in a failure.
 
-No check is left out. Two choices, each explained where it is made: the protocol's refusals of
-well-formed requests (410, 412, 423) count as accepted data (tests/schemathesis.toml), and the
-fuzzer runs one worker (below).
+Every check runs but one, `use_after_free`: a released lease stays readable with its state.
+The choices, each explained where it is made (tests/schemathesis.toml, and below): the
+protocol's refusals of well-formed requests (410, 412, 423) count as accepted data, so does the
+422 of a maintenance lease's release or renew without its token (JSON Schema cannot say which
+leases need one), and the fuzzer runs one worker. With answers described in openapi.json the
+fuzzer also follows links between calls (its stateful phase: acquire, then renew, release,
+revoke that lease).
 """
 
 from __future__ import annotations
@@ -73,7 +77,10 @@ def test_every_answer_is_in_the_contract(db_url: str, tmp_path: Path) -> None:
         done = _schemathesis(
             server.url + "/openapi.json",
             tmp_path / "report.json",
-            *("--checks", "all", "--max-examples", str(MAX_EXAMPLES)),
+            # every check but use_after_free (why: tests/schemathesis.toml); a check named on
+            # the command line outranks the config file, so it is left out here
+            *("--checks", "all", "--exclude-checks", "use_after_free"),
+            *("--max-examples", str(MAX_EXAMPLES)),
             config=config,
         )
     finally:

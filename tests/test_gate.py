@@ -8,6 +8,7 @@ import re
 import threading
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 import httpx
@@ -16,6 +17,8 @@ import pytest
 from ingest_gate.gate import Gate, GateTimeout, LeaseLost
 from service.client import LeaseClient
 from service.errors import PROBLEM_TYPE_PREFIX
+from tests.conftest import auth
+from tests.helpers import metric, wait_until
 
 TABLE = "cat.db.events"
 
@@ -304,11 +307,12 @@ def test_lease_is_renewed_while_a_body_outlasts_its_ttl(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
     with make_gate(client, ttl_s=0.3).commit(TABLE) as gate_pass:
-        time.sleep(0.7)
+        entered = time.monotonic()
+        # a body that outlasts two TTLs, renewed at least three times meanwhile
+        wait_until(lambda: service.renews >= 3 and time.monotonic() - entered > 0.6, "three renews")
         gate_pass.check()
-    assert service.renews >= 3
     assert gate_pass.outcome == "committed"
-    assert gate_pass.held_s >= 0.7
+    assert gate_pass.held_s > 0.6
 
 
 def test_lease_is_released_when_the_body_raises(service: FakeLakelock, client: LeaseClient) -> None:
@@ -381,7 +385,11 @@ def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server:
     gate = Gate(job, holder="ingest:it", ttl_s=3.0, max_hold_s=20.0, poll_s=5.0)
     with gate.commit(table) as gate_pass:
         assert gate_pass.lease is not None
-        time.sleep(2.5)  # past the renew deadline (2 s): only renewals keep it safe
+        # three renews at ttl/3 (1 s): past the renew deadline (2 s), only they keep it safe
+        with httpx.Client(base_url=lakelock_server.url, headers=auth("reader")) as reader:
+            renewals = partial(metric, reader, "lakelock_renewals_total", kind="commit")
+            before = renewals()
+            wait_until(lambda: renewals() >= before + 3, "three renews of the commit lease")
         gate_pass.check()
     assert gate_pass.wait_reasons == ["paused"]
     assert gate_pass.outcome == "committed"

@@ -136,3 +136,25 @@ def test_clock_skew_tolerance():
     events = trail(lease_events("c1", "commit", 0, 10))
     assert not audit([ingest(1, 10.5, "c1")], events).clean
     assert audit([ingest(1, 10.5, "c1")], events, skew=timedelta(seconds=1)).clean
+
+
+def test_an_unattributed_commit_is_a_violation_that_says_what_it_changed():
+    # Iceberg's own remove-dangling-deletes commit: a replace that only drops a delete file
+    maintenance_like = SnapshotRecord(
+        7,
+        at(3),
+        "replace",
+        {"removed-position-delete-files": "1", "removed-delete-files": "1"},
+        frozenset({"dt=2024-06-20/hr=13"}),
+    )
+    rows_like = SnapshotRecord(
+        8, at(4), "append", {"added-data-files": "2", "added-records": "40"}, None
+    )
+
+    report = audit([maintenance_like, rows_like], [])
+
+    assert not report.clean
+    first, second = (v.problems[0] for v in report.violations)
+    assert "takes no lease" in first
+    assert first.endswith("replace that removed 1 position delete file in dt=2024-06-20/hr=13")
+    assert second.endswith("append that added 2 data files (40 records)")

@@ -14,9 +14,9 @@ def test_runs_with_no_config_everything_under_var(monkeypatch):
     monkeypatch.delenv("LAKELOCK_TOKEN", raising=False)
     config = load_config()
     assert config.table == "local.db.events"
-    assert config.key_columns == ("event_id", "dt", "hr")
+    assert config.format == "json" and config.file_pattern == "*.jsonl"
+    assert config.key_columns == ()  # the table's identifier fields
     assert config.event_time_column == "event_time"
-    assert config.partition_columns == ("dt", "hr")
     for path in (config.landing_path, config.dead_letter_path, config.checkpoint_path):
         assert path.startswith("var/")
     assert config.catalog.warehouse.startswith("var/")
@@ -50,7 +50,7 @@ def test_every_bad_value_is_named_with_its_rule():
             overrides={
                 "policy": "maybe",
                 "lease_ttl_s": 0,
-                "key_columns": ["event_id", "nope"],
+                "format": "avro",
                 "max_batches": 0,
                 "table": "events",
             }
@@ -58,7 +58,7 @@ def test_every_bad_value_is_named_with_its_rule():
     problems = _problems(exc)
     assert problems["policy"] == "must be one of fail, proceed"
     assert "lease_ttl_s" in problems
-    assert "nope" in problems["key_columns"]
+    assert problems["format"] == "must be one of json, debezium, canal"
     assert problems["max_batches"] == "must be >= 1 when set"
     assert "catalog.namespace.table" in problems["table"]
     # the message itself lists them, one per line
@@ -125,6 +125,25 @@ def test_kafka_options_pass_through_over_safe_defaults():
 def test_file_source_reads_only_finished_jsonl_files():
     options = file_reader_options(IngestConfig(max_files_per_trigger=2))
     assert options == {"pathGlobFilter": "*.jsonl", "maxFilesPerTrigger": "2"}
+    options = file_reader_options(IngestConfig(file_pattern="changes-*.json"))
+    assert options == {"pathGlobFilter": "changes-*.json"}
+
+
+def test_format_time_zone_and_pattern_come_from_file_or_flags(tmp_path: Path):
+    path = tmp_path / "ingest.toml"
+    path.write_text('format = "canal"\ntime_zone = "Asia/Shanghai"\nkey_columns = ["userid"]\n')
+    config = config_from_args(["--config", str(path), "--file-pattern", "*.json"])
+    assert (config.format, config.time_zone, config.file_pattern) == (
+        "canal",
+        "Asia/Shanghai",
+        "*.json",
+    )
+    assert config_from_args(["--format", "debezium"]).format == "debezium"
+    with pytest.raises(ConfigError) as exc:
+        load_config(overrides={"time_zone": "Mars/Olympus", "partition_columns": ["dt"]})
+    problems = _problems(exc)
+    assert problems["time_zone"].startswith("must be a time zone name")
+    assert "takes its partition spec from it" in problems["partition_columns"]
 
 
 def test_no_gate_flag_and_empty_master_for_spark_submit():

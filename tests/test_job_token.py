@@ -4,9 +4,10 @@ import logging
 
 import pytest
 
+import compactor.fleet
 import compactor.job
 from compactor.config import TableConfig
-from compactor.report import Outcome, RunReport
+from compactor.rank import Summary
 from ingest_gate.token import TOKEN_ENV, refused_token
 
 
@@ -20,19 +21,22 @@ def test_a_refused_token_names_the_variable_and_how_to_fix_it(token, state):
     assert "s3cret" not in line  # never the secret itself
 
 
-def _refused_run(spark, *, client, config, holder):
-    return RunReport(
-        table=config.name,
-        run_uid="r1",
-        holder="h",
-        outcome=Outcome.FAILED,
-        error="unauthorized: send Authorization: Bearer <secret> with a configured token",
-    )
+def _refused_claim(client, table, **_):
+    from service.errors import Unauthorized
+
+    raise Unauthorized("send Authorization: Bearer <secret> with a configured token")
 
 
 def test_compactor_run_once_without_a_token_names_lakelock_token(monkeypatch, caplog):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    monkeypatch.setattr(compactor.job, "run_table", _refused_run)
+    # a table with debt by its summary, then the service refuses the claim (401)
+    monkeypatch.setattr(compactor.fleet, "spark_jobs", lambda spark: 0)
+    monkeypatch.setattr(
+        compactor.fleet,
+        "read_summary",
+        lambda spark, table: Summary(table, snapshot_id=1, data_files=1, delete_files=1),
+    )
+    monkeypatch.setattr(compactor.fleet, "take", _refused_claim)
     with caplog.at_level(logging.ERROR, logger="compactor"):
         status = compactor.job.run_once(
             None, client=None, tables=[TableConfig(name="local.db.events")]
@@ -45,6 +49,9 @@ class _RefusedRun:
     """An ingest query whose first batch the service refused (what handle.wait() raises)."""
 
     query_id = "q-1"
+
+    def summary(self):
+        return {"records": 0}
 
     def wait(self):
         from service.errors import Unauthorized

@@ -48,14 +48,16 @@ class Batch:
 
 
 def writer(**overrides: Any) -> BatchWriter:
-    return BatchWriter(load_config(overrides=overrides), gate=Ungated(), query_id="q")
+    values = {"key_columns": ["event_id", "dt", "hr"], **overrides}
+    return BatchWriter(load_config(overrides=values), gate=Ungated(), query_id="q")
 
 
 def scope_of(w: BatchWriter, batch_id: int = 0) -> tuple[list[str] | None, str | None]:
     """What the writer leases and filters for a batch, as a merge computes it."""
     rows, values = w._count(None, Batch())
     assert rows == 6  # counted by partition or as a whole, the batch is the same size
-    return w._batch_scope(values, batch_id)
+    names, merge_filter = w._batch_scope(values, batch_id)
+    return names, merge_filter.predicate
 
 
 def test_usable_scope_leases_the_batch_partitions_and_filters_the_merge(scope_reads):
@@ -95,6 +97,18 @@ def test_a_batch_in_more_partitions_than_allowed_leases_the_table_keeps_the_filt
     assert "batch 4 touches 2 partitions" in caplog.text
 
 
+def test_a_batch_wider_than_the_exact_filter_leases_its_partitions_and_filters_by_field(
+    scope_reads,
+):
+    w = writer(exact_filter_max_partitions=1)
+    names, merge_filter = w._batch_scope(w._count(None, Batch())[1], 0)
+    assert names == ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]  # still exactly its own
+    assert merge_filter.kind == "superset"
+    assert merge_filter.predicate == "t.`dt` IN (DATE'2024-06-20') AND t.`hr` IN (13, 14)"
+    at_the_limit = writer(exact_filter_max_partitions=2)
+    assert at_the_limit._batch_scope(VALUES, 0)[1].kind == "exact"
+
+
 def test_ungated_pass_reports_its_scope():
     with Ungated().commit("local.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
         assert gate_pass.as_dict()["scope"] == ["dt=2024-06-20/hr=13"]
@@ -108,3 +122,6 @@ def test_lease_scope_config_is_checked():
         load_config(overrides={"lease_scope": "rows", "max_lease_partitions": 0})
     assert "lease_scope: must be one of partitions, table" in str(exc.value)
     assert "max_lease_partitions: must be >= 1" in str(exc.value)
+    assert load_config().exact_filter_max_partitions == 100
+    with pytest.raises(ConfigError, match="exact_filter_max_partitions"):
+        load_config(overrides={"exact_filter_max_partitions": -1})

@@ -1,7 +1,7 @@
 import threading
 import time
 
-from tests.helpers import commit, maintenance, release, state, switch
+from tests.helpers import commit, maintenance, release, state, switch, wait_parked, wait_until
 
 
 def _in_thread(fn):
@@ -18,15 +18,13 @@ def _in_thread(fn):
 
 def test_waiting_commit_request_is_answered_when_maintenance_is_released(api):
     lease = maintenance(api).json()
-    thread, box = _in_thread(lambda: commit(api, wait_s=20))
-    time.sleep(0.5)
-    assert thread.is_alive(), "the commit request should be waiting"
+    thread, box = _in_thread(lambda: commit(api, wait_s=60))
+    wait_parked(api, 1)
     release(api, lease)
-    released_at = time.monotonic()
-    thread.join(25)
+    thread.join(90)
+    # granted, not refused at its deadline: the release woke it (benchmarks/long_poll.py
+    # measures how soon)
     assert box["response"].status_code == 201
-    # generous bound; benchmarks/long_poll.py measures the typical figure
-    assert box["at"] - released_at < 2.0
 
 
 def test_waiting_commit_request_times_out_with_423(api):
@@ -39,11 +37,11 @@ def test_waiting_commit_request_times_out_with_423(api):
 
 def test_waiting_maintenance_request_is_granted_when_commits_drain(api):
     lease = commit(api).json()
-    thread, box = _in_thread(lambda: maintenance(api, wait_s=20))
-    time.sleep(0.5)
-    assert state(api)["intent"]["holder"] == "compactor-1"
+    thread, box = _in_thread(lambda: maintenance(api, wait_s=60))
+    intent = wait_until(lambda: state(api)["intent"], "the intent opened")
+    assert intent["holder"] == "compactor-1"
     release(api, lease)
-    thread.join(25)
+    thread.join(90)
     assert box["response"].status_code == 201
     assert box["response"].json()["token"] == 1
 
@@ -52,12 +50,12 @@ def test_state_long_poll_returns_when_the_version_moves(api):
     switch(api, maintenance="enabled")  # the table is known, nothing held
     version = state(api)["version"]
     thread, box = _in_thread(
-        lambda: api.get("/v1/tables/lake.db.events", params={"wait": 20, "since": version})
+        lambda: api.get("/v1/tables/lake.db.events", params={"wait": 60, "since": version})
     )
-    time.sleep(0.3)
+    wait_parked(api, 1)
     assert thread.is_alive()
     commit(api)
-    thread.join(25)
+    thread.join(90)
     assert box["response"].json()["version"] > version
     assert len(box["response"].json()["commit_leases"]) == 1
 
@@ -72,6 +70,6 @@ def test_state_long_poll_answers_at_the_deadline_with_the_current_state(api):
 def test_state_with_an_old_since_answers_at_once(api):
     commit(api)
     started = time.monotonic()
-    response = api.get("/v1/tables/lake.db.events", params={"wait": 20, "since": 0})
+    response = api.get("/v1/tables/lake.db.events", params={"wait": 60, "since": 0})
     assert response.json()["version"] >= 1
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 30  # at once, not at its 60 s deadline

@@ -1,11 +1,28 @@
+import logging
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from ingest_gate.merge import merge_sql, partition_predicate, quote_identifier, sql_literal
+from ingest_gate.generate import events_table_sql
+from ingest_gate.merge import (
+    merge_filter,
+    merge_sql,
+    partition_predicate,
+    partition_superset,
+    quote_identifier,
+    sql_literal,
+)
 from ingest_gate.partition import PartitionField, PartitionSpec
-from ingest_gate.table import TABLE_PROPERTIES, create_table_sql
+from ingest_gate.table import (
+    FANOUT_PROPERTY,
+    TABLE_PROPERTIES,
+    create_table_sql,
+    ensure_clustered_writes,
+    identifier_merge_refusal,
+)
 
 
 def _default_merge() -> str:
@@ -51,20 +68,52 @@ def test_merge_refuses_no_key_or_time_as_key():
         merge_sql(target="c.d.t", source="s", key_columns=("id", "ts"), event_time_column="ts")
 
 
-def test_new_tables_are_merge_on_read_v2_partitioned_by_config():
-    sql = create_table_sql("local.db.events", partition_columns=("dt", "hr"))
-    assert sql.startswith("CREATE TABLE IF NOT EXISTS `local`.`db`.`events` (")
-    assert "PARTITIONED BY (`dt`, `hr`)" in sql
+def test_the_click_event_ddl_is_merge_on_read_v2_partitioned_by_dt_and_hr():
+    (create,) = events_table_sql("local.db.events")
+    assert create.startswith("CREATE TABLE IF NOT EXISTS `local`.`db`.`events` (")
+    assert "event_id STRING NOT NULL" in create
+    assert "PARTITIONED BY (dt, hr)" in create
     for key, value in TABLE_PROPERTIES.items():
-        assert f"'{key}' = '{value}'" in sql
+        assert f"'{key}' = '{value}'" in create
     assert TABLE_PROPERTIES["write.delete.granularity"] == "file"
     assert {TABLE_PROPERTIES[f"write.{op}.mode"] for op in ("merge", "update", "delete")} == {
         "merge-on-read"
     }
 
 
-def test_unpartitioned_table_has_no_partition_clause():
-    assert "PARTITIONED" not in create_table_sql("local.db.events", partition_columns=())
+def test_an_unpartitioned_table_with_its_key_declared():
+    create, identify = create_table_sql("local.db.t", columns="id BIGINT", identifier=("id",))
+    assert "PARTITIONED" not in create
+    assert identify == "ALTER TABLE `local`.`db`.`t` SET IDENTIFIER FIELDS `id`"
+
+
+def test_a_change_stream_merge_deletes_then_updates_then_inserts_named_columns():
+    sql = merge_sql(
+        target="local.db.users",
+        source="batch_7",
+        key_columns=("userid",),
+        columns=("userid", "name"),
+        delete_column="_deleted",
+    )
+    assert sql == (
+        "MERGE INTO `local`.`db`.`users` t\n"
+        "USING `batch_7` s\n"
+        "ON t.`userid` = s.`userid`\n"
+        "WHEN MATCHED AND s.`_deleted` THEN DELETE\n"
+        "WHEN MATCHED THEN UPDATE SET t.`userid` = s.`userid`, t.`name` = s.`name`\n"
+        "WHEN NOT MATCHED AND NOT s.`_deleted` THEN INSERT (`userid`, `name`) "
+        "VALUES (s.`userid`, s.`name`)"
+    )
+
+
+def test_identifier_fields_with_merge_on_read_are_refused_before_iceberg_1_10():
+    mor = {"write.merge.mode": "merge-on-read"}
+    refusal = identifier_merge_refusal(mor, identifier=("id",), iceberg_version="1.9.2")
+    assert refusal is not None and "DROP IDENTIFIER FIELDS id" in refusal
+    assert identifier_merge_refusal(mor, identifier=("id",), iceberg_version="1.10.0") is None
+    assert identifier_merge_refusal(mor, identifier=(), iceberg_version="1.9.2") is None
+    cow = {"write.merge.mode": "copy-on-write"}
+    assert identifier_merge_refusal(cow, identifier=("id",), iceberg_version="1.9.2") is None
 
 
 DT_HR = PartitionSpec(
@@ -145,6 +194,56 @@ def test_no_values_or_only_void_fields_give_no_filter():
     assert partition_predicate(void, [(None,)], catalog="local") is None
 
 
+def test_superset_lists_each_fields_values_once_in_order():
+    values = [(date(2024, 6, 20), 23), (date(2024, 6, 21), 0), (date(2024, 6, 20), 22)]
+    assert partition_superset(DT_HR, values, catalog="local") == (
+        "t.`dt` IN (DATE'2024-06-20', DATE'2024-06-21') AND t.`hr` IN (0, 22, 23)"
+    )
+    assert partition_superset(DT_HR, values, catalog="local", alias=None) == (
+        "`dt` IN (DATE'2024-06-20', DATE'2024-06-21') AND `hr` IN (0, 22, 23)"
+    )
+
+
+def test_superset_compares_transforms_through_icebergs_functions_and_tests_nulls():
+    spec = PartitionSpec(
+        spec_id=3,
+        fields=(
+            PartitionField("ts", "timestamptz", "day", "ts_day"),
+            PartitionField("id", "long", "bucket[16]", "id_bucket"),
+            PartitionField("x", "int", "void", "x_null"),
+        ),
+    )
+    values = [(date(2024, 6, 20), 7, None), (None, 3, None), (date(2024, 6, 20), None, None)]
+    assert partition_superset(spec, values, catalog="local") == (
+        "(`local`.system.days(t.`ts`) IN (DATE'2024-06-20') OR t.`ts` IS NULL)"
+        " AND (`local`.system.bucket(16, t.`id`) IN (3, 7) OR t.`id` IS NULL)"
+    )
+    assert partition_superset(spec, [(None, None, None)], catalog="local") == (
+        "t.`ts` IS NULL AND t.`id` IS NULL"
+    )
+
+
+def test_superset_of_nothing_or_only_void_fields_is_no_filter():
+    assert partition_superset(DT_HR, [], catalog="local") is None
+    void = PartitionSpec(0, (PartitionField("x", "int", "void", "x_null"),))
+    assert partition_superset(void, [(None,)], catalog="local") is None
+
+
+def test_merge_filter_is_exact_up_to_the_limit_of_distinct_partitions():
+    values = [(date(2024, 6, 20), 13), (date(2024, 6, 20), 14), (date(2024, 6, 20), 13)]
+    exact = merge_filter(DT_HR, values, catalog="local", exact_max=2)
+    assert (exact.kind, exact.predicate) == (
+        "exact",
+        partition_predicate(DT_HR, values, catalog="local"),
+    )
+    wide = merge_filter(DT_HR, values, catalog="local", exact_max=1)
+    assert (wide.kind, wide.predicate) == (
+        "superset",
+        partition_superset(DT_HR, values, catalog="local"),
+    )
+    assert merge_filter(DT_HR, values, catalog="local", exact_max=0).kind == "superset"
+
+
 @pytest.mark.parametrize(
     ("field", "value", "literal"),
     [
@@ -175,3 +274,39 @@ def test_literals_keep_the_value_and_type(field, value, literal):
 def test_a_value_without_a_literal_form_is_refused():
     with pytest.raises(TypeError, match="c_identity"):
         sql_literal(1.5, _field("double"))
+
+
+class FakeSpark:
+    """Answers SHOW TBLPROPERTIES from `properties` and records every other statement."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        self.properties = properties
+        self.statements: list[str] = []
+
+    def sql(self, statement: str) -> Any:
+        if statement.startswith("SHOW TBLPROPERTIES"):
+            rows = [{"key": k, "value": v} for k, v in self.properties.items()]
+            return SimpleNamespace(collect=lambda: rows)
+        self.statements.append(statement)
+        return None
+
+
+def test_a_table_without_a_writer_setting_is_set_to_the_clustered_writer(caplog):
+    spark = FakeSpark({"format-version": "2"})
+    with caplog.at_level(logging.INFO, logger="ingest_gate.table"):
+        assert ensure_clustered_writes(spark, "local.db.events") is True
+    assert spark.statements == [
+        "ALTER TABLE `local`.`db`.`events` SET TBLPROPERTIES ('write.spark.fanout.enabled' = "
+        "'false')"
+    ]
+    assert "set write.spark.fanout.enabled=false" in caplog.text
+
+
+def test_a_clustered_table_is_left_alone_and_a_fanout_one_is_warned_about(caplog):
+    clustered = FakeSpark({FANOUT_PROPERTY: "false"})
+    assert ensure_clustered_writes(clustered, "local.db.events") is True
+    fanout = FakeSpark({FANOUT_PROPERTY: "true"})  # its owner's choice: not altered
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.table"):
+        assert ensure_clustered_writes(fanout, "local.db.events") is False
+    assert clustered.statements == fanout.statements == []
+    assert "SET TBLPROPERTIES ('write.spark.fanout.enabled' = 'false')" in caplog.text

@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from service import leases, migrate
+from service import leases, migrate, state
 from service.db import make_engine, now, run_transaction
 from service.errors import Locked
 
@@ -11,6 +11,8 @@ TABLES = {
     "lakelock_tables",
     "lakelock_commit_leases",
     "lakelock_maintenance_leases",
+    "lakelock_claims",
+    "lakelock_debt",
     "lakelock_intents",
     "lakelock_events",
     "lakelock_runs",
@@ -113,8 +115,8 @@ def test_a_live_maintenance_lease_and_intent_survive_the_move_to_scoped_leases(e
     migrate.upgrade(empty_url)
     engine = make_engine(empty_url)
     try:
-        a = run_transaction(engine, lambda conn: leases.table_state(conn, table="lake.db.a"))
-        b = run_transaction(engine, lambda conn: leases.table_state(conn, table="lake.db.b"))
+        a = run_transaction(engine, lambda conn: state.table_state(conn, table="lake.db.a"))
+        b = run_transaction(engine, lambda conn: state.table_state(conn, table="lake.db.b"))
         assert [(x.lease_id, x.token, x.partitions) for x in a.maintenance_leases] == [
             ("lease-a", 7, None)
         ]

@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import _empty_mariadb, auth, start_server
+from tests.helpers import wait_parked, wait_until
 from tests.mariadb_user import password_user
 from tests.tcp_proxy import TcpProxy
 
@@ -25,7 +26,9 @@ pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
 
 TABLE = "lake.db.events"
 DB_TIMEOUT_S = 1.0
-PROMPT_S = 10.0  # generous: the timeouts allow about 2 s (connect 1 s + one read 1 s)
+# the timeouts allow about 2 s (connect 1 s + one read 1 s); a hang would last the client's
+# 60 s: this tells the two apart on the busiest machine
+PROMPT_S = 30.0
 
 
 @pytest.fixture
@@ -150,7 +153,8 @@ def test_a_pending_long_poll_answers_503_when_the_database_goes(server, proxy: T
         target=lambda: box.setdefault("r", _commit(server, "ingest-1", wait_s=50)), daemon=True
     )
     waiting.start()
-    time.sleep(1.0)
+    with httpx.Client(base_url=server.url, headers=auth("reader"), timeout=10) as client:
+        wait_parked(client, 1)
     assert waiting.is_alive(), "the commit request should be waiting"
 
     cut_at = time.monotonic()
@@ -170,7 +174,8 @@ def test_the_logs_of_an_outage_do_not_show_the_database_password(server, proxy: 
     proxy.cut()
     assert httpx.get(server.url + "/readyz", timeout=60).status_code == 503
     assert _commit(server, "ingest-1").status_code == 503
-    time.sleep(1.5)  # a sweep tick fails too
+    # a sweep tick fails too, and logs it
+    wait_until(lambda: "sweep skipped" in server.log(), "a sweep tick during the outage")
     proxy.restore()
     _wait_ready(server)
     password = make_url(server.db_url).password

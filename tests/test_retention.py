@@ -1,4 +1,4 @@
-"""Events and ended commit leases past LAKELOCK_RETENTION_DAYS are deleted, in batches."""
+"""Events, ended leases and ended claims past LAKELOCK_RETENTION_DAYS are deleted, in batches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from service.db import commit_leases_t, events_t, make_engine, now
+from service.db import claims_t, commit_leases_t, events_t, make_engine, now
 from service.retention import prune
 from tests.test_metrics import _samples
 
@@ -41,12 +41,17 @@ def _add_events(engine: Engine, table: str, ats: list[datetime]) -> list[int]:
 
 
 def _add_lease(
-    engine: Engine, table: str, *, acquired_at: datetime, ended_at: datetime | None
+    engine: Engine,
+    table: str,
+    *,
+    acquired_at: datetime,
+    ended_at: datetime | None,
+    leases_t=commit_leases_t,
 ) -> str:
     lease_id = str(uuid.uuid4())
     with engine.begin() as conn:
         conn.execute(
-            insert(commit_leases_t).values(
+            insert(leases_t).values(
                 id=lease_id,
                 table_name=table,
                 holder="ingest-1",
@@ -66,9 +71,9 @@ def _event_ids(engine: Engine) -> set[int]:
         return set(conn.execute(select(events_t.c.id)).scalars())
 
 
-def _lease_ids(engine: Engine) -> set[str]:
+def _lease_ids(engine: Engine, leases_t=commit_leases_t) -> set[str]:
     with engine.connect() as conn:
-        return set(conn.execute(select(commit_leases_t.c.id)).scalars())
+        return set(conn.execute(select(leases_t.c.id)).scalars())
 
 
 def test_old_events_are_deleted_but_each_table_keeps_its_newest(engine):
@@ -101,6 +106,20 @@ def test_ended_commit_leases_past_the_retention_are_deleted(engine):
 
     assert _lease_ids(engine) == {recent, unended, live}
     assert pruned.commit_leases == len(gone)
+
+
+def test_ended_claims_past_the_retention_are_deleted(engine):
+    t = _clock(engine)
+    old = {"acquired_at": t - OLD, "leases_t": claims_t}
+    gone = [_add_lease(engine, f"lake.db.t{n}", ended_at=t - OLD, **old) for n in range(3)]
+    kept = _add_lease(engine, "lake.db.a", ended_at=None, **old)  # never swept: not touched
+    commit = _add_lease(engine, "lake.db.a", acquired_at=t - OLD, ended_at=t - OLD)
+
+    pruned = prune(engine, retention=RETENTION, batch_rows=2)
+
+    assert _lease_ids(engine, claims_t) == {kept}
+    assert (pruned.claims, pruned.commit_leases) == (len(gone), 1)
+    assert commit not in _lease_ids(engine)
 
 
 def test_nothing_young_is_touched(engine):

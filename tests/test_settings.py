@@ -50,6 +50,13 @@ def test_settings_come_from_the_environment(monkeypatch):
     assert settings.database_url == "mysql+pymysql://u:p@db/lock"
 
 
+def test_the_c_driver_is_taken_when_named():
+    url = "mysql+mysqldb://u:p@db/lock"
+    assert load_settings(auth="off", database_url=url).database_url == url
+    with pytest.raises(SettingsError, match="LAKELOCK_DATABASE_URL"):
+        load_settings(auth="off", database_url="mysql+asyncmy://u:p@db/lock")
+
+
 def test_token_repr_hides_the_secret():
     (token,) = parse_tokens("ops:operator:very-secret-value")
     assert "very-secret-value" not in repr(token)

@@ -42,6 +42,11 @@ def test_every_setting_says_what_it_means():
         ("LAKELOCK_WORKERS", "0", "LAKELOCK_WORKERS: Input should be greater than or equal to 1"),
         ("LAKELOCK_DATABASE_URL", "postgresql://u:pw-9@db/x", "LAKELOCK_DATABASE_URL: must start"),
         ("LAKELOCK_LOG_LEVEL", "loud", "LAKELOCK_LOG_LEVEL: Input should be"),
+        (
+            "LAKELOCK_METRICS_MAX_TABLES",
+            "-1",
+            "LAKELOCK_METRICS_MAX_TABLES: Input should be greater than or equal to 0",
+        ),
     ],
 )
 def test_the_service_refuses_to_start_on_a_bad_value_and_names_the_variable(

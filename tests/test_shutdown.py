@@ -12,12 +12,15 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess, auth, start_server
+from tests.helpers import wait_parked
 
 pytestmark = pytest.mark.slow
 
 HELD = "lake.db.held"  # a maintenance lease is live: commit requests wait
 DRAINING = "lake.db.draining"  # a commit lease is live: a maintenance request waits (intent)
-GRACE_S = 20.0
+# longer than any answer takes, so answering within half of it tells "at once" from "at the
+# grace" on the busiest machine
+GRACE_S = 60.0
 
 
 class Pending:
@@ -95,7 +98,8 @@ def test_sigterm_answers_pending_long_polls_at_once_and_exits_cleanly(
             )
         )
         pending = [*commits, draining, watcher]
-        time.sleep(1.5)
+        with httpx.Client(base_url=server.url, headers=auth("reader"), timeout=10) as client:
+            wait_parked(client, len(pending))
         assert all(p.is_waiting() for p in pending), "every long-poll should still be waiting"
 
         signalled_at = time.monotonic()
@@ -115,10 +119,10 @@ def test_sigterm_answers_pending_long_polls_at_once_and_exits_cleanly(
         assert response.json()["maintenance_lease"]["holder"] == "compactor-1"
         for request in pending:
             assert request.answered_at is not None
-            assert request.answered_at - signalled_at < 5.0, "answered late, not at the signal"
+            assert request.answered_at - signalled_at < GRACE_S / 2, "answered at the grace"
 
-        assert server.process.wait(GRACE_S + 10) == 0
-        assert time.monotonic() - signalled_at < GRACE_S / 2
+        # exits as soon as nothing is in flight, not at the end of the grace
+        assert server.process.wait(GRACE_S / 2) == 0
         with pytest.raises(httpx.ConnectError):
             httpx.get(server.url + "/healthz", timeout=2)
     finally:
@@ -134,7 +138,7 @@ def test_sigterm_on_an_idle_server_exits_zero_and_logs_the_stop(db_url: str, tmp
             signalled_at = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
             assert server.process.wait(GRACE_S + 10) == 0
-        assert time.monotonic() - signalled_at < 5.0
+        assert time.monotonic() - signalled_at < GRACE_S / 2, "held up until the grace"
         assert "lakelock service stopped" in server.log()
     finally:
         server.stop()

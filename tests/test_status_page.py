@@ -130,3 +130,38 @@ def test_a_wrong_token_asks_again_with_the_services_reason(page, lakelock_server
     expect(page.locator("#error")).to_contain_text("unknown token", timeout=SEEN_WITHIN_MS)
     expect(page.locator("#login")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('lakelock.token')") is None
+
+
+def _debt(small: int, deletes: int) -> dict:
+    return {
+        "snapshot_id": 3051729675574597004,
+        "data_files": small + 10,
+        "small_files": small,
+        "delete_files": deletes,
+        "partitions_over_target": 1,
+        "records": 1000,
+    }
+
+
+def test_tables_are_listed_by_debt_and_a_claim_shows_with_the_leases(page, lakelock_server):
+    from playwright.sync_api import expect
+
+    heavy, light = "lake.db.page_heavy", "lake.db.page_light"
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as job:
+        job.report_debt(light, _debt(2, 0))
+        job.report_debt(heavy, _debt(50, 7))
+        claim = job.claim(heavy, holder="compactor-page-test", ttl_s=120)
+    sign_in(page, lakelock_server)
+    ranked = page.locator("#debt tr[data-debt-table]")
+    expect(ranked.filter(has_text=light)).to_have_count(1, timeout=SEEN_WITHIN_MS)
+    order = [row.get_attribute("data-debt-table") for row in ranked.all()]
+    assert order.index(heavy) < order.index(light)
+    expect(page.locator(f'tr[data-debt-table="{heavy}"]')).to_contain_text("60")  # data files
+    sections = [s.get_attribute("data-table") for s in page.locator("section[data-table]").all()]
+    assert sections.index(heavy) < sections.index(light)
+    section = page.locator(f'section[data-table="{heavy}"]')
+    expect(section).to_contain_text("50 small files")
+    row = section.locator(f'tr[data-lease-id="{claim.lease_id}"]')
+    expect(row).to_be_visible(timeout=SEEN_WITHIN_MS)
+    expect(row).to_contain_text("claim")
+    expect(row).to_contain_text("compactor-page-test")

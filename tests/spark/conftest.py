@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from ingest_gate.config import IngestConfig, load_config
+from ingest_gate.generate import KEY_FIELDS, create_events_table
 from ingest_gate.spark import CatalogConfig, build_session
 from ingest_gate.table import read_rows
 
@@ -66,9 +67,12 @@ def snapshots(spark: Any, table: str) -> list[dict[str, Any]]:
     return [row.asDict() for row in rows]
 
 
-def ingest_config(tmp_path: Path, server: Any, name: str, **overrides: Any) -> IngestConfig:
-    """An ingest job config for table `local.db.<name>`, gated by `server`, its folders
-    under `tmp_path`; tiny batches (one file each) so tests see every commit."""
+def ingest_config(
+    spark: Any, tmp_path: Path, server: Any, name: str, **overrides: Any
+) -> IngestConfig:
+    """An ingest job config for the click-event table `local.db.<name>` (created, as a user
+    would, with its DDL), gated by `server`, its folders under `tmp_path`; tiny batches (one
+    file each) so tests see every commit."""
     values = {
         "table": f"local.db.{name}",
         "landing_path": str(tmp_path / "landing"),
@@ -82,6 +86,9 @@ def ingest_config(tmp_path: Path, server: Any, name: str, **overrides: Any) -> I
         "lease_ttl_s": 3.0,
         "poll_s": 1.0,
         "max_hold_s": 60.0,
+        "key_columns": KEY_FIELDS,
     }
     values.update(overrides)
-    return load_config(overrides=values)
+    config = load_config(overrides=values)
+    create_events_table(spark, config.table)
+    return config

@@ -7,12 +7,13 @@ a run whose steps change nothing.
 
 from __future__ import annotations
 
+import json
 import threading
-import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from typer.testing import CliRunner
 
 from compactor.config import PlanConfig, RewriteDataFilesConfig
 from compactor.job import run_scheduled
@@ -21,13 +22,15 @@ from compactor.procedure import run_step
 from compactor.report import EXIT_CODES, Outcome, publish
 from compactor.run import run_table
 from compactor.stats import collect_stats
+from ingest_gate.snapshots import batch_properties, with_commit_properties
+from service import cli
 from service.client import LeaseClient
+from service.iceberg_audit import metadata_file, read_snapshots
 from tests.spark import test_compactor_run
 from tests.spark.test_compactor_run import make_table, rows, table_config
 
 pytestmark = pytest.mark.spark
 
-WAIT_S = 60
 
 # the module's clients of the service, as the compactor's other Spark tests have them
 job_client = test_compactor_run.job_client
@@ -51,21 +54,16 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def tick(spark, job_client, config, *, runs: int) -> None:
-    """`runs` scheduled ticks of the compactor on the table, each reported to the service."""
-    stop = threading.Event()
-    already = len(job_client.runs(config.name, limit=100))
-
-    def stop_after_the_runs() -> None:
-        deadline = time.monotonic() + WAIT_S
-        while len(job_client.runs(config.name, limit=100)) < already + runs:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        stop.set()
-
-    threading.Thread(target=stop_after_the_runs, daemon=True).start()
-    run_scheduled(spark, client=job_client, tables=[config], every_s=0.2, stop=stop)
+def tick(spark, job_client, config, *, ticks: int) -> int:
+    """`ticks` scheduled ticks of the compactor over the table; the ticks run."""
+    return run_scheduled(
+        spark,
+        client=job_client,
+        tables=[config],
+        every_s=0.2,
+        stop=threading.Event(),
+        ticks=ticks,
+    )
 
 
 def test_one_run_drops_the_position_deletes_and_later_ticks_take_no_lease(
@@ -88,11 +86,11 @@ def test_one_run_drops_the_position_deletes_and_later_ticks_take_no_lease(
     after = plan(stats_of(spark, config), config, now())
     assert not after.run, after.describe()
 
-    tick(spark, job_client, config, runs=3)
+    assert tick(spark, job_client, config, ticks=3) == 3
 
-    outcomes = [r["outcome"] for r in reversed(job_client.runs(table, limit=100))]
-    assert outcomes[0] == "compacted" and len(outcomes) >= 4
-    assert set(outcomes[1:]) == {"skipped"}
+    # its summary shows no debt: no plan, no run, no lease at any tick
+    outcomes = [r["outcome"] for r in job_client.runs(table, limit=100)]
+    assert outcomes == ["compacted"]
     assert maintenance_leases(operator, table) == 1
 
 
@@ -149,9 +147,12 @@ def test_a_run_whose_steps_change_nothing_reports_no_change(spark, job_client):
 # -- equality deletes ------------------------------------------------------------------------
 
 
-def write_equality_deletes(spark, table: str, *, part: int, keys: list[int]) -> None:
+def write_equality_deletes(
+    spark, table: str, *, part: int, keys: list[int], properties: dict[str, str] | None = None
+) -> None:
     """Commit one equality-delete file on `event_id` into partition `part = <part>`, as Flink's
-    upsert mode does, through Iceberg's Java API in the driver."""
+    upsert mode does, through Iceberg's Java API in the driver; `properties` go into the
+    snapshot summary."""
     jvm = spark._jvm
     iceberg = jvm.org.apache.iceberg
     jtable = iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
@@ -170,7 +171,10 @@ def write_equality_deletes(spark, table: str, *, part: int, keys: list[int]) -> 
         record.setField("event_id", key)
         writer.write(record)
     writer.close()
-    jtable.newRowDelta().addDeletes(writer.toDeleteFile()).commit()
+    delta = jtable.newRowDelta().addDeletes(writer.toDeleteFile())
+    for key, value in (properties or {}).items():
+        delta = delta.set(key, value)
+    delta.commit()
 
 
 def read_with_pyiceberg(spark, table: str) -> list[tuple]:
@@ -219,3 +223,75 @@ def test_equality_deletes_are_applied_dropped_and_the_table_then_planned_healthy
     assert report.after["dangling_delete_files"] == 0
     assert read_with_pyiceberg(spark, table) == expected
     assert not plan(stats_of(spark, config), config, now()).run
+
+
+# -- every compactor commit carries its lease --------------------------------------------------
+
+
+def test_every_commit_of_a_run_that_leaves_dangling_deletes_carries_its_lease(
+    spark, spark_warehouse, job_client, lakelock_server
+):
+    """The regression: Iceberg's `remove-dangling-deletes` commit carried no lakelock property,
+    so `lakelock audit` flagged the compactor's own run (the demo's check failed)."""
+    table = "local.db.labelled"
+    spark.sql(
+        f"""
+        CREATE TABLE {table} (event_id INT, part INT, payload STRING)
+        USING iceberg PARTITIONED BY (part)
+        TBLPROPERTIES ('format-version' = '2', 'write.distribution-mode' = 'none',
+                       'write.merge.mode' = 'merge-on-read',
+                       'write.delete.mode' = 'merge-on-read',
+                       'write.delete.granularity' = 'file')
+        """
+    )
+    # the writes a gated ingest job would make, each under a commit lease of its own
+    statements = [
+        *(
+            f"INSERT INTO {table} SELECT CAST(id AS INT), CAST(id % 3 AS INT), concat('v', id) "
+            f"FROM range({i * 90}, {(i + 1) * 90}, 1, 2)"
+            for i in range(3)
+        ),
+        # position deletes (fewer than 5 per partition), then a commit after them: the rewrite
+        # starts from a later snapshot, so the deletes it applies are left dangling
+        f"DELETE FROM {table} WHERE event_id % 10 = 0",
+        f"INSERT INTO {table} VALUES (1000, 0, 'late'), (1001, 1, 'late')",
+        None,  # equality deletes, as Flink's upsert mode writes them
+    ]
+    for batch_id, statement in enumerate(statements):
+        lease = job_client.acquire_commit(table, holder="ingest-test", ttl_s=60)
+        props = batch_properties(query_id="q-labelled", batch_id=batch_id, lease_id=lease.lease_id)
+        if statement is None:
+            write_equality_deletes(spark, table, part=2, keys=[2, 5], properties=props)
+        else:
+            with_commit_properties(spark, props, lambda s=statement: spark.sql(s))
+        job_client.release(lease)
+    config = table_config(table)
+    before = stats_of(spark, config).totals()
+    assert before.position_delete_files and before.equality_delete_files == 1
+    expected = rows(spark, table)
+
+    report = run_table(spark, client=job_client, config=config)
+    publish(report, client=job_client)
+
+    assert report.outcome == Outcome.COMPACTED, report.error
+    ran = [s["procedure"] for s in report.steps]
+    assert "remove_dangling_deletes" in ran, ran
+    assert report.after["delete_files"] == report.after["dangling_delete_files"] == 0
+    assert read_with_pyiceberg(spark, table) == expected
+
+    audit = CliRunner().invoke(
+        cli.app,
+        ["--url", lakelock_server.url, "--token", lakelock_server.token("reader")]
+        + ["audit", table, "--warehouse", str(spark_warehouse), "--json"],
+    )
+    assert audit.exit_code == 0, audit.output
+    assert json.loads(audit.stdout)["verdict"] == "clean"
+    replaced = [
+        s for s in read_snapshots(metadata_file(spark_warehouse, table)) if s.operation == "replace"
+    ]
+    assert len(replaced) >= 2  # the rewrite, and the dangling deletes' own commit
+    leases = {g["lease_id"]: g["token"] for g in report.groups if "lease_id" in g}
+    for snap in replaced:
+        assert snap.summary["lakelock.lease-id"] in leases, snap
+        assert snap.summary["lakelock.token"] == str(leases[snap.summary["lakelock.lease-id"]])
+        assert snap.summary["lakelock.run-uid"] == report.run_uid

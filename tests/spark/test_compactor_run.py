@@ -432,32 +432,26 @@ def test_once_mode_exits_non_zero_when_a_run_fails_or_is_refused(spark, job_clie
     assert job_client.runs("local.db.nope")[0]["outcome"] == "failed"
 
 
-def test_scheduled_mode_reports_a_failed_table_and_goes_on_ticking(spark, job_client):
+def test_scheduled_mode_reports_a_failed_table_and_goes_on_ticking(spark, job_client, operator):
     healthy = make_table(spark, "ticking", days=1, commits=1, deletes=False)
     missing = "local.db.no_such_table"
-    stop = threading.Event()
 
-    def stop_after_two_ticks() -> None:
-        deadline = time.monotonic() + WAIT_S
-        while len(job_client.runs(healthy)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        stop.set()
-
-    threading.Thread(target=stop_after_two_ticks, daemon=True).start()
     ticks = run_scheduled(
         spark,
         client=job_client,
         tables=[table_config(missing), table_config(healthy)],
         every_s=0.2,
-        stop=stop,
+        stop=threading.Event(),
+        ticks=2,
     )
 
-    assert ticks >= 2
+    assert ticks == 2
     failed = job_client.runs(missing)
-    assert len(failed) >= 2
-    assert failed[0]["outcome"] == "failed"
+    assert [r["outcome"] for r in failed] == ["failed", "failed"]
     assert "no_such_table" in failed[0]["error"]
-    assert [r["outcome"] for r in job_client.runs(healthy)][:2] == ["skipped", "skipped"]
+    # healthy by its summary: never planned, nothing reported, no lease
+    assert job_client.runs(healthy) == []
+    assert lease_events(operator, healthy) == []
 
 
 def test_plan_command_prints_the_decision_and_touches_nothing(spark, spark_warehouse, operator):

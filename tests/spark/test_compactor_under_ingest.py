@@ -36,6 +36,7 @@ def test_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
     table = "local.db.soak"
     landing = tmp_path / "landing"
     ingest = ingest_config(
+        spark,
         tmp_path,
         lakelock_server,
         "soak",

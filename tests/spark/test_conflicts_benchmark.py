@@ -12,12 +12,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def test_small_conflicts_benchmark_writes_a_consistent_report_and_timeline(tmp_path):
     out = tmp_path / "conflicts"
-    args = ["--duration-s", "25", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
-    run_module("benchmarks.conflicts", *args, timeout=900)
+    # by counts: each mode runs until its 1,500 events are in the table, however busy the machine
+    args = ["--events", "1500", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
+    run_module("benchmarks.conflicts", *args, timeout=1800)
     modes = json.loads((out / "results.json").read_text())
     assert [m["mode"] for m in modes] == ["uncoordinated", "coordinated"]
     for mode in modes:
-        assert mode["ran_s"] >= 25  # each mode ran its whole duration, whatever failed in it
         assert mode["failed_batches"] == len(mode["timeline"]["failed_batches"])
         assert mode["compaction_runs"] == len(mode["timeline"]["compactions"])
         assert mode["failed_compactions"] <= mode["compaction_runs"]

@@ -33,7 +33,9 @@ KEYS = {
 }
 
 
-def _run_demo(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
+def _run_demo(
+    tmp_path: Path, *extra: str, events: int = EVENTS, compactions: int = 1
+) -> tuple[subprocess.CompletedProcess[str], dict, Path]:
     """The demo by counts: 1,200 events in 12 landing files (so 12 micro-batches, enough small
     files for the demo's compaction thresholds), until one compaction succeeded. However slow
     the machine, the same things happen; the timeouts only guard against a hang."""
@@ -45,11 +47,11 @@ def _run_demo(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict, P
             "-m",
             "demo",
             "--events",
-            str(EVENTS),
+            str(events),
             "--rate",
             "100",
             "--compactions",
-            "1",
+            str(compactions),
             "--compact-every-s",
             "5",
             "--timeout-s",
@@ -58,6 +60,7 @@ def _run_demo(tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict, P
             str(workdir),
             "--summary",
             str(summary_path),
+            *extra,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -83,6 +86,16 @@ def test_short_demo_runs_the_pipeline_and_its_checks_pass(demo_run):
     assert summary["compactions"] >= 1 and summary["failed_compactions"] == 0
     assert "check passed" in done.stdout
     assert Path(summary["landing"]).is_dir() and Path(summary["warehouse"]).is_dir()
+
+
+def test_the_debezium_demo_ends_in_the_generator_final_state_deleted_keys_gone(tmp_path):
+    done, summary, _ = _run_demo(tmp_path, "--format", "debezium", events=600, compactions=0)
+    assert summary["checks"] == {"passed": True, "problems": []}
+    assert summary["format"] == "debezium" and summary["deletes"] > 0
+    assert summary["records_skipped"] > 0  # a tombstone after each delete
+    assert summary["bad_records_dead_lettered"] == summary["bad_records"] > 0
+    assert summary["rows_in_table"] == summary["distinct_keys_generated"] > 0
+    assert "check passed" in done.stdout
 
 
 def _checkpoint_commits(workdir: Path) -> set[int]:
@@ -180,7 +193,7 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
             demo.kill()
     assert demo.returncode == 130, rest
     assert "everything started was stopped" in rest
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a guard against a hang only
     while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in children)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 
 from ingest_gate.gate import GateTimeout, LeaseLost
@@ -11,6 +12,7 @@ from ingest_gate.generate import EventGenerator
 from ingest_gate.job import BatchHooks, run
 from ingest_gate.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient
+from tests.helpers import wait_parked
 from tests.spark.conftest import ingest_config, snapshots, table_rows
 
 pytestmark = pytest.mark.spark
@@ -38,6 +40,15 @@ def _wait_at_gate(handle) -> None:
         time.sleep(0.1)
 
 
+def _wait_held_at_the_service(server) -> None:
+    """The gate's request for a commit lease waits at the service (a long-poll parked there):
+    whatever the batch does next, it does after the service answers."""
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {server.token('reader')}"}
+    ) as reader:
+        wait_parked(reader, 1)
+
+
 def _commit_times_ms(spark, table: str) -> list[int]:
     rows = spark.sql(f"SELECT unix_millis(committed_at) AS t FROM {table}.snapshots").collect()
     return sorted(row["t"] for row in rows)
@@ -46,7 +57,7 @@ def _commit_times_ms(spark, table: str) -> list[int]:
 def test_no_ingest_commit_while_a_maintenance_lease_is_held(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = ingest_config(tmp_path, lakelock_server, "proto_maint")
+    config = ingest_config(spark, tmp_path, lakelock_server, "proto_maint")
     gen = EventGenerator(seed=31, update_ratio=0.3)
     for _ in range(2):
         gen.write_file(config.landing_path, 10)
@@ -61,7 +72,7 @@ def test_no_ingest_commit_while_a_maintenance_lease_is_held(
     handle = run(config, spark=spark, hooks=BatchHooks(before_merge=note_job_group))
     try:
         _wait_at_gate(handle)
-        time.sleep(2)
+        _wait_held_at_the_service(lakelock_server)
         assert _commit_times_ms(spark, config.table) == []
         released_ms = time.time() * 1000
         operator.release(lease)
@@ -74,13 +85,13 @@ def test_no_ingest_commit_while_a_maintenance_lease_is_held(
     assert all(t >= released_ms for t in commits), (held_from_ms, released_ms, commits)
     first = handle.records[0]
     assert first.outcome == "committed" and "maintenance" in first.wait_reasons
-    assert first.gate_wait_s >= 2
+    assert first.gate_wait_s > 0
     assert table_rows(spark, config.table) == gen.expected_rows()
     assert len(groups) == 2 and all(g and g.startswith("lakelock-") for g in groups), groups
 
 
 def test_paused_ingest_commits_nothing_until_resumed(spark, tmp_path, lakelock_server, operator):
-    config = ingest_config(tmp_path, lakelock_server, "proto_pause")
+    config = ingest_config(spark, tmp_path, lakelock_server, "proto_pause")
     gen = EventGenerator(seed=32)
     gen.write_file(config.landing_path, 10)
     operator.set_switch(config.table, ingest="paused", reason="test: pause ingest")
@@ -88,7 +99,7 @@ def test_paused_ingest_commits_nothing_until_resumed(spark, tmp_path, lakelock_s
     handle = run(config, spark=spark)
     try:
         _wait_at_gate(handle)
-        time.sleep(2)
+        _wait_held_at_the_service(lakelock_server)
         assert _commit_times_ms(spark, config.table) == []
         assert handle.records == []
         operator.set_switch(config.table, ingest="running", reason="test: resume ingest")
@@ -117,7 +128,7 @@ def _revoke_and_wait_until_lost(operator: LeaseClient):
 def test_revoked_lease_keeps_the_batch_from_committing_and_a_restart_recovers(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = ingest_config(tmp_path, lakelock_server, "proto_revoke", available_now=True)
+    config = ingest_config(spark, tmp_path, lakelock_server, "proto_revoke", available_now=True)
     gen = EventGenerator(seed=33)
     gen.write_file(config.landing_path, 10)
 
@@ -138,7 +149,12 @@ def test_revoked_lease_under_policy_proceed_commits_anyway(
     spark, tmp_path, lakelock_server, operator
 ):
     config = ingest_config(
-        tmp_path, lakelock_server, "proto_revoke_proceed", available_now=True, policy="proceed"
+        spark,
+        tmp_path,
+        lakelock_server,
+        "proto_revoke_proceed",
+        available_now=True,
+        policy="proceed",
     )
     gen = EventGenerator(seed=34)
     gen.write_file(config.landing_path, 10)
@@ -155,7 +171,7 @@ def test_max_hold_under_policy_fail_fails_the_query_without_committing(
     spark, tmp_path, lakelock_server, operator
 ):
     config = ingest_config(
-        tmp_path, lakelock_server, "proto_hold_fail", available_now=True, max_hold_s=2.0
+        spark, tmp_path, lakelock_server, "proto_hold_fail", available_now=True, max_hold_s=2.0
     )
     EventGenerator(seed=35).write_file(config.landing_path, 5)
     lease = _maintenance(operator, config.table)
@@ -174,6 +190,7 @@ def test_max_hold_under_policy_proceed_commits_without_a_lease(
     spark, tmp_path, lakelock_server, operator
 ):
     config = ingest_config(
+        spark,
         tmp_path,
         lakelock_server,
         "proto_hold_proceed",

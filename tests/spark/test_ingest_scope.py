@@ -67,7 +67,7 @@ def test_commit_lease_names_exactly_the_batch_partitions_and_the_merge_prunes(
     spark, tmp_path, lakelock_server
 ):
     config = ingest_config(
-        tmp_path, lakelock_server, "scope_names", available_now=True, max_files_per_trigger=2
+        spark, tmp_path, lakelock_server, "scope_names", available_now=True, max_files_per_trigger=2
     )
     cold, hot = cold_events(41), hot_events(42)
     cold.write_file(config.landing_path, 10)
@@ -101,7 +101,7 @@ def test_commit_lease_names_exactly_the_batch_partitions_and_the_merge_prunes(
 def test_maintenance_on_a_cold_partition_does_not_hold_hot_ingest(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = ingest_config(tmp_path, lakelock_server, "scope_cold")
+    config = ingest_config(spark, tmp_path, lakelock_server, "scope_cold")
     cold, hot = cold_events(43), hot_events(44)
     cold.write_file(config.landing_path, 10)
     asked, hooks = leases_asked()
@@ -132,7 +132,7 @@ def test_maintenance_on_a_cold_partition_does_not_hold_hot_ingest(
 def test_maintenance_on_a_partition_the_batch_writes_holds_it_until_release(
     spark, tmp_path, lakelock_server, operator
 ):
-    config = ingest_config(tmp_path, lakelock_server, "scope_hot")
+    config = ingest_config(spark, tmp_path, lakelock_server, "scope_hot")
     cold, hot = cold_events(45), hot_events(46)
     cold.write_file(config.landing_path, 10)
     handle = run(config, spark=spark)
@@ -164,7 +164,12 @@ def test_key_without_partition_columns_leases_the_whole_table_and_says_why_once(
     spark, tmp_path, lakelock_server, caplog
 ):
     config = ingest_config(
-        tmp_path, lakelock_server, "scope_fallback", available_now=True, key_columns=["event_id"]
+        spark,
+        tmp_path,
+        lakelock_server,
+        "scope_fallback",
+        available_now=True,
+        key_columns=["event_id"],
     )
     cold, hot = cold_events(47), hot_events(48)
     cold.write_file(config.landing_path, 10)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from ingest_gate.changes import changes, decode_batch, last_change_per_key
 from ingest_gate.config import load_config
-from ingest_gate.generate import EventGenerator
-from ingest_gate.job import BatchHooks, BatchWriter, Ungated, run
-from ingest_gate.schema import dedupe_latest, parse_events, split_valid
+from ingest_gate.generate import KEY_FIELDS, EventGenerator, create_events_table
+from ingest_gate.job import BatchHooks, BatchWriter, Ungated, plan_decoder, run
 from ingest_gate.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
 from ingest_gate.spark import SparkJobGroups
-from ingest_gate.table import ensure_table
+from ingest_gate.target import read_target
 from tests.spark.conftest import snapshots, table_rows
 
 pytestmark = pytest.mark.spark
@@ -25,7 +25,7 @@ class CrashAfterCommit(RuntimeError):
     """Stands for the driver dying after the Iceberg commit, before the checkpoint commit."""
 
 
-def _config(tmp_path: Path, name: str, **overrides):
+def _config(spark, tmp_path: Path, name: str, **overrides):
     values = {
         "table": f"local.db.{name}",
         "landing_path": str(tmp_path / "landing"),
@@ -34,9 +34,12 @@ def _config(tmp_path: Path, name: str, **overrides):
         "available_now": True,
         "max_files_per_trigger": 1,
         "gate_enabled": False,
+        "key_columns": KEY_FIELDS,
     }
     values.update(overrides)
-    return load_config(overrides=values)
+    config = load_config(overrides=values)
+    create_events_table(spark, config.table)
+    return config
 
 
 def _dead_letters(folder: Path) -> list[dict]:
@@ -48,7 +51,7 @@ def _dead_letters(folder: Path) -> list[dict]:
 
 
 def test_duplicates_within_and_across_batches_leave_one_latest_row_per_key(spark, tmp_path):
-    config = _config(tmp_path, "upsert")
+    config = _config(spark, tmp_path, "upsert")
     gen = EventGenerator(seed=21, update_ratio=0.3, duplicate_ratio=0.2, late_update_ratio=0.15)
     for _ in range(3):
         gen.write_file(config.landing_path, 40)
@@ -61,8 +64,8 @@ def test_duplicates_within_and_across_batches_leave_one_latest_row_per_key(spark
     assert sum(r.rows_read for r in records) == 120
 
 
-def test_new_table_is_merge_on_read_v2_partitioned_by_dt_and_hr(spark, tmp_path):
-    ensure_table(spark, "local.db.created", partition_columns=("dt", "hr"))
+def test_the_click_event_ddl_makes_a_merge_on_read_v2_table_by_dt_and_hr(spark, tmp_path):
+    create_events_table(spark, "local.db.created")
     props = {
         r["key"]: r["value"] for r in spark.sql("SHOW TBLPROPERTIES local.db.created").collect()
     }
@@ -70,12 +73,13 @@ def test_new_table_is_merge_on_read_v2_partitioned_by_dt_and_hr(spark, tmp_path)
     for op in ("merge", "update", "delete"):
         assert props[f"write.{op}.mode"] == "merge-on-read"
     assert props["write.delete.granularity"] == "file"
+    assert props["write.spark.fanout.enabled"] == "false"  # one open file per write task
     partition_fields = spark.table("local.db.created.partitions").schema["partition"].dataType
     assert partition_fields.fieldNames() == ["dt", "hr"]
 
 
 def test_each_commit_records_query_batch_and_lease_in_the_snapshot_summary(spark, tmp_path):
-    config = _config(tmp_path, "summary")
+    config = _config(spark, tmp_path, "summary")
     gen = EventGenerator(seed=3, update_ratio=0.0)
     gen.write_file(config.landing_path, 10)
     gen.write_file(config.landing_path, 10)
@@ -95,7 +99,7 @@ def test_each_commit_records_query_batch_and_lease_in_the_snapshot_summary(spark
 
 
 def test_bad_records_go_to_dead_letters_with_their_reason_and_good_rows_commit(spark, tmp_path):
-    config = _config(tmp_path, "deadletter")
+    config = _config(spark, tmp_path, "deadletter")
     gen = EventGenerator(seed=8, update_ratio=0.0)
     good = gen.records(3)
     bad = [
@@ -118,14 +122,14 @@ def test_bad_records_go_to_dead_letters_with_their_reason_and_good_rows_commit(s
     assert letters == {
         bad[0]: "unparseable JSON: not a JSON object",
         bad[1]: "missing field event_id",
-        bad[2]: "wrong type for user_id: expected bigint",
+        bad[2]: "wrong type for user_id: expected long",
         bad[3]: "wrong type for dt: expected date",
         bad[4]: "unparseable JSON: not a JSON object",
     }
 
 
 def test_generated_bad_records_are_all_dead_lettered(spark, tmp_path):
-    config = _config(tmp_path, "deadletter_gen")
+    config = _config(spark, tmp_path, "deadletter_gen")
     gen = EventGenerator(seed=13, bad_ratio=0.3)
     gen.write_file(config.landing_path, 40)
 
@@ -142,8 +146,7 @@ def _raw_batch(spark, lines):
 
 
 def test_replayed_batch_changes_nothing(spark, tmp_path):
-    config = _config(tmp_path, "replay")
-    ensure_table(spark, config.table, partition_columns=config.partition_columns)
+    config = _config(spark, tmp_path, "replay")
     gen = EventGenerator(seed=5)
     batch = _raw_batch(spark, gen.records(20))
     writer = BatchWriter(config, gate=Ungated(), query_id="query-replay")
@@ -160,8 +163,7 @@ def test_replayed_batch_changes_nothing(spark, tmp_path):
 def test_replay_past_the_snapshot_guard_still_changes_no_row(spark, tmp_path):
     """The event-time guard alone keeps a replay harmless, e.g. once expire_snapshots removed
     the snapshot that the replay guard looks for."""
-    config = _config(tmp_path, "replay_unguarded")
-    ensure_table(spark, config.table, partition_columns=config.partition_columns)
+    config = _config(spark, tmp_path, "replay_unguarded")
     gen = EventGenerator(seed=6, update_ratio=0.4)
     first, second = gen.records(15), gen.records(15)
     writer = BatchWriter(config, gate=Ungated(), query_id="q", replay_guard=False)
@@ -177,7 +179,7 @@ def test_replay_past_the_snapshot_guard_still_changes_no_row(spark, tmp_path):
 def test_restart_after_crash_between_iceberg_commit_and_checkpoint_loses_and_duplicates_nothing(
     spark, tmp_path
 ):
-    config = _config(tmp_path, "crash")
+    config = _config(spark, tmp_path, "crash")
     gen = EventGenerator(seed=9, update_ratio=0.4, duplicate_ratio=0.1)
     for _ in range(3):
         gen.write_file(config.landing_path, 15)
@@ -201,7 +203,7 @@ def test_restart_after_crash_between_iceberg_commit_and_checkpoint_loses_and_dup
     assert batch_ids == ["0", "1", "2"]
 
 
-def test_within_a_batch_a_tie_on_event_time_goes_to_the_record_written_later(spark):
+def test_within_a_batch_a_tie_on_event_time_goes_to_the_record_written_later(spark, tmp_path):
     def line(amount):
         return json.dumps(
             {
@@ -224,8 +226,14 @@ def test_within_a_batch_a_tie_on_event_time_goes_to_the_record_written_later(spa
         ],
         "raw string, _source_file string, _source_pos long",
     )
-    good, _ = split_valid(parse_events(raw, required=("event_id", "dt", "hr", "event_time")))
-    kept = dedupe_latest(good, key_columns=("event_id", "dt", "hr"), event_time_column="event_time")
+    config = _config(spark, tmp_path, "tie")
+    decoder = plan_decoder(config, read_target(spark, config.table, catalog=config.catalog))
+    kept = last_change_per_key(
+        changes(decode_batch(raw, decoder)),
+        key_columns=decoder.key_columns,
+        names=decoder.target.names,
+        event_time_column="event_time",
+    )
     assert [r["amount"] for r in kept.collect()] == [3.0]
 
 

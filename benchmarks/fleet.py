@@ -1,0 +1,373 @@
+"""A lake of many tables, compacted by one compactor process, then by two.
+
+    python -m benchmarks.fleet                                  # 200 tables, ~10 min
+    python -m benchmarks.fleet --tables 40 --debt 6 --big 1 --ticks 2 --out var/fleet-small
+
+The lake (`local.lake.*` in a Hadoop catalog under `--out`):
+
+    healthy   most tables: a few data files of 128 MiB each, no delete file. Written through
+              Iceberg's Java API as metadata only (the files are named, sized and counted in
+              the manifests, never written): the compactor reads their metadata, never their
+              data, so they cost the lake nothing to build
+    big       `--big` tables the same way, with `--big-files` data files of 128 MiB over 100
+              day partitions (a full plan of one reads all their manifest entries)
+    debt      `--debt` real tables: 12 small files in one partition and a position delete file
+              (one INSERT of 12 slices, one DELETE), which a plan compacts
+
+Then, against one lakelock service (SQLite), `compactor run --config F --every 2s --ticks N`
+over the pattern `local.lake.*`:
+
+    one   one process: per tick, the seconds to list and rank the lake and the Spark jobs that
+          took (from its `compactor.tick` line), tables planned and compacted, the tick's length
+    two   the debt tables get their debt back (12 more small files, another delete), then two
+          processes start at once: the same per tick and process, and from the service's audit
+          trail: no table with claims or maintenance leases of the two processes overlapping in
+          time, each debt table compacted by exactly one of them once (run reports)
+
+and, in this process, what ranking saves on a big table: `read_summary` (its summary) against
+`collect_stats` (the full plan's read), in seconds and Spark jobs. Writes `results.json` and
+`report.md` into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lake import local_lake
+from service.client import LeaseClient
+from service.local import LocalService
+
+__all__ = ["main", "build_lake", "overlaps", "tick_lines"]
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE = "local.lake"
+_MIB = 1 << 20
+_ENDS = ("lease.released", "lease.expired", "lease.revoked")
+
+
+def _create(spark: Any, table: str, *, partitioned: bool = True) -> None:
+    spark.sql(
+        f"""
+        CREATE TABLE {table} (id BIGINT, dt DATE, payload STRING) USING iceberg
+        {"PARTITIONED BY (dt)" if partitioned else ""}
+        TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read',
+                       'write.update.mode' = 'merge-on-read',
+                       'write.merge.mode' = 'merge-on-read',
+                       'write.delete.granularity' = 'file',
+                       'write.distribution-mode' = 'none')
+        """
+    )
+
+
+def _append_metadata_only(spark: Any, table: str, *, files: int, days: int) -> None:
+    """One append of `files` data files of 128 MiB over `days` partitions, named in the
+    manifests only (see the module docstring)."""
+    from ingest_gate.spark import load_table
+
+    jvm = spark._jvm
+    loaded = load_table(spark, table)
+    spec = loaded.spec()
+    append = loaded.newAppend()
+    for i in range(files):
+        append.appendFile(
+            jvm.org.apache.iceberg.DataFiles.builder(spec)
+            .withPath(f"{loaded.location()}/data/virtual-{i:06d}.parquet")
+            .withFormat("parquet")
+            .withPartitionPath(_day_path(i % days))
+            .withFileSizeInBytes(128 * _MIB)
+            .withRecordCount(1_000_000)
+            .build()
+        )
+    append.commit()
+
+
+def _day_path(i: int) -> str:
+    return f"dt={date(2024, 1, 1) + timedelta(days=i)}"
+
+
+def add_debt(spark: Any, table: str, *, first_id: int) -> None:
+    """12 small files of two rows in one partition (12 slices, no write distribution) and one
+    position delete file."""
+    spark.sql(
+        f"INSERT INTO {table} SELECT id, DATE '2024-05-01', sha2(CAST(id AS STRING), 256) "
+        f"FROM range({first_id}, {first_id + 24}, 1, 12)"
+    )
+    spark.sql(f"DELETE FROM {table} WHERE id = {first_id}")
+
+
+def build_lake(spark: Any, *, tables: int, debt: int, big: int, big_files: int) -> dict:
+    """The lake of the module docstring; the names of each kind."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {NAMESPACE}")
+    names: dict[str, list[str]] = {"healthy": [], "big": [], "debt": []}
+    for i in range(tables):
+        if i < debt:
+            kind = "debt"
+        elif i < debt + big:
+            kind = "big"
+        else:
+            kind = "healthy"
+        table = f"{NAMESPACE}.{kind}_{i:04d}"
+        _create(spark, table)
+        if kind == "debt":
+            add_debt(spark, table, first_id=0)
+        elif kind == "big":
+            _append_metadata_only(spark, table, files=big_files, days=100)
+        else:
+            _append_metadata_only(spark, table, files=4, days=1)
+        names[kind].append(table)
+    return names
+
+
+def _config(out: Path, service: LocalService, max_concurrent: int) -> Path:
+    path = out / "compactor.toml"
+    path.write_text(
+        f"""
+[service]
+url = "{service.url}"
+[catalog]
+name = "local"
+warehouse = "{(out / "warehouse").resolve()}"
+[spark]
+master = "local[2]"
+[fleet]
+max_concurrent = {max_concurrent}
+claim_ttl = "30s"
+[defaults.lease]
+ttl = "30s"
+[[tables]]
+name = "{NAMESPACE}.*"
+"""
+    )
+    return path
+
+
+def _start(config: Path, log: Path, service: LocalService, ticks: int) -> subprocess.Popen:
+    env = {**os.environ, "LAKELOCK_TOKEN": service.token("job"), "LAKELOCK_LOG_LEVEL": "INFO"}
+    command = ["run", "--config", str(config), "--every", "2s", "--ticks", str(ticks)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "compactor", *command],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def tick_lines(log: Path) -> list[dict[str, Any]]:
+    """Every `compactor.tick` line of a compactor's log, in order."""
+    out = []
+    for line in log.read_text().splitlines():
+        if '"event": "compactor.tick"' in line:
+            out.append(json.loads(line[line.index("{") :]))
+    return out
+
+
+def _round(
+    name: str, processes: int, out: Path, config: Path, service: LocalService, ticks: int
+) -> dict[str, Any]:
+    logs = [out / f"{name}-{i}.log" for i in range(processes)]
+    started = time.monotonic()
+    running = [_start(config, log, service, ticks) for log in logs]
+    codes = [p.wait(3600) for p in running]
+    wall = time.monotonic() - started
+    if any(codes):
+        tail = "\n".join(log.read_text()[-3000:] for log in logs)
+        raise RuntimeError(f"round {name}: exit codes {codes}\n{tail}")
+    per_process = [tick_lines(log) for log in logs]
+    print(f"round {name}: {processes} process(es), {wall:.1f}s", flush=True)
+    for i, lines in enumerate(per_process):
+        for t, tick in enumerate(lines, 1):
+            print("  " + _tick_text(i, t, tick), flush=True)
+    return {"processes": processes, "wall_s": round(wall, 1), "ticks": per_process}
+
+
+def _tick_text(process: int, number: int, tick: dict[str, Any]) -> str:
+    compacted = sum(1 for o in tick["outcomes"].values() if o == "compacted")
+    return (
+        f"process {process} tick {number}: {tick['tables']} tables ranked in "
+        f"{tick['rank_s']:.2f}s ({tick['rank_spark_jobs']} Spark jobs), "
+        f"{len(tick['queued'])} planned, {compacted} compacted, "
+        f"{len(tick['left_to_others'])} left to the other, {tick['duration_s']:.1f}s"
+    )
+
+
+def _intervals(events: Sequence[dict[str, Any]], kind: str) -> list[tuple[float, float, str]]:
+    """(start, end, process) of each `kind` lease in `events` (oldest first)."""
+    start: dict[str, tuple[float, str]] = {}
+    out = []
+    for e in events:
+        if e["kind"] != kind or not e["lease_id"]:
+            continue
+        at = datetime.fromisoformat(e["at"]).timestamp()
+        if e["event"] == "lease.acquired":
+            start[e["lease_id"]] = (at, (e["holder"] or "").split("/")[0])
+        elif e["event"] in _ENDS and e["lease_id"] in start:
+            began, process = start.pop(e["lease_id"])
+            out.append((began, at, process))
+    return out
+
+
+def overlaps(intervals: Sequence[tuple[float, float, str]]) -> int:
+    """Pairs of intervals of different processes that overlap in time."""
+    return sum(
+        1
+        for i, a in enumerate(intervals)
+        for b in intervals[i + 1 :]
+        if a[2] != b[2] and a[0] < b[1] and b[0] < a[1]
+    )
+
+
+def _check_two(
+    client: LeaseClient, tables: Sequence[str], debt: Sequence[str], two: dict[str, Any]
+) -> dict[str, Any]:
+    """What the audit trail, the run reports and the tick lines say of the two-process round."""
+    claim_overlaps = maintenance_overlaps = 0
+    for table in tables:
+        events = list(reversed(client.events(table=table, limit=1000)))
+        claim_overlaps += overlaps(_intervals(events, "claim")) > 0
+        maintenance_overlaps += overlaps(_intervals(events, "maintenance")) > 0
+    in_round = {t: 0 for t in debt}
+    for ticks in two["ticks"]:
+        for tick in ticks:
+            for table, outcome in tick["outcomes"].items():
+                if outcome == "compacted":
+                    in_round[table] = in_round.get(table, 0) + 1
+    # the service's run history: one compaction per round, two in all
+    reported = {
+        t: sum(1 for r in client.runs(t, limit=50) if r["outcome"] == "compacted") for t in debt
+    }
+    return {
+        "tables_with_overlapping_claims_of_two_processes": claim_overlaps,
+        "tables_with_overlapping_maintenance_leases_of_two_processes": maintenance_overlaps,
+        "debt_tables": len(debt),
+        "debt_tables_compacted_once_in_round_two": sum(1 for n in in_round.values() if n == 1),
+        "compactions_in_round_two_per_table": sorted(set(in_round.values())),
+        "compactions_reported_per_debt_table_both_rounds": sorted(set(reported.values())),
+    }
+
+
+def _big_costs(spark: Any, table: str) -> dict[str, Any]:
+    from compactor.catalog import read_summary, spark_jobs
+    from compactor.config import TableConfig
+    from compactor.stats import collect_stats
+
+    small = TableConfig(table).small_file_bytes
+    out: dict[str, Any] = {}
+    for label, read in (
+        ("summary", lambda: read_summary(spark, table)),
+        ("full_plan_read", lambda: collect_stats(spark, table=table, small_file_bytes=small)),
+    ):
+        seconds = []
+        jobs = spark_jobs(spark)
+        for _ in range(3):
+            started = time.perf_counter()
+            read()
+            seconds.append(time.perf_counter() - started)
+        out[label] = {
+            "median_s": round(statistics.median(seconds), 3),
+            "spark_jobs_per_read": (spark_jobs(spark) - jobs) / 3,
+        }
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__)
+    parser.add_argument("--tables", type=int, default=200, help="tables in the lake")
+    parser.add_argument("--debt", type=int, default=16, help="of them, tables with debt")
+    parser.add_argument("--big", type=int, default=3, help="of them, big healthy tables")
+    parser.add_argument("--big-files", type=int, default=5000, help="data files of a big table")
+    parser.add_argument("--ticks", type=int, default=3, help="ticks per compactor process")
+    parser.add_argument("--max-concurrent", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("var/fleet"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with local_lake(args.out, app_name="lakelock-fleet-benchmark") as (spark, service):
+        started = time.monotonic()
+        names = build_lake(
+            spark, tables=args.tables, debt=args.debt, big=args.big, big_files=args.big_files
+        )
+        print(
+            f"lake: {args.tables} tables ({len(names['debt'])} with debt, {len(names['big'])} "
+            f"big) built in {time.monotonic() - started:.0f}s",
+            flush=True,
+        )
+        costs = _big_costs(spark, names["big"][0]) if names["big"] else {}
+        print(f"a big table ({args.big_files} files): {costs}", flush=True)
+        config = _config(args.out, service, args.max_concurrent)
+        one = _round("one", 1, args.out, config, service, args.ticks)
+        for i, table in enumerate(names["debt"]):
+            add_debt(spark, table, first_id=1000 + i)
+        two = _round("two", 2, args.out, config, service, args.ticks)
+        tables = [t for kind in names.values() for t in kind]
+        with LeaseClient(service.url, token=service.token("operator")) as client:
+            checks = _check_two(client, tables, names["debt"], two)
+        print(f"two processes, from the audit trail: {checks}", flush=True)
+        results = {
+            "tables": args.tables,
+            "debt": args.debt,
+            "big": args.big,
+            "big_files": args.big_files,
+            "big_table_costs": costs,
+            "one": one,
+            "two": two,
+            "checks": checks,
+        }
+        (args.out / "results.json").write_text(json.dumps(results, indent=2))
+        (args.out / "report.md").write_text(report(results))
+        print(report(results))
+        ok = (
+            checks["tables_with_overlapping_claims_of_two_processes"] == 0
+            and checks["tables_with_overlapping_maintenance_leases_of_two_processes"] == 0
+            and checks["debt_tables_compacted_once_in_round_two"] == args.debt
+        )
+        return 0 if ok else 1
+
+
+def report(results: dict[str, Any]) -> str:
+    """The figures as a Markdown table, one row per process and tick."""
+    lines = [
+        f"{results['tables']} tables ({results['debt']} with debt, {results['big']} big of "
+        f"{results['big_files']} files)",
+        "",
+        "| round | process | tick | rank s | Spark jobs to rank | planned | compacted "
+        "| left to the other | tick s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name in ("one", "two"):
+        for p, ticks in enumerate(results[name]["ticks"]):
+            for t, tick in enumerate(ticks, 1):
+                compacted = sum(1 for o in tick["outcomes"].values() if o == "compacted")
+                lines.append(
+                    f"| {name} | {p} | {t} | {tick['rank_s']:.2f} | {tick['rank_spark_jobs']} | "
+                    f"{len(tick['queued'])} | {compacted} | {len(tick['left_to_others'])} | "
+                    f"{tick['duration_s']:.1f} |"
+                )
+    costs = results["big_table_costs"]
+    if costs:
+        lines += [
+            "",
+            f"A big table: its summary in {costs['summary']['median_s']} s "
+            f"({costs['summary']['spark_jobs_per_read']:g} Spark jobs), the full plan's read in "
+            f"{costs['full_plan_read']['median_s']} s "
+            f"({costs['full_plan_read']['spark_jobs_per_read']:g} Spark jobs).",
+        ]
+    lines += ["", "Two processes, from the audit trail: " + json.dumps(results["checks"]), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""A table's compaction debt as the compactor reports it to the service after each plan and run.
+
+debt = debt_of(stats, table_config)
+# {"snapshot_id": 7, "data_files": 40, "small_files": 38, "delete_files": 9,
+#  "partitions_over_target": 3, "records": 1000}
+send_debt(client, "lake.db.events", debt)      # logs it; stores it on the service
+
+small_files              data files under the small size (`plan.small_file_fraction` of the
+                         target file size)
+delete_files             delete files that still apply to live data, and dangling ones
+partitions_over_target   partitions a rewrite would change: at least min-input-files small
+                         files, or any delete file
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+from typing import Any
+
+from compactor.config import TableConfig
+from compactor.stats import TableStats
+from service.client import LeaseClient
+from service.errors import LakelockError
+
+__all__ = ["debt_of", "send_debt"]
+
+log = logging.getLogger("compactor.debt")
+
+
+def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) -> dict[str, Any]:
+    """The debt `stats` show under `config`'s thresholds, read at `measured_at`."""
+    totals = stats.totals()
+    min_input = config.rewrite_data_files.min_input_files
+    over = sum(
+        1
+        for p in stats.partitions
+        if p.small_files >= min_input or p.delete_files or p.dangling_delete_files
+    )
+    return {
+        "snapshot_id": stats.current_snapshot_id,
+        "data_files": totals.data_files,
+        "small_files": totals.small_files,
+        "delete_files": totals.delete_files + totals.dangling_delete_files,
+        "partitions_over_target": over,
+        "records": totals.data_records,
+        "measured_at": measured_at.isoformat(),
+    }
+
+
+def send_debt(client: LeaseClient | None, table: str, debt: dict[str, Any]) -> None:
+    """Log `debt` as one JSON line and store it on the service; a service that cannot take it
+    is logged, never raised: the run goes on."""
+    log.info(json.dumps({"event": "compactor.debt", "table": table, **debt}, sort_keys=True))
+    if client is None:
+        return
+    try:
+        client.report_debt(table, debt)
+    except LakelockError as exc:
+        log.warning("could not report the debt of %s to the service: %s", table, exc)

@@ -1,0 +1,31 @@
+"""`python -m lakelock_submit ingest|compactor|jars`: print a path for spark-submit (see
+lakelock_submit)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from lakelock_submit import SCRIPTS, jars, script
+from service.extras import needs_extras
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m lakelock_submit",
+        description="Print what spark-submit needs: a job's entry script, or the jars "
+        "(comma-separated, for --jars).",
+    )
+    parser.add_argument("what", choices=[*SCRIPTS, "jars"])
+    args = parser.parse_args(argv)
+    if args.what == "jars":
+        with needs_extras("python -m lakelock_submit jars"):
+            print(",".join(str(path) for path in jars()))
+    else:
+        print(script(args.what))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

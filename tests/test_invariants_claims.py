@@ -1,0 +1,216 @@
+"""Claims under concurrency (DESIGN.md §3c): 10 compactor processes claim, renew, release and
+abandon claims on three tables through two service processes sharing one database, with an
+operator revoking some and ingest writers and maintenance leases working the same tables. The
+checker in `invariants.py` reads the recorded history afterwards: never two live claims on one
+table (inv6), and the five invariants of the other kinds untouched by the claims."""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pytest
+
+from tests.conftest import start_server
+from tests.invariants import History, check, commit_span, lease_spans, load_history
+from tests.test_invariants_concurrency import Workload
+
+pytestmark = pytest.mark.slow
+
+TABLES = ["lake.db.a", "lake.db.b", "lake.db.c"]
+CLAIMERS = 10
+INGEST_CLIENTS = 3
+ROUNDS = 40  # per claimer; each round is 1-4 calls
+
+
+class ClaimWorkload(Workload):
+    def claimer(self, seed: int) -> None:
+        """A compactor process: claims a table, works under it or moves on when it is held."""
+        rng = random.Random(seed)
+        with self.client("job") as http:
+            for _ in range(ROUNDS):
+                table, ttl = rng.choice(TABLES), rng.choice([0.3, 0.5])
+                body = {"holder": f"compactor-{seed}", "ttl_s": ttl, "request_id": uuid.uuid4().hex}
+                response = self.call(http, rng, "POST", f"/v1/tables/{table}/claim", json=body)
+                if response.status_code == 409:
+                    assert response.json()["type"] == "urn:lakelock:claim-held", response.text
+                    continue
+                assert response.status_code == 201, response.text
+                lease = response.json()
+                if rng.random() < 0.2:
+                    # a retry after a lost answer: the same claim, never a second one
+                    again = self.call(http, rng, "POST", f"/v1/tables/{table}/claim", json=body)
+                    assert again.status_code in (201, 410), again.text  # 410: revoked meanwhile
+                    if again.status_code == 201:
+                        assert again.json()["lease_id"] == lease["lease_id"]
+                if rng.random() < 0.3:
+                    self.maintain(http, rng, table, f"compactor-{seed}")
+                self.hold(http, rng, lease, ttl, time.monotonic())
+
+    def ingest(self, seed: int) -> None:
+        rng = random.Random(seed)
+        with self.client("job") as http:
+            while not self.stop.is_set():
+                table, ttl = rng.choice(TABLES), rng.choice([0.2, 0.4])
+                response = self.call(
+                    http,
+                    rng,
+                    "POST",
+                    f"/v1/tables/{table}/commit-leases",
+                    json={"holder": f"ingest-{seed}", "ttl_s": ttl, "wait_s": 0.2},
+                )
+                if response.status_code == 201:
+                    self.hold(http, rng, response.json(), ttl, time.monotonic())
+                else:
+                    assert response.status_code == 423, response.text
+
+    def operator(self, seed: int) -> None:
+        rng = random.Random(seed)
+        with self.client("operator") as http:
+            while not self.stop.is_set():
+                self.stop.wait(rng.uniform(0.05, 0.2))
+                table = rng.choice(TABLES)
+                response = self.call(http, rng, "GET", f"/v1/tables/{table}")
+                if response.status_code == 404:
+                    continue
+                claims = response.json()["claims"]
+                assert len(claims) <= 1, claims  # what status shows, too
+                if claims and rng.random() < 0.3:
+                    path = f"/v1/leases/{claims[0]['lease_id']}/revoke"
+                    self.call(http, rng, "POST", path, json={"reason": "chaos"})
+
+    def maintain(self, http, rng, table: str, holder: str) -> None:
+        """A one-off maintenance step under the claim: granted, draining or refused alike."""
+        response = self.call(
+            http,
+            rng,
+            "POST",
+            f"/v1/tables/{table}/maintenance-lease",
+            json={"holder": holder, "ttl_s": 0.3, "request_id": uuid.uuid4().hex},
+        )
+        if response.status_code == 201:
+            self.release(http, rng, response.json())
+        elif response.status_code == 202:
+            request_id = response.json()["intent"]["request_id"]
+            path = f"/v1/tables/{table}/intents/{request_id}"
+            self.call(http, rng, "DELETE", path, params={"holder": holder})
+        else:
+            assert response.status_code in (409, 423), response.text
+
+    def run(self) -> None:
+        background = [self.guarded(self.ingest, 300 + n) for n in range(INGEST_CLIENTS)]
+        background.append(self.guarded(self.operator, 200))
+        claimers = [self.guarded(self.claimer, n) for n in range(CLAIMERS)]
+        for thread in background + claimers:
+            thread.start()
+        for thread in claimers:
+            thread.join(600)
+        self.stop.set()
+        for thread in background:
+            thread.join(60)
+
+
+def test_never_two_live_claims_on_a_table_across_two_service_processes(db_url, tmp_path):
+    env = {"LAKELOCK_MIN_TTL_S": "0.1", "LAKELOCK_SWEEP_INTERVAL_S": "0.2"}
+    servers = [start_server(db_url, tmp_path, **env) for _ in range(2)]
+    try:
+        workload = ClaimWorkload([s.url for s in servers], seed=11)
+        workload.run()
+    finally:
+        for server in servers:
+            server.stop()
+    assert workload.errors == []
+    history = load_history(db_url, workload.renews)
+    assert check(history) == []
+    # the run exercised what it claims: contention, and every way a claim ends
+    seen = Counter((e["event"], e["kind"]) for e in history.events)
+    for needed in ("lease.acquired", "lease.released", "lease.expired", "lease.revoked"):
+        assert seen[(needed, "claim")] > 0, f"the workload never produced {needed}: {seen}"
+    assert seen[("lease.acquired", "commit")] > 0 and seen[("lease.acquired", "maintenance")] > 0
+    assert workload.calls["POST 409"] > 0, workload.calls
+    # and claims held nothing else: commit leases were live inside claims
+    assert _commits_inside_claims(history) > 0
+
+
+def _commits_inside_claims(history: History) -> int:
+    claims = lease_spans(history, "claim")
+    return sum(
+        1
+        for lease in history.commit_leases
+        for start, end, _, _ in claims.get(lease["table_name"], [])
+        if commit_span(lease)[0] < end and start < commit_span(lease)[1]
+    )
+
+
+# -- the checker finds what it must --------------------------------------------------------------
+
+T0 = datetime(2026, 1, 1)
+
+
+def _event(id_, event, lease_id, kind, at, table="db.t", **detail):
+    return {
+        "id": id_,
+        "table_name": table,
+        "event": event,
+        "lease_id": lease_id,
+        "kind": kind,
+        "token": 1 if kind == "maintenance" else None,
+        "holder": "h",
+        "at": T0 + timedelta(seconds=at),
+        "detail": detail,
+    }
+
+
+def test_checker_flags_two_live_claims_on_one_table():
+    history = History(
+        events=[
+            _event(1, "lease.acquired", "k1", "claim", 0),
+            _event(2, "lease.acquired", "k2", "claim", 1),
+            _event(3, "lease.released", "k1", "claim", 2, held_s=2),
+            _event(4, "lease.released", "k2", "claim", 3, held_s=2),
+        ],
+        commit_leases=[],
+    )
+    found = check(history)
+    assert sum("inv6" in v for v in found) == 2, found  # replay and intervals
+
+
+def test_checker_flags_a_claim_granted_before_the_expired_one_ended():
+    # k1 expired at 1 s by its held_s, but the trail ends it after k2's grant: replay sees two
+    history = History(
+        events=[
+            _event(1, "lease.acquired", "k1", "claim", 0),
+            _event(2, "lease.acquired", "k2", "claim", 2),
+            _event(3, "lease.expired", "k1", "claim", 3, held_s=1),
+        ],
+        commit_leases=[],
+    )
+    found = check(history)
+    assert [v for v in found if "inv6" in v] and all("k1" in v for v in found), found
+
+
+def test_checker_allows_claims_in_turn_on_other_tables_and_over_other_kinds():
+    history = History(
+        events=[
+            _event(1, "lease.acquired", "k1", "claim", 0),
+            _event(2, "lease.acquired", "k2", "claim", 0, table="db.u"),
+            _event(3, "lease.acquired", "m1", "maintenance", 1),
+            _event(4, "lease.expired", "k1", "claim", 3, held_s=2),
+            _event(5, "lease.acquired", "k3", "claim", 3),
+            _event(6, "lease.released", "m1", "maintenance", 4, held_s=3),
+        ],
+        commit_leases=[
+            {
+                "id": "c1",
+                "table_name": "db.t",
+                "partitions": None,
+                "acquired_at": T0 + timedelta(seconds=5),
+                "expires_at": T0 + timedelta(seconds=9),
+                "ended_at": None,
+            }
+        ],
+    )
+    assert check(history) == []

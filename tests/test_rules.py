@@ -1,0 +1,438 @@
+"""The protocol's decisions without a database: a table of cases per rule, and a hypothesis
+model of the acquire rules against a brute-force reading of DESIGN.md §3/§3b."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from service.errors import (
+    ClaimHeld,
+    LeaseExpired,
+    Locked,
+    MaintenanceHeld,
+    MaintenanceOff,
+    NotOwner,
+)
+from service.rows import IntentRow, LeaseRow, Live, TableRow
+from service.rules import (
+    Ask,
+    Drain,
+    End,
+    Extend,
+    Grant,
+    Refuse,
+    ReleaseAsk,
+    RenewAsk,
+    Repeat,
+    Unchanged,
+    WithdrawAsk,
+    decide_claim,
+    decide_commit,
+    decide_maintenance,
+    decide_release,
+    decide_renew,
+    decide_repeat,
+    decide_withdraw,
+    refused,
+)
+from service.scope import covers
+
+AT = datetime(2024, 6, 20, 12, 0, 0)
+TTL = timedelta(seconds=30)
+P1, P2, P3 = "dt=1", "dt=2", "dt=3"
+
+
+def table(**changes: object) -> TableRow:
+    values: dict[str, object] = {
+        "name": "lake.db.t",
+        "ingest": "running",
+        "maintenance": "enabled",
+        "switch_reason": None,
+        "switch_by": None,
+        "switch_at": None,
+        "holds_until": None,
+        "next_token": 7,
+    }
+    return TableRow(**{**values, **changes})  # type: ignore[arg-type]
+
+
+def lease(kind: str = "commit", *parts: str, holder: str = "h", **changes: object) -> LeaseRow:
+    values: dict[str, object] = {
+        "id": f"{kind}-{holder}-{'-'.join(parts) or 'all'}",
+        "table": "lake.db.t",
+        "kind": kind,
+        "holder": holder,
+        "request_id": "r1",
+        "partitions": tuple(parts) or None,
+        "ttl_s": 30.0,
+        "acquired_at": AT - timedelta(seconds=5),
+        "expires_at": AT + timedelta(seconds=25),
+        "token": 3 if kind == "maintenance" else None,
+    }
+    return LeaseRow(**{**values, **changes})  # type: ignore[arg-type]
+
+
+def intent(*parts: str, holder: str = "c", request_id: str = "m1") -> IntentRow:
+    return IntentRow(
+        "lake.db.t", request_id, holder, tuple(parts) or None, AT, AT + timedelta(seconds=5)
+    )
+
+
+def ask(kind: str = "commit", *parts: str, holder: str = "h", request_id: str = "r1") -> Ask:
+    return Ask(kind, "lake.db.t", holder, request_id, tuple(parts) or None, TTL)  # type: ignore[arg-type]
+
+
+# -- commit ----------------------------------------------------------------------------------
+
+M_P1 = lease("maintenance", P1, holder="c")
+I_P2 = intent(P2)
+
+
+@pytest.mark.parametrize(
+    ("row", "live", "asked", "reason"),
+    [
+        (table(), Live(), ask(), None),
+        (table(ingest="paused"), Live(), ask(), "paused"),
+        # the switch is checked first, then leases, then intents
+        (table(ingest="paused"), Live((M_P1,), (I_P2,)), ask(), "paused"),
+        (table(), Live((M_P1,), (I_P2,)), ask(), "maintenance"),
+        (table(), Live((M_P1,), (I_P2,)), ask("commit", P2), "intent"),
+        (table(), Live((M_P1,), (I_P2,)), ask("commit", P3), None),
+        # commit leases never exclude each other
+        (table(), Live((lease("commit", holder="other"),)), ask(), None),
+        # disabled maintenance does not hold ingest
+        (table(maintenance="disabled"), Live(), ask(), None),
+    ],
+)
+def test_commit_rule(row, live, asked, reason):
+    decision = decide_commit(row, live, asked)
+    if reason is None:
+        assert decision == Grant()
+    else:
+        assert isinstance(decision, Refuse) and decision.reason == reason
+
+
+def test_a_commit_refusal_names_what_holds_it():
+    decision = decide_commit(table(), Live((M_P1,), (I_P2,)), ask("commit", P1, P2))
+    assert decision == Refuse("maintenance", M_P1)
+    error = refused(decision, ask("commit", P1, P2), AT)
+    assert isinstance(error, Locked)
+    assert error.extra["blocking_holder"] == "c"
+    assert error.extra["blocking_partitions"] == [P1]
+    assert error.retry_after_s == 25.0
+
+
+# -- maintenance -----------------------------------------------------------------------------
+
+
+def test_maintenance_on_a_free_table_is_granted_the_next_token():
+    assert decide_maintenance(table(), Live(), ask("maintenance")) == Grant(token=7)
+
+
+def test_maintenance_drains_the_intersecting_commits_only():
+    c1, c2 = lease("commit", P1, holder="i1"), lease("commit", P2, holder="i2")
+    decision = decide_maintenance(table(), Live((c1, c2)), ask("maintenance", P1))
+    assert decision == Drain((c1,), None)
+
+
+def test_maintenance_keeps_its_own_intent_while_draining_and_ends_it_when_granted():
+    mine = intent(P1, holder="h", request_id="r1")
+    c1 = lease("commit", P1, holder="i1")
+    assert decide_maintenance(table(), Live((c1,), (mine,)), ask("maintenance", P1)) == Drain(
+        (c1,), mine
+    )
+    assert decide_maintenance(table(), Live((), (mine,)), ask("maintenance", P1)) == Grant(
+        token=7, fulfils=(mine,)
+    )
+
+
+MINE = intent(P1, holder="h", request_id="r1")
+THEIRS = intent(P1, holder="x", request_id="r1")
+
+
+@pytest.mark.parametrize(
+    ("row", "live", "asked", "reason"),
+    [
+        (table(maintenance="disabled"), Live(), ask("maintenance"), "maintenance_off"),
+        # disabled is checked before a held lease
+        (table(maintenance="disabled"), Live((M_P1,)), ask("maintenance"), "maintenance_off"),
+        (table(), Live((M_P1,)), ask("maintenance"), "maintenance_held"),
+        (table(), Live((M_P1,)), ask("maintenance", P1, P2), "maintenance_held"),
+        # a held lease is checked before the commits it would drain
+        (table(), Live((lease("commit", P1), M_P1)), ask("maintenance", P1), "maintenance_held"),
+        # the request's own intent must be the same holder's, on the same scope; checked first
+        (table(), Live((), (THEIRS,)), ask("maintenance", P1), "request_id_taken"),
+        (table(), Live((), (MINE,)), ask("maintenance", P2), "scope_changed"),
+        (
+            table(maintenance="disabled"),
+            Live((), (THEIRS,)),
+            ask("maintenance"),
+            "request_id_taken",
+        ),
+    ],
+)
+def test_maintenance_refusals(row, live, asked, reason):
+    decision = decide_maintenance(row, live, asked)
+    assert isinstance(decision, Refuse) and decision.reason == reason
+
+
+def test_a_grant_fulfils_the_intents_of_its_holder_that_it_covers():
+    earlier = intent(P1, holder="h", request_id="r0")
+    whole = intent(holder="h", request_id="r9")
+    wider = intent(P1, P2, holder="h", request_id="r8")
+    theirs = intent(P1, holder="x", request_id="m1")
+    live = Live((), (earlier, whole, wider, theirs))
+    assert decide_maintenance(table(), live, ask("maintenance", P1)) == Grant(
+        token=7, fulfils=(earlier,)
+    )
+    assert decide_maintenance(table(), live, ask("maintenance")) == Grant(
+        token=7, fulfils=(earlier, whole, wider)
+    )
+
+
+def test_maintenance_is_not_held_by_other_requests_intents_nor_disjoint_leases():
+    live = Live((M_P1,), (intent(P2, holder="other"), intent(holder="other", request_id="m2")))
+    assert decide_maintenance(table(), live, ask("maintenance", P2)) == Grant(token=7)
+
+
+def test_maintenance_refusals_as_errors():
+    off = decide_maintenance(
+        table(maintenance="disabled", switch_by="ops", switch_reason="quarter close"),
+        Live(),
+        ask("maintenance"),
+    )
+    error = refused(off, ask("maintenance"), AT)  # type: ignore[arg-type]
+    assert isinstance(error, MaintenanceOff) and "quarter close" in error.detail
+    held = decide_maintenance(table(), Live((M_P1,)), ask("maintenance", P1))
+    error = refused(held, ask("maintenance", P1), AT)  # type: ignore[arg-type]
+    assert isinstance(error, MaintenanceHeld) and error.extra["blocking_holder"] == "c"
+
+
+# -- claim -----------------------------------------------------------------------------------
+
+C = lease("claim", holder="compactor-1")
+
+
+@pytest.mark.parametrize(
+    ("live", "asked", "reason"),
+    [
+        (Live(), ask("claim"), None),
+        (Live((C,)), ask("claim", holder="compactor-2"), "claim_held"),
+        # its own holder too, under a new request id (a repeat is decide_repeat's)
+        (Live((C,)), ask("claim", holder="compactor-1", request_id="r2"), "claim_held"),
+        # commit and maintenance leases, whole table or not, and intents hold no claim
+        (
+            Live((lease("commit"), lease("maintenance", holder="c")), (intent(),)),
+            ask("claim"),
+            None,
+        ),
+        (Live((M_P1, lease("commit", P2))), ask("claim"), None),
+    ],
+)
+def test_claim_rule(live, asked, reason):
+    decision = decide_claim(live, asked)
+    if reason is None:
+        assert decision == Grant()
+    else:
+        assert decision == Refuse(reason, C)
+
+
+def test_a_claim_holds_no_commit_or_maintenance_lease():
+    live = Live((C,))
+    assert decide_commit(table(), live, ask("commit")) == Grant()
+    assert decide_maintenance(table(), live, ask("maintenance")) == Grant(token=7)
+
+
+def test_a_held_claim_as_an_error_names_its_holder_and_the_time_left():
+    asked = ask("claim", holder="compactor-2")
+    error = refused(decide_claim(Live((C,)), asked), asked, AT)  # type: ignore[arg-type]
+    assert isinstance(error, ClaimHeld) and error.status == 409
+    assert error.extra["holder"] == "compactor-1" and "compactor-1" in error.detail
+    assert error.extra["remaining_s"] == 25.0 == error.retry_after_s
+
+
+def test_a_claim_is_renewed_and_released_without_a_token():
+    assert decide_renew(C, RenewAsk("x", "compactor-1", None, None), AT) == Extend(AT + TTL, TTL)
+    assert decide_release(C, ReleaseAsk("x", "compactor-1", None, False), AT) == End("released")
+    refusal = decide_renew(C, RenewAsk("x", "compactor-2", None, None), AT)
+    assert refusal == Refuse("not_owner", C)
+
+
+# -- a repeated request id -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("earlier", "asked", "answer"),
+    [
+        (lease("commit", P1, P2), ask("commit", P2, P1), "repeat"),  # the same scope, any order
+        (lease("commit", P1), ask("commit", P1, holder="other"), "request_id_taken"),
+        (lease("commit", P1), ask("commit", P2), "scope_changed"),
+        (lease("commit"), ask("commit", P1), "scope_changed"),
+        (lease("commit", P1, ended_at=AT, end="released"), ask("commit", P1), "ended"),
+        (lease("commit", P1, expires_at=AT), ask("commit", P1), "ended"),
+    ],
+)
+def test_repeated_request_id(earlier, asked, answer):
+    decision = decide_repeat(earlier, asked, AT)
+    if answer == "repeat":
+        assert decision == Repeat(earlier)
+    else:
+        assert isinstance(decision, Refuse) and decision.reason == answer
+
+
+def test_an_ended_repeat_says_which_lease_and_how_it_ended():
+    earlier = lease("commit", ended_at=AT, end="revoked")
+    error = refused(decide_repeat(earlier, ask(), AT), ask(), AT)  # type: ignore[arg-type]
+    assert isinstance(error, LeaseExpired)
+    assert (error.extra["lease_id"], error.extra["state"]) == (earlier.id, "revoked")
+
+
+# -- renew, release, withdraw ----------------------------------------------------------------
+
+M = lease("maintenance", holder="c")
+
+
+@pytest.mark.parametrize(
+    ("row", "asked", "reason"),
+    [
+        (lease(end="revoked", ended_at=AT), RenewAsk("x", "h", None, None), "revoked"),
+        (lease(end="released", ended_at=AT), RenewAsk("x", "h", None, None), "expired"),
+        (lease(expires_at=AT), RenewAsk("x", "h", None, None), "expired"),
+        # revoked and expired are said before the holder
+        (lease(end="revoked", ended_at=AT), RenewAsk("x", "other", None, None), "revoked"),
+        (lease(), RenewAsk("x", "other", None, None), "not_owner"),
+        (M, RenewAsk("x", "c", None, None), "token_missing"),
+        (M, RenewAsk("x", "c", 2, None), "token_mismatch"),
+        (M, RenewAsk("x", "other", 2, None), "not_owner"),
+    ],
+)
+def test_renew_refusals(row, asked, reason):
+    decision = decide_renew(row, asked, AT)
+    assert isinstance(decision, Refuse) and decision.reason == reason
+
+
+def test_renew_extends_from_now_by_the_asked_or_the_lease_own_ttl():
+    assert decide_renew(M, RenewAsk("x", "c", 3, None), AT) == Extend(AT + TTL, TTL)
+    ten = timedelta(seconds=10)
+    assert decide_renew(lease(), RenewAsk("x", "h", None, ten), AT) == Extend(AT + ten, ten)
+
+
+@pytest.mark.parametrize(
+    ("row", "asked", "answer"),
+    [
+        (lease(), ReleaseAsk("x", "h", None, False), End("released")),
+        (lease(), ReleaseAsk("x", None, None, True), End("revoked", "released by an operator")),
+        (lease(), ReleaseAsk("x", "h", None, True), End("released")),
+        (M, ReleaseAsk("x", "c", 3, False), End("released")),
+        # idempotent: an ended lease is answered as it is, by its holder
+        (lease(end="released", ended_at=AT), ReleaseAsk("x", "h", None, False), Unchanged()),
+        (lease(expires_at=AT), ReleaseAsk("x", None, None, True), Unchanged()),
+        # another holder names another lease, whoever sends it, live or not
+        (lease(), ReleaseAsk("x", "other", None, True), "not_owner"),
+        (lease(end="released", ended_at=AT), ReleaseAsk("x", "other", None, False), "not_owner"),
+        (lease(), ReleaseAsk("x", None, None, False), "holder_missing"),
+        (M, ReleaseAsk("x", "c", None, False), "token_missing"),
+        (M, ReleaseAsk("x", "c", 2, False), "token_mismatch"),
+        (M, ReleaseAsk("x", None, None, True), End("revoked", "released by an operator")),
+    ],
+)
+def test_release_rule(row, asked, answer):
+    decision = decide_release(row, asked, AT)
+    if isinstance(answer, str):
+        assert isinstance(decision, Refuse) and decision.reason == answer
+    else:
+        assert decision == answer
+
+
+def test_only_its_holder_withdraws_an_intent():
+    mine = intent(holder="c")
+    assert decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "c")) is None
+    other = decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "x"))
+    assert other == Refuse("not_owner", mine)
+    assert isinstance(refused(other, WithdrawAsk("lake.db.t", "m1", "x"), AT), NotOwner)
+
+
+# -- the acquire rules against a brute-force model -------------------------------------------
+
+NAMES = ["p0", "p1", "p2", "p3"]
+scopes = st.none() | st.frozensets(st.sampled_from(NAMES), min_size=1)
+
+
+def _overlap(a: frozenset[str] | None, b: frozenset[str] | None) -> bool:
+    return a is None or b is None or bool(a & b)
+
+
+def _parts(scope: frozenset[str] | None) -> tuple[str, ...]:
+    return () if scope is None else tuple(sorted(scope))
+
+
+KINDS = ["commit", "maintenance", "claim"]
+
+
+@st.composite
+def situations(draw: st.DrawFn) -> tuple[TableRow, Live, Ask]:
+    row = table(
+        ingest=draw(st.sampled_from(["running", "paused"])),
+        maintenance=draw(st.sampled_from(["enabled", "disabled"])),
+    )
+    leases = tuple(
+        # a claim covers the whole table
+        lease(kind, *(() if kind == "claim" else _parts(scope)), holder=f"h{n}", request_id=f"l{n}")
+        for n, (kind, scope) in enumerate(
+            draw(st.lists(st.tuples(st.sampled_from(KINDS), scopes), max_size=4))
+        )
+    )
+    intents = tuple(
+        intent(*_parts(scope), holder=f"c{n}", request_id=f"i{n}")
+        for n, scope in enumerate(draw(st.lists(scopes, max_size=3)))
+    )
+    kind = draw(st.sampled_from(KINDS))
+    parts = () if kind == "claim" else _parts(draw(scopes))
+    return row, Live(leases, intents), ask(kind, *parts, request_id="new")
+
+
+@given(scopes, scopes)
+def test_covers_is_containment_with_the_whole_table_covering_all(a, b):
+    # the whole table: every partition, also those no lease names
+    everything = frozenset(NAMES) | {"beyond"}
+    a_set, b_set = (everything if s is None else s for s in (a, b))
+    assert covers(a, b) == (b_set <= a_set)
+
+
+@given(situations())
+def test_acquire_rules_match_the_model(situation):
+    row, live, request = situation
+    scope = request.scope
+    maintenance = [x for x in live.leases if x.kind == "maintenance" and _overlap(scope, x.scope)]
+    commits = [x for x in live.leases if x.kind == "commit" and _overlap(scope, x.scope)]
+    intents = [x for x in live.intents if _overlap(scope, x.scope)]
+    claims = [x for x in live.leases if x.kind == "claim"]
+    if request.kind == "claim":
+        # claims only: not the switch, not commit or maintenance leases, not intents
+        decision = decide_claim(live, request)
+        expected: object = Refuse("claim_held", claims[0]) if claims else Grant()
+    elif request.kind == "commit":
+        decision = decide_commit(row, live, request)
+        if row.ingest == "paused":
+            expected = Refuse("paused", row)
+        elif maintenance:
+            expected = Refuse("maintenance", maintenance[0])
+        elif intents:
+            expected = Refuse("intent", intents[0])
+        else:
+            expected = Grant()
+    else:
+        decision = decide_maintenance(row, live, request)
+        if row.maintenance == "disabled":
+            expected = Refuse("maintenance_off", row)
+        elif maintenance:
+            expected = Refuse("maintenance_held", maintenance[0])
+        elif commits:
+            expected = Drain(tuple(commits), None)
+        else:
+            expected = Grant(token=row.next_token)
+    assert decision == expected
