@@ -400,6 +400,7 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     }
     _secure_and_bound_waits(schema["paths"], settings)
     _bound_bodies(components["schemas"], settings)
+    _exact_integer_bounds(schema)
     app.openapi_schema = schema
     return schema
 
@@ -413,6 +414,27 @@ def _secure_and_bound_waits(paths: dict[str, Any], settings: Settings) -> None:
             for parameter in operation.get("parameters", []):
                 if parameter["name"] in ("wait", "wait_s"):
                     parameter["schema"]["maximum"] = settings.max_wait_s
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _exact_integer_bounds(node: Any) -> None:
+    """Integer bounds as exact JSON integers. FastAPI's OpenAPI model holds `minimum` and
+    `maximum` as floats: a bound past 2**53 rounds, and a 64-bit one (a snapshot id's 2**63 - 1)
+    becomes 2**63, which would declare an id the service refuses valid. Every integer bound
+    here is either exact as a float or a 64-bit extreme, so rounding back and clamping to the
+    64-bit range gives the model's own bound."""
+    if isinstance(node, list):
+        for item in node:
+            _exact_integer_bounds(item)
+    elif isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in ("minimum", "maximum"):
+                if isinstance(node.get(key), float):
+                    node[key] = min(max(int(node[key]), _INT64[0]), _INT64[1])
+        for value in node.values():
+            _exact_integer_bounds(value)
 
 
 def _bound_bodies(bodies: dict[str, Any], settings: Settings) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import auth
 from tests.helpers import commit, maintenance, renew, switch
 
 TABLE = "lake.db.events"
@@ -54,6 +55,21 @@ def test_the_token_bounds_are_json_schema_keywords_within_exact_json_integers(ap
     assert integer["minimum"] == 1 and integer["maximum"] == 2**53 - 1
     lease = maintenance(api).json()
     assert renew(api, lease, token=2**53).status_code == 422
+
+
+def test_a_snapshot_ids_bounds_are_the_exact_64_bit_ones(api):
+    schema = api.get("/openapi.json").json()["components"]["schemas"]["DebtBody"]
+    (integer,) = [o for o in schema["properties"]["snapshot_id"]["anyOf"] if o["type"] == "integer"]
+    assert (integer["minimum"], integer["maximum"]) == (-(2**63), 2**63 - 1)
+    assert all(type(integer[k]) is int for k in ("minimum", "maximum"))
+    counts = {"data_files": 0, "small_files": 0, "delete_files": 0, "partitions_over_target": 0}
+    for snapshot, status in ((2**63 - 1, 200), (2**63, 422), (-(2**63), 200), (-(2**63) - 1, 422)):
+        answer = api.put(
+            f"/v1/tables/{TABLE}/debt",
+            json={"snapshot_id": snapshot, **counts},
+            headers=auth("job"),
+        )
+        assert answer.status_code == status, (snapshot, answer.text)
 
 
 @pytest.mark.parametrize(
