@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_serializer,
@@ -102,6 +103,24 @@ class _Body(BaseModel):
 
 
 Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
+
+
+def _whole(value: Any) -> Any:
+    # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and JavaScript);
+    # 7.5, "7" and true are still refused by the strict int
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _json_int(low: int, high: int) -> Any:
+    """An integer of a request body within [low, high]: a whole float (7.0) is taken as the
+    integer it is. (The bounds sit inside the validator so openapi.json states them as
+    `minimum`/`maximum`.)"""
+    return Annotated[Annotated[int, Field(ge=low, le=high)], BeforeValidator(_whole)]
+
+
+Token = _json_int(1, MAX_TOKEN)
+Count = _json_int(0, MAX_TOKEN)
+SnapshotId = _json_int(MIN_SNAPSHOT_ID, MAX_SNAPSHOT_ID)
 
 # the rules are in the schema for clients, and checked by AcquireBody's validator and the routes
 # (`LAKELOCK_MAX_PARTITIONS`) with messages that say what to send instead
@@ -185,16 +204,7 @@ class ClaimBody(AcquireBody):
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
-    token: int | None = Field(
-        default=None, ge=1, le=MAX_TOKEN, description="required for maintenance leases"
-    )
-
-    @field_validator("token", mode="before")
-    @classmethod
-    def _integral(cls, value: Any) -> Any:
-        # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and JavaScript);
-        # 7.5, "7" and true are still refused by the strict int
-        return int(value) if isinstance(value, float) and value.is_integer() else value
+    token: Token | None = Field(default=None, description="required for maintenance leases")
 
 
 class RevokeBody(_Body):
@@ -244,7 +254,6 @@ class RunBody(_Body):
         return value
 
 
-Count = Annotated[int, Field(ge=0, le=MAX_TOKEN)]
 DateTimeText = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"})]
 
 
@@ -252,10 +261,8 @@ class DebtBody(_Body):
     """A table's compaction debt as a compactor measured it: the latest report of a table
     replaces the one before (`compactor.debt` says how each count is measured)."""
 
-    snapshot_id: int | None = Field(
+    snapshot_id: SnapshotId | None = Field(
         default=None,
-        ge=MIN_SNAPSHOT_ID,
-        le=MAX_SNAPSHOT_ID,
         description="the Iceberg snapshot measured (null: an empty table); a 64-bit id, past "
         "2^53 in most tables",
     )

@@ -77,12 +77,18 @@ def test_measured_at_is_any_rfc3339_date_time_kept_as_sent(api, sent):
     assert state(api)["debt"]["measured_at"] == sent
 
 
+def test_a_count_written_as_a_whole_float_is_the_integer(api):
+    assert put(api, small=37.0, snapshot_id=float(2**53)).status_code == 200
+    assert (state(api)["debt"]["small_files"], state(api)["debt"]["snapshot_id"]) == (37, 2**53)
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
         ({"small_files": -1}, "small_files"),
         ({"small_files": True}, "small_files"),
         ({"delete_files": "9"}, "delete_files"),
+        ({"delete_files": 9.5}, "delete_files"),
         ({"data_files": None}, "data_files"),
         ({"measured_at": 1718888700}, "measured_at"),
         ({"measured_at": "yesterday"}, "measured_at"),
