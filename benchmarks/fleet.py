@@ -13,6 +13,10 @@ The lake (`local.lake.*` in a Hadoop catalog under `--out`):
               day partitions (a full plan of one reads all their manifest entries)
     debt      `--debt` real tables: 12 small files in one partition and a position delete file
               (one INSERT of 12 slices, one DELETE), which a plan compacts
+    stream    `--ingest` tables of the demo's click events, each fed by the ingest job itself
+              (`python -m ingest_gate`, one process per table, gated by the same service):
+              `--ingest-batches` micro-batches of `--ingest-rows` events per round, each batch
+              a MERGE that adds small files and position deletes (benchmarks/streams.py)
 
 Then, against one lakelock service (SQLite), `compactor run --config F --every 2s --ticks N`
 over the pattern `local.lake.*`:
@@ -24,9 +28,16 @@ over the pattern `local.lake.*`:
           trail: no table with claims or maintenance leases of the two processes overlapping in
           time, each debt table compacted by exactly one of them once (run reports)
 
-and, in this process, what ranking saves on a big table: `read_summary` (its summary) against
-`collect_stats` (the full plan's read), in seconds and Spark jobs. Writes `results.json` and
-`report.md` into `--out`.
+In each round the ingest jobs run beside the compactors (a round ends when both are done):
+their batches by outcome (the goal: 0 failed), the round's compactions per hour, and the debt
+over time: every `--sample-s` the data and delete files of each table with debt or ingest, read
+from its metadata file (plain JSON, not the code under test), drawn in `fleet.png`.
+
+And, in this process, what ranking saves on a big table: `read_summary` (its summary) against
+`collect_stats` (the full plan's read), in seconds and Spark jobs; and the plan-time curve: a full
+plan (`collect_stats`, then `plan`) of tables of `--curve` data files of 1 MiB over 100 day
+partitions, in this warm session. Writes `results.json`, `report.md` and `fleet.png` into
+`--out`.
 """
 
 from __future__ import annotations
@@ -37,14 +48,18 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
-from datetime import date, datetime, timedelta
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from benchmarks.lake import local_lake
+from benchmarks.streams import Streams, wait
 from service.client import LeaseClient
+from service.iceberg_audit import metadata_file
 from service.local import LocalService
 
 __all__ = ["main", "build_lake", "overlaps", "tick_lines"]
@@ -69,8 +84,10 @@ def _create(spark: Any, table: str, *, partitioned: bool = True) -> None:
     )
 
 
-def _append_metadata_only(spark: Any, table: str, *, files: int, days: int) -> None:
-    """One append of `files` data files of 128 MiB over `days` partitions, named in the
+def _append_metadata_only(
+    spark: Any, table: str, *, files: int, days: int, size: int = 128 * _MIB
+) -> None:
+    """One append of `files` data files of `size` bytes over `days` partitions, named in the
     manifests only (see the module docstring)."""
     from ingest_gate.spark import load_table
 
@@ -84,7 +101,7 @@ def _append_metadata_only(spark: Any, table: str, *, files: int, days: int) -> N
             .withPath(f"{loaded.location()}/data/virtual-{i:06d}.parquet")
             .withFormat("parquet")
             .withPartitionPath(_day_path(i % days))
-            .withFileSizeInBytes(128 * _MIB)
+            .withFileSizeInBytes(size)
             .withRecordCount(1_000_000)
             .build()
         )
@@ -105,24 +122,28 @@ def add_debt(spark: Any, table: str, *, first_id: int) -> None:
     spark.sql(f"DELETE FROM {table} WHERE id = {first_id}")
 
 
-def build_lake(spark: Any, *, tables: int, debt: int, big: int, big_files: int) -> dict:
-    """The lake of the module docstring; the names of each kind."""
+def build_lake(
+    spark: Any, *, tables: int, debt: int, big: int, big_files: int, ingest: int = 0
+) -> dict[str, list[str]]:
+    """The lake of the module docstring; the names of each kind (the stream tables are
+    created empty: their ingest jobs fill them)."""
+    from ingest_gate.generate import create_events_table
+
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {NAMESPACE}")
-    names: dict[str, list[str]] = {"healthy": [], "big": [], "debt": []}
+    names: dict[str, list[str]] = {"healthy": [], "big": [], "debt": [], "stream": []}
+    bounds = (("debt", debt), ("stream", debt + ingest), ("big", debt + ingest + big))
     for i in range(tables):
-        if i < debt:
-            kind = "debt"
-        elif i < debt + big:
-            kind = "big"
-        else:
-            kind = "healthy"
+        kind = next((k for k, bound in bounds if i < bound), "healthy")
         table = f"{NAMESPACE}.{kind}_{i:04d}"
-        _create(spark, table)
+        if kind == "stream":
+            create_events_table(spark, table)
+        else:
+            _create(spark, table)
         if kind == "debt":
             add_debt(spark, table, first_id=0)
         elif kind == "big":
             _append_metadata_only(spark, table, files=big_files, days=100)
-        else:
+        elif kind == "healthy":
             _append_metadata_only(spark, table, files=4, days=1)
         names[kind].append(table)
     return names
@@ -173,23 +194,89 @@ def tick_lines(log: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _round(
-    name: str, processes: int, out: Path, config: Path, service: LocalService, ticks: int
-) -> dict[str, Any]:
-    logs = [out / f"{name}-{i}.log" for i in range(processes)]
+@dataclass
+class Round:
+    """What a round runs beside its compactor processes: the ingest jobs (by counts) and the
+    debt sampler over `watched` tables."""
+
+    out: Path
+    config: Path
+    service: LocalService
+    ticks: int
+    streams: Streams
+    batches: int
+    rows: int
+    watched: Sequence[str]
+    sample_s: float
+
+
+def table_files(warehouse: Path, table: str) -> tuple[int, int]:
+    """(data files, delete files) of `table`'s current snapshot, from its metadata file."""
+    metadata = json.loads(metadata_file(warehouse, table).read_text())
+    current = metadata.get("current-snapshot-id")
+    for snap in metadata.get("snapshots", []):
+        if snap["snapshot-id"] == current:
+            summary = snap["summary"]
+            return int(summary["total-data-files"]), int(summary["total-delete-files"])
+    return 0, 0
+
+
+def _sample(r: Round, warehouse: Path, started: float, stop: threading.Event) -> list[list]:
+    """Every `r.sample_s` until `stop`: [seconds, data files, delete files] over `r.watched`."""
+    samples: list[list] = []
+    while True:
+        files = [table_files(warehouse, t) for t in r.watched]
+        samples.append(
+            [
+                round(time.monotonic() - started, 1),
+                sum(f[0] for f in files),
+                sum(f[1] for f in files),
+            ]
+        )
+        if stop.wait(r.sample_s):
+            return samples
+
+
+def _round(name: str, processes: int, r: Round, seed: int) -> dict[str, Any]:
+    logs = [r.out / f"{name}-{i}.log" for i in range(processes)]
     started = time.monotonic()
-    running = [_start(config, log, service, ticks) for log in logs]
+    stop = threading.Event()
+    samples: list[list] = []
+    sampler = threading.Thread(
+        target=lambda: samples.extend(_sample(r, r.out / "warehouse", started, stop)), daemon=True
+    )
+    sampler.start()
+    jobs = r.streams.start(batches=r.batches, rows=r.rows, seed=seed) if r.batches else []
+    running = [_start(r.config, log, r.service, r.ticks) for log in logs]
     codes = [p.wait(3600) for p in running]
+    ingest = wait(jobs)
     wall = time.monotonic() - started
+    stop.set()
+    sampler.join()
     if any(codes):
         tail = "\n".join(log.read_text()[-3000:] for log in logs)
         raise RuntimeError(f"round {name}: exit codes {codes}\n{tail}")
     per_process = [tick_lines(log) for log in logs]
-    print(f"round {name}: {processes} process(es), {wall:.1f}s", flush=True)
+    compactions = sum(
+        1
+        for ticks in per_process
+        for t in ticks
+        for o in t["outcomes"].values()
+        if o == "compacted"
+    )
+    print(f"round {name}: {processes} process(es), {wall:.1f}s, ingest {ingest}", flush=True)
     for i, lines in enumerate(per_process):
         for t, tick in enumerate(lines, 1):
             print("  " + _tick_text(i, t, tick), flush=True)
-    return {"processes": processes, "wall_s": round(wall, 1), "ticks": per_process}
+    return {
+        "processes": processes,
+        "wall_s": round(wall, 1),
+        "ticks": per_process,
+        "compactions": compactions,
+        "compactions_per_hour": round(compactions * 3600 / wall),
+        "ingest": ingest,
+        "debt_over_time": samples,
+    }
 
 
 def _tick_text(process: int, number: int, tick: dict[str, Any]) -> str:
@@ -241,8 +328,8 @@ def _check_two(
     for ticks in two["ticks"]:
         for tick in ticks:
             for table, outcome in tick["outcomes"].items():
-                if outcome == "compacted":
-                    in_round[table] = in_round.get(table, 0) + 1
+                if outcome == "compacted" and table in in_round:
+                    in_round[table] += 1
     # the service's run history: one compaction per round, two in all
     reported = {
         t: sum(1 for r in client.runs(t, limit=50) if r["outcome"] == "compacted") for t in debt
@@ -257,27 +344,59 @@ def _check_two(
     }
 
 
+def _timed(spark: Any, read: Callable[[], object], runs: int = 3) -> dict[str, Any]:
+    """The median seconds of `runs` calls of `read`, and the Spark jobs each started."""
+    from compactor.catalog import spark_jobs
+
+    seconds = []
+    jobs = spark_jobs(spark)
+    for _ in range(runs):
+        started = time.perf_counter()
+        read()
+        seconds.append(time.perf_counter() - started)
+    return {
+        "median_s": round(statistics.median(seconds), 3),
+        "spark_jobs_per_read": (spark_jobs(spark) - jobs) / runs,
+    }
+
+
 def _big_costs(spark: Any, table: str) -> dict[str, Any]:
-    from compactor.catalog import read_summary, spark_jobs
+    from compactor.catalog import read_summary
     from compactor.config import TableConfig
     from compactor.stats import collect_stats
 
     small = TableConfig(table).small_file_bytes
-    out: dict[str, Any] = {}
-    for label, read in (
-        ("summary", lambda: read_summary(spark, table)),
-        ("full_plan_read", lambda: collect_stats(spark, table=table, small_file_bytes=small)),
-    ):
-        seconds = []
-        jobs = spark_jobs(spark)
-        for _ in range(3):
-            started = time.perf_counter()
-            read()
-            seconds.append(time.perf_counter() - started)
-        out[label] = {
-            "median_s": round(statistics.median(seconds), 3),
-            "spark_jobs_per_read": (spark_jobs(spark) - jobs) / 3,
-        }
+    return {
+        "summary": _timed(spark, lambda: read_summary(spark, table)),
+        "full_plan_read": _timed(
+            spark, lambda: collect_stats(spark, table=table, small_file_bytes=small)
+        ),
+    }
+
+
+def plan_curve(spark: Any, sizes: Sequence[int]) -> list[dict[str, Any]]:
+    """A full plan (`collect_stats`, then `plan`) of a table of each size in `sizes` (data
+    files of 1 MiB over 100 day partitions, metadata only), in this session once warm."""
+    from compactor.config import TableConfig
+    from compactor.plan import plan
+    from compactor.stats import collect_stats
+
+    out = []
+    for files in sizes:
+        table = f"local.sizes.files_{files}"
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS local.sizes")
+        _create(spark, table)
+        _append_metadata_only(spark, table, files=files, days=100, size=_MIB)
+        config = TableConfig(table)
+
+        def full_plan(table: str = table, config: TableConfig = config) -> object:
+            stats = collect_stats(spark, table=table, small_file_bytes=config.small_file_bytes)
+            return plan(stats, config, datetime.now(UTC))
+
+        full_plan()  # its first read warms this table's metadata path up
+        figures = _timed(spark, full_plan)
+        print(f"plan of {files} files: {figures}", flush=True)
+        out.append({"files": files, **figures})
     return out
 
 
@@ -285,10 +404,19 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet", description=__doc__)
     parser.add_argument("--tables", type=int, default=200, help="tables in the lake")
     parser.add_argument("--debt", type=int, default=16, help="of them, tables with debt")
+    parser.add_argument("--ingest", type=int, default=2, help="of them, tables with ingest")
     parser.add_argument("--big", type=int, default=3, help="of them, big healthy tables")
     parser.add_argument("--big-files", type=int, default=5000, help="data files of a big table")
-    parser.add_argument("--ticks", type=int, default=3, help="ticks per compactor process")
+    parser.add_argument("--ticks", type=int, default=4, help="ticks per compactor process")
     parser.add_argument("--max-concurrent", type=int, default=2)
+    parser.add_argument(
+        "--ingest-batches", type=int, default=20, help="micro-batches per ingest job and round"
+    )
+    parser.add_argument("--ingest-rows", type=int, default=200, help="events per micro-batch")
+    parser.add_argument("--sample-s", type=float, default=5.0, help="debt sampling period")
+    parser.add_argument(
+        "--curve", default="3000,10000,30000", help="plan-time curve: data files, comma list"
+    )
     parser.add_argument("--out", type=Path, default=Path("var/fleet"))
     return parser
 
@@ -298,50 +426,103 @@ def main(argv: Sequence[str] | None = None) -> int:
     with local_lake(args.out, app_name="lakelock-fleet-benchmark") as (spark, service):
         started = time.monotonic()
         names = build_lake(
-            spark, tables=args.tables, debt=args.debt, big=args.big, big_files=args.big_files
+            spark,
+            tables=args.tables,
+            debt=args.debt,
+            big=args.big,
+            big_files=args.big_files,
+            ingest=args.ingest,
         )
         print(
-            f"lake: {args.tables} tables ({len(names['debt'])} with debt, {len(names['big'])} "
-            f"big) built in {time.monotonic() - started:.0f}s",
+            f"lake: {args.tables} tables ({len(names['debt'])} with debt, "
+            f"{len(names['stream'])} with ingest, {len(names['big'])} big) built in "
+            f"{time.monotonic() - started:.0f}s",
             flush=True,
         )
         costs = _big_costs(spark, names["big"][0]) if names["big"] else {}
         print(f"a big table ({args.big_files} files): {costs}", flush=True)
-        config = _config(args.out, service, args.max_concurrent)
-        one = _round("one", 1, args.out, config, service, args.ticks)
+        r = Round(
+            out=args.out,
+            config=_config(args.out, service, args.max_concurrent),
+            service=service,
+            ticks=args.ticks,
+            streams=Streams(args.out, names["stream"], service, args.out / "warehouse"),
+            batches=args.ingest_batches,
+            rows=args.ingest_rows,
+            watched=[*names["debt"], *names["stream"]],
+            sample_s=args.sample_s,
+        )
+        one = _round("one", 1, r, seed=1)
         for i, table in enumerate(names["debt"]):
             add_debt(spark, table, first_id=1000 + i)
-        two = _round("two", 2, args.out, config, service, args.ticks)
+        two = _round("two", 2, r, seed=2)
         tables = [t for kind in names.values() for t in kind]
         with LeaseClient(service.url, token=service.token("operator")) as client:
             checks = _check_two(client, tables, names["debt"], two)
         print(f"two processes, from the audit trail: {checks}", flush=True)
+        curve = plan_curve(spark, [int(n) for n in args.curve.split(",") if n])
         results = {
             "tables": args.tables,
             "debt": args.debt,
+            "ingest": args.ingest,
             "big": args.big,
             "big_files": args.big_files,
             "big_table_costs": costs,
             "one": one,
             "two": two,
             "checks": checks,
+            "plan_curve": curve,
         }
         (args.out / "results.json").write_text(json.dumps(results, indent=2))
         (args.out / "report.md").write_text(report(results))
+        picture(results, args.out / "fleet.png")
         print(report(results))
-        ok = (
-            checks["tables_with_overlapping_claims_of_two_processes"] == 0
-            and checks["tables_with_overlapping_maintenance_leases_of_two_processes"] == 0
-            and checks["debt_tables_compacted_once_in_round_two"] == args.debt
+        return 0 if _passed(results) else 1
+
+
+def _passed(results: dict[str, Any]) -> bool:
+    checks = results["checks"]
+    batches = [b for name in ("one", "two") for b in results[name]["ingest"].values()]
+    return (
+        checks["tables_with_overlapping_claims_of_two_processes"] == 0
+        and checks["tables_with_overlapping_maintenance_leases_of_two_processes"] == 0
+        and checks["debt_tables_compacted_once_in_round_two"] == results["debt"]
+        and all(b["exit"] == 0 and not b.get("failed") for b in batches)
+    )
+
+
+def picture(results: dict[str, Any], path: Path) -> None:
+    """A PNG of the debt over time in each round: data files and delete files of the tables
+    with debt or ingest, and when each compaction ended."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for ax, name in zip(axes, ("one", "two"), strict=True):
+        r = results[name]
+        t, data, deletes = zip(*r["debt_over_time"], strict=True)
+        ax.plot(t, data, label="data files", color="tab:blue")
+        ax.plot(t, deletes, label="delete files", color="tab:red")
+        ax.set_title(
+            f"{r['processes']} compactor process(es): {r['compactions']} compactions in "
+            f"{r['wall_s']:.0f} s",
+            fontsize=9,
         )
-        return 0 if ok else 1
+        ax.set_xlabel("seconds into the round")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel(f"files of the {results['debt']} debt + {results['ingest']} ingest tables")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def report(results: dict[str, Any]) -> str:
     """The figures as a Markdown table, one row per process and tick."""
     lines = [
-        f"{results['tables']} tables ({results['debt']} with debt, {results['big']} big of "
-        f"{results['big_files']} files)",
+        f"{results['tables']} tables ({results['debt']} with debt, {results['ingest']} with "
+        f"ingest, {results['big']} big of {results['big_files']} files)",
         "",
         "| round | process | tick | rank s | Spark jobs to rank | planned | compacted "
         "| left to the other | tick s |",
@@ -365,6 +546,19 @@ def report(results: dict[str, Any]) -> str:
             f"{costs['full_plan_read']['median_s']} s "
             f"({costs['full_plan_read']['spark_jobs_per_read']:g} Spark jobs).",
         ]
+    lines += ["", "| round | s | compactions | per hour | ingest batches by outcome |"]
+    lines.append("| --- | ---: | ---: | ---: | --- |")
+    for name in ("one", "two"):
+        r = results[name]
+        lines.append(
+            f"| {name} | {r['wall_s']} | {r['compactions']} | {r['compactions_per_hour']} | "
+            f"{json.dumps(r['ingest'])} |"
+        )
+    lines += ["", "| data files | full plan s | Spark jobs |", "| ---: | ---: | ---: |"]
+    lines += [
+        f"| {c['files']:,} | {c['median_s']} | {c['spark_jobs_per_read']:g} |"
+        for c in results["plan_curve"]
+    ]
     lines += ["", "Two processes, from the audit trail: " + json.dumps(results["checks"]), ""]
     return "\n".join(lines)
 

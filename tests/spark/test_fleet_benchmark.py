@@ -1,5 +1,6 @@
-"""The fleet benchmarks at a small setting: the lake is built, both rounds run, the two
-processes share the debt tables without overlap; both scheduler modes compact everything. No
+"""The fleet benchmarks at a small setting: the lake is built, both rounds run beside a real
+ingest job, the two processes share the debt tables without overlap, the plan-time curve and the
+debt picture are made; both scheduler modes compact everything. No
 timings are asserted; the figures come from `python -m benchmarks.fleet` and
 `python -m benchmarks.fleet_scheduler`."""
 
@@ -15,6 +16,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def test_small_fleet_benchmark_shares_the_lake_between_two_processes(tmp_path):
     out = tmp_path / "fleet"
     args = ["--tables", "8", "--debt", "2", "--big", "1", "--big-files", "20", "--ticks", "2"]
+    args += ["--ingest", "1", "--ingest-batches", "3", "--ingest-rows", "20", "--curve", "30,60"]
     run_module("benchmarks.fleet", *args, "--out", str(out), timeout=900)
     results = json.loads((out / "results.json").read_text())
 
@@ -27,7 +29,16 @@ def test_small_fleet_benchmark_shares_the_lake_between_two_processes(tmp_path):
         "compactions_reported_per_debt_table_both_rounds": [2],
     }
     (first, second) = results["one"]["ticks"][0]
-    assert (first["tables"], len(first["queued"]), second["queued"]) == (8, 2, [])
+    debt = [[t for t in tick["queued"] if ".debt_" in t] for tick in (first, second)]
+    assert (first["tables"], len(debt[0]), debt[1]) == (8, 2, [])
+    for name in ("one", "two"):
+        ((table, batches),) = results[name]["ingest"].items()
+        assert ".stream_" in table
+        assert batches == {"exit": 0, "committed": 3}
+        assert results[name]["debt_over_time"], "the sampler read the tables at least once"
+    assert [c["files"] for c in results["plan_curve"]] == [30, 60]
+    assert all(c["spark_jobs_per_read"] > 0 for c in results["plan_curve"])
+    assert (out / "fleet.png").stat().st_size > 0
     assert all(t["rank_spark_jobs"] == 0 for p in results["two"]["ticks"] for t in p)
     assert results["big_table_costs"]["summary"]["spark_jobs_per_read"] == 0
     assert results["big_table_costs"]["full_plan_read"]["spark_jobs_per_read"] > 0
