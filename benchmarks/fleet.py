@@ -1,6 +1,6 @@
 """A lake of many tables, compacted by one compactor process, then by two.
 
-    python -m benchmarks.fleet                                  # 200 tables, ~10 min
+    python -m benchmarks.fleet                                  # 200 tables, ~15 min
     python -m benchmarks.fleet --tables 40 --debt 6 --big 1 --ticks 2 --out var/fleet-small
 
 The lake (`local.lake.*` in a Hadoop catalog under `--out`):

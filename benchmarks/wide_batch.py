@@ -25,13 +25,14 @@ admits the most partitions it does not need). The MERGE is the ingest job's own 
     superset  partition_superset: one IN list per partition field (the job's past it)
 
 Per MERGE: seconds (planning, reading, writing, commit), the data files the filter plans (its
-scan alone, planned again after), and a check of the snapshot it committed (rows added = the
-batch's rows; position deletes = its updates). After each MERGE the table is rolled back to
-the snapshot before it, so every MERGE meets the same table; the first MERGE of a run (K = 1,
-exact) only warms the JVM up. One local[2] session with the job's settings and Spark's
-default driver heap (1 GiB, unless spark-submit or PYSPARK_SUBMIT_ARGS set one); with
-`--fanout` the table is written with Iceberg's fanout writer for the measured MERGEs (as
-tables were before the job set `write.spark.fanout.enabled=false`): a MERGE that fails is
+scan alone, planned again after), the driver's old-generation heap peak during it (what outlived
+young collections: the memory a batch of that width needs), and a check of the snapshot it
+committed (rows added = the batch's rows; position deletes = its updates). After each MERGE the
+table is rolled back to the snapshot before it, so every MERGE meets the same table; the first
+MERGE of a run (K = 1, exact) only warms the JVM up. One local[2] session with the job's
+settings and Spark's default driver heap (1 GiB, unless spark-submit or PYSPARK_SUBMIT_ARGS set
+one); with `--fanout` the table is written with Iceberg's fanout writer for the measured MERGEs
+(as tables were before the job set `write.spark.fanout.enabled=false`): a MERGE that fails is
 reported with its error, and a run whose Spark context died stops there.
 """
 
@@ -78,6 +79,7 @@ class Result:
     seconds: float | None = None
     files_planned: int | None = None
     filter_chars: int = 0
+    old_gen_peak_mib: int | None = None
     error: str | None = None
 
 
@@ -189,6 +191,19 @@ def planned_files(spark: Any, where: str | None) -> int:
     return int(iterables.size(scan.planFiles()))
 
 
+def old_generation(spark: Any) -> Any:
+    """The driver JVM's old-generation heap pool (G1 Old Gen under Java 17's default collector):
+    its peak during a MERGE is the memory that outlived young collections, what a wider batch
+    would run the heap out with."""
+    factory = spark._jvm.java.lang.management.ManagementFactory
+    for pool in factory.getMemoryPoolMXBeans():
+        if pool.getType().toString() == "Heap memory" and (
+            "Old" in pool.getName() or "Tenured" in pool.getName()
+        ):
+            return pool
+    raise RuntimeError("the driver JVM has no old-generation heap pool")
+
+
 def merge_once(spark: Any, spec: Any, base: int, result: Result, batch: Any, updates: int) -> None:
     """Run one MERGE of `batch` (a persisted view `wide_batch`), time it, check its snapshot,
     plan its filter's scan alone, then roll the table back to `base`.
@@ -210,9 +225,12 @@ def merge_once(spark: Any, spec: Any, base: int, result: Result, batch: Any, upd
         event_time_column="event_time",
         partition_filter=predicate,
     )
+    old = old_generation(spark)
+    old.resetPeakUsage()
     started = time.perf_counter()
     spark.sql(statement)
     result.seconds = round(time.perf_counter() - started, 2)
+    result.old_gen_peak_mib = int(old.getPeakUsage().getUsed()) // 2**20
     summary = spark.sql(
         f"SELECT summary FROM {TABLE}.snapshots ORDER BY committed_at DESC LIMIT 1"
     ).first()[0]
@@ -284,8 +302,9 @@ def _restore(spark: Any, base: int) -> None:
 def _line(r: Result) -> str:
     took = f"{r.seconds:8.1f}" if r.seconds is not None else "       -"
     files = f"{r.files_planned:8d}" if r.files_planned is not None else "       -"
+    old = f"{r.old_gen_peak_mib:8d}" if r.old_gen_peak_mib is not None else "       -"
     tail = f"  FAILED {r.error}" if r.error else ""
-    return f"{r.width:6d} {r.layout:7} {r.kind:9} {took} {files}{tail}"
+    return f"{r.width:6d} {r.layout:7} {r.kind:9} {took} {files} {old}{tail}"
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -341,7 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         writer = "true" if args.fanout else "false"
         spark.sql(f"ALTER TABLE {TABLE} SET TBLPROPERTIES ('{FANOUT_PROPERTY}' = '{writer}')")
         _restore(spark, base)  # a run cut short may have left a MERGE's snapshot current
-        print(f"{'K':>6} {'layout':7} {'filter':9} {'seconds':>8} {'files':>8}", flush=True)
+        columns = f"{'K':>6} {'layout':7} {'filter':9} {'seconds':>8} {'files':>8} {'old MiB':>8}"
+        print(columns, flush=True)
         for layout in layouts:
             results += measure(
                 spark, shape, base, widths=args.widths, kinds=kinds, layout=layout, rows=args.rows

@@ -25,7 +25,7 @@ from tests.spark.conftest import ingest_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-COMPACTIONS = 3
+COMPACTIONS = 2
 WAIT_S = 800.0  # a bound on the whole scenario, so a stuck run fails instead of hanging
 
 

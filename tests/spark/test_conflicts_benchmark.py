@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def test_small_conflicts_benchmark_writes_a_consistent_report_and_timeline(tmp_path):
     out = tmp_path / "conflicts"
-    # by counts: each mode runs until its 1,500 events are in the table, however busy the machine
-    args = ["--events", "1500", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
+    # by counts: each mode runs until its 600 events are in the table, however busy the machine
+    args = ["--events", "600", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
     run_module("benchmarks.conflicts", *args, timeout=1800)
     modes = json.loads((out / "results.json").read_text())
     assert [m["mode"] for m in modes] == ["uncoordinated", "coordinated"]

@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 def test_small_scopes_benchmark_compares_both_modes_on_a_correct_table(tmp_path):
     out = tmp_path / "scopes"
-    # by counts: each mode runs until its 1,500 events are in the table, however busy the machine
-    args = ["--events", "1500", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
+    # by counts: each mode runs until its 600 events are in the table, however busy the machine
+    args = ["--events", "600", "--rate", "100", "--compact-every-s", "4", "--out", str(out)]
     run_module("benchmarks.scopes", *args, timeout=1800)
     modes = json.loads((out / "results.json").read_text())
     assert [m["mode"] for m in modes] == ["table", "partitions"]

@@ -20,6 +20,7 @@ def test_wide_batch_benchmark_merges_under_each_filter(tmp_path):
     results = document["results"]
     planned = {(r["layout"], r["width"], r["kind"]): r["files_planned"] for r in results}
     assert all(r["error"] is None and r["seconds"] > 0 for r in results)
+    assert all(0 < r["old_gen_peak_mib"] < document["heap_mib"] for r in results)
     layouts = ("recent", "spread")
     assert planned == {
         **{(layout, 1, kind): 2 for layout in layouts for kind in ("exact", "superset")},
