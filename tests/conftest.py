@@ -18,6 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from service.client import LeaseClient
 from service.local import LocalService, free_port, fresh_database
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
@@ -142,3 +143,17 @@ def lakelock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     server = start_server(f"sqlite:///{folder / 'lakelock.db'}", folder)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def job_client(lakelock_server: ServerProcess) -> Iterator[LeaseClient]:
+    """A client of the module's service with the job role."""
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def operator(lakelock_server: ServerProcess) -> Iterator[LeaseClient]:
+    """A client of the module's service with the operator role."""
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
+        yield client

@@ -58,12 +58,6 @@ def page(browser):
     context.close()
 
 
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def sign_in(page, server, role: str = "reader") -> None:
     page.goto(server.url + "/")
     page.fill("#token", server.token(role))

@@ -216,12 +216,6 @@ def submitter(cluster, catalog, lakelock_server, tmp_path_factory) -> Submitter:
     )
 
 
-@pytest.fixture(scope="module")
-def operator(lakelock_server) -> Iterator[LeaseClient]:
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def _compactor_config(submitter: Submitter, *, ttl: str = "30s") -> str:
     path = submitter.workdir / f"compactor-{ttl}.toml"
     path.write_text(

@@ -34,18 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 60  # generous bound for anything the service or a tiny Spark job does here
 
 
-@pytest.fixture(scope="module")
-def job_client(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def make_table(spark, name: str, *, days: int = 3, commits: int = 3, deletes: bool = True) -> str:
     """A merge-on-read v2 table with many small data files and file-scoped position deletes.
 

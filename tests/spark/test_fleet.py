@@ -25,18 +25,6 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def job_client(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def create(spark, table: str, *, files: int = 1, deletes: bool = False) -> str:
     """A merge-on-read v2 table partitioned by day: `files` small data files of two rows in
     one partition (one INSERT of as many slices, no write distribution), and with `deletes` a

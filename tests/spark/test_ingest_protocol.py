@@ -20,12 +20,6 @@ pytestmark = pytest.mark.spark
 WAIT_S = 120  # generous bound for a handful of tiny batches on a shared 2-core machine
 
 
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def _maintenance(operator: LeaseClient, table: str, ttl_s: float = 60.0) -> Lease:
     lease = operator.acquire_maintenance(table, holder="compactor-test", ttl_s=ttl_s)
     assert isinstance(lease, Lease), lease  # nothing else holds the table yet

@@ -38,12 +38,6 @@ def expected(*generators: EventGenerator) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["event_id"], r["dt"], r["hr"]))
 
 
-@pytest.fixture(scope="module")
-def operator(lakelock_server):
-    with LeaseClient(lakelock_server.url, token=lakelock_server.token("operator")) as client:
-        yield client
-
-
 def maintenance_on(operator: LeaseClient, table: str, partitions: list[str]) -> Lease:
     lease = operator.acquire_maintenance(
         table, holder="compactor-test", ttl_s=120, partitions=partitions
