@@ -14,9 +14,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.conftest import start_server
-from tests.invariants import History, check, commit_span, lease_spans, load_history
-from tests.test_invariants_concurrency import Workload
+from tests.invariants import History, check, commit_span, lease_spans
+from tests.test_invariants_concurrency import Workload, run_on_two_services
 
 pytestmark = pytest.mark.slow
 
@@ -103,28 +102,13 @@ class ClaimWorkload(Workload):
     def run(self) -> None:
         background = [self.guarded(self.ingest, 300 + n) for n in range(INGEST_CLIENTS)]
         background.append(self.guarded(self.operator, 200))
-        claimers = [self.guarded(self.claimer, n) for n in range(CLAIMERS)]
-        for thread in background + claimers:
-            thread.start()
-        for thread in claimers:
-            thread.join(600)
-        self.stop.set()
-        for thread in background:
-            thread.join(60)
+        self.run_until_done([self.guarded(self.claimer, n) for n in range(CLAIMERS)], background)
 
 
 def test_never_two_live_claims_on_a_table_across_two_service_processes(db_url, tmp_path):
-    env = {"LAKELOCK_MIN_TTL_S": "0.1", "LAKELOCK_SWEEP_INTERVAL_S": "0.2"}
-    servers = [start_server(db_url, tmp_path, **env) for _ in range(2)]
-    try:
-        workload = ClaimWorkload([s.url for s in servers], seed=11)
-        workload.run()
-    finally:
-        for server in servers:
-            server.stop()
-    assert workload.errors == []
-    history = load_history(db_url, workload.renews)
-    assert check(history) == []
+    workload, history = run_on_two_services(
+        db_url, tmp_path, lambda urls: ClaimWorkload(urls, seed=11)
+    )
     # the run exercised what it claims: contention, and every way a claim ends
     seen = Counter((e["event"], e["kind"]) for e in history.events)
     for needed in ("lease.acquired", "lease.released", "lease.expired", "lease.revoked"):

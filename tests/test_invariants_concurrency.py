@@ -195,21 +195,30 @@ class Workload:
         background = [self.guarded(self.compactor, 100 + n) for n in range(COMPACTORS)] + [
             self.guarded(self.operator, 200)
         ]
-        ingest = [self.guarded(self.ingest, n) for n in range(INGEST_CLIENTS)]
-        for thread in background + ingest:
+        self.run_until_done(
+            [self.guarded(self.ingest, n) for n in range(INGEST_CLIENTS)], background
+        )
+
+    def run_until_done(
+        self, drivers: list[threading.Thread], background: list[threading.Thread]
+    ) -> None:
+        """Start every thread; once the drivers are done, stop the background ones."""
+        for thread in background + drivers:
             thread.start()
-        for thread in ingest:
+        for thread in drivers:
             thread.join(600)
         self.stop.set()
         for thread in background:
             thread.join(60)
 
 
-def test_invariants_hold_under_concurrency_across_two_service_processes(db_url, tmp_path):
+def run_on_two_services(db_url: str, tmp_path, workload_of) -> tuple[Workload, History]:
+    """`workload_of(urls)`'s run against two service processes on one database; its history
+    once both stopped, after the checker found nothing and no client thread died."""
     env = {"LAKELOCK_MIN_TTL_S": "0.1", "LAKELOCK_SWEEP_INTERVAL_S": "0.2"}
     servers = [start_server(db_url, tmp_path, **env) for _ in range(2)]
     try:
-        workload = Workload([s.url for s in servers], seed=7)
+        workload = workload_of([s.url for s in servers])
         workload.run()
     finally:
         for server in servers:
@@ -217,6 +226,11 @@ def test_invariants_hold_under_concurrency_across_two_service_processes(db_url, 
     assert workload.errors == []
     history = load_history(db_url, workload.renews)
     assert check(history) == []
+    return workload, history
+
+
+def test_invariants_hold_under_concurrency_across_two_service_processes(db_url, tmp_path):
+    workload, history = run_on_two_services(db_url, tmp_path, lambda urls: Workload(urls, seed=7))
     # the run exercised what it claims: thousands of calls, and every kind of transition
     assert sum(workload.calls.values()) >= 2000, workload.calls
     seen = Counter(
