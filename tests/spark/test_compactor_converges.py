@@ -26,15 +26,9 @@ from ingest_gate.snapshots import batch_properties, with_commit_properties
 from service import cli
 from service.client import LeaseClient
 from service.iceberg_audit import metadata_file, read_snapshots
-from tests.spark import test_compactor_run
 from tests.spark.test_compactor_run import make_table, rows, table_config
 
 pytestmark = pytest.mark.spark
-
-
-# the module's clients of the service, as the compactor's other Spark tests have them
-job_client = test_compactor_run.job_client
-operator = test_compactor_run.operator
 
 
 def maintenance_leases(operator: LeaseClient, table: str) -> int:

@@ -14,13 +14,10 @@ from compactor.report import Outcome
 from compactor.run import run_table
 from ingest_gate.partition import read_spec, table_partition_names
 from service.client import LeaseClient
-from tests.spark import test_compactor_run
 from tests.spark.test_compactor_converges import read_with_pyiceberg
 
 pytestmark = pytest.mark.spark
 
-job_client = test_compactor_run.job_client
-operator = test_compactor_run.operator
 
 HOURS = (10, 11, 12, 13)
 HOT = "dt=2024-06-20/hr=13"
