@@ -1,5 +1,5 @@
-"""`python -m lakelock_submit ingest|compactor|jars`: print a path for spark-submit (see
-lakelock_submit)."""
+"""`python -m lakelock_submit ingest|compactor|jars|py-files`: print a path for spark-submit
+(see lakelock_submit)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,23 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from lakelock_submit import SCRIPTS, jars, script
+from lakelock_submit import SCRIPTS, jars, py_files, script
 from service.extras import needs_extras
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lakelock_submit",
-        description="Print what spark-submit needs: a job's entry script, or the jars "
-        "(comma-separated, for --jars).",
+        description="Print what spark-submit needs: a job's entry script, the jars "
+        "(comma-separated, for --jars), or the zip of the executors' Python (for --py-files).",
     )
-    parser.add_argument("what", choices=[*SCRIPTS, "jars"])
+    parser.add_argument("what", choices=[*SCRIPTS, "jars", "py-files"])
     args = parser.parse_args(argv)
     if args.what == "jars":
         with needs_extras("python -m lakelock_submit jars"):
             print(",".join(str(path) for path in jars()))
+    elif args.what == "py-files":
+        print(py_files())
     else:
         print(script(args.what))
     return 0

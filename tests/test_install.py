@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -247,7 +248,7 @@ def test_the_ops_install_reads_status_in_80_columns(venvs, installed_service):
     assert max(len(line.rstrip()) for line in done.stdout.splitlines()) <= 80
 
 
-def test_the_spark_install_names_the_iceberg_jar_for_spark_submit(venvs):
+def test_the_spark_install_names_what_spark_submit_takes(venvs):
     spark = venvs["spark"]
     done = spark.run(spark.bin("python"), "-m", "lakelock_submit", "jars")
     assert done.returncode == 0, done.stderr
@@ -257,6 +258,9 @@ def test_the_spark_install_names_the_iceberg_jar_for_spark_submit(venvs):
     for job in ("ingest", "compactor"):
         script = Path(spark.run(spark.bin("python"), "-m", "lakelock_submit", job).stdout.strip())
         assert script.is_file() and str(spark.path) in str(script)
+    done = spark.run(spark.bin("python"), "-m", "lakelock_submit", "py-files")
+    assert done.returncode == 0, done.stderr
+    assert "ingest_gate/decode.py" in zipfile.ZipFile(done.stdout.strip()).namelist()
 
 
 @pytest.mark.spark

@@ -16,8 +16,10 @@ The steps build on each other, in order (one cluster, one table, one lakelock se
     compact    the next run compacts: fewer data files, the same rows, the token in the summary
     audit      `lakelock audit` through the catalog finds every commit inside its lease
 
-Whatever the executors run comes with the submit: the workers have Spark's own jars and no
-virtualenv, the Iceberg runtime arrives through --jars (checked in the executors' work folders).
+Whatever the executors run comes with the submit: the workers have Spark's own jars and a
+Python with nothing of lakelock (the one this virtualenv was made from); the Iceberg runtime
+arrives through --jars and the ingest job's decoder through --py-files (both checked in the
+executors' work folders).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pytest
 
 from ingest_gate.generate import KEY_FIELDS, EventGenerator
 from lakelock_submit import jars as iceberg_jars
-from lakelock_submit import script
+from lakelock_submit import py_files, script
 from service.client import LeaseClient
 from service.local import free_port
 from tests.spark.standalone import StandaloneCluster, spark_home
@@ -52,6 +54,8 @@ MARIADB_JAR = Path("/usr/share/java/mariadb-java-client.jar")
 TABLE = "lake.db.events"
 FILES, PER_FILE = 3, 60
 WAIT_S = 300  # bound on anything below; the steps go by counts and states, not by time
+# the Python this virtualenv was made from, without the virtualenv: the workers' Python
+BARE_PYTHON = Path(sys.base_prefix, "bin", "python{}.{}".format(*sys.version_info[:2]))
 
 
 # -- the catalog -------------------------------------------------------------------------------
@@ -158,9 +162,9 @@ class Submitter:
             "spark.executor.memory": "512m",
             "spark.eventLog.enabled": "true",
             "spark.eventLog.dir": self.events_dir.as_uri(),
-            # the executors' Python, with lakelock[spark] installed as docs/spark-submit.md
-            # asks of the workers: the ingest job decodes records there
-            "spark.pyspark.python": sys.executable,
+            # the executors' Python has nothing of lakelock installed: the ingest job's decoder
+            # reaches them through --py-files, as docs/spark-submit.md gives it
+            "spark.pyspark.python": str(BARE_PYTHON),
             "spark.pyspark.driver.python": sys.executable,
             **conf,
         }
@@ -171,6 +175,8 @@ class Submitter:
             *[part for key, value in settings.items() for part in ("--conf", f"{key}={value}")],
             "--jars",
             jar_list,
+            "--py-files",
+            str(py_files(self.workdir)),
             str(job if isinstance(job, Path) else script(job)),
             *job_args,
         ]
@@ -333,9 +339,14 @@ def test_ingest_on_the_cluster_upserts_every_key_with_its_latest_values(
     summaries = [s.summary for s in catalog.table().snapshots()]
     merged = [s for s in summaries if s and "lakelock.lease-id" in s.additional_properties]
     assert len(merged) == FILES  # one gated MERGE per landing file
-    # the Iceberg runtime reached every executor through the submit, not through the workers
-    fetched = list((submitter.cluster.workdir / "work").glob("app-*/*/iceberg-spark-runtime*.jar"))
-    assert len({path.parent for path in fetched}) >= 2, "both executors fetched the jar"
+    # the Iceberg runtime and the decoder reached every executor through the submit, not
+    # through the workers, whose Python cannot import lakelock
+    work = submitter.cluster.workdir / "work"
+    for shipped in ("iceberg-spark-runtime*.jar", "lakelock-executors-*.zip"):
+        fetched = {path.parent for path in work.glob(f"app-*/*/{shipped}")}
+        assert len(fetched) >= 2, f"both executors fetched {shipped}"
+    bare = subprocess.run([BARE_PYTHON, "-c", "import ingest_gate"], cwd=work, capture_output=True)
+    assert bare.returncode != 0, "the workers' Python has lakelock installed"
 
 
 def test_compactor_plan_on_the_cluster_reads_the_catalog_table(ingested, submitter):
