@@ -72,6 +72,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
+def write_figures(path: Path, argv: list[str] | None, results: list[Any], **more: Any) -> None:
+    """Write a run's figures as JSON: its arguments, the machine's CPUs, every result (a
+    dataclass) and `more`."""
+    payload = {
+        "argv": sys.argv[1:] if argv is None else argv,
+        "cpus": os.cpu_count(),
+        "results": [asdict(r) for r in results],
+        **more,
+    }
+    path.write_text(json.dumps(payload, indent=2))
+
+
 @dataclass
 class Result:
     """One measured row: `mode` is one of MODES; latencies in milliseconds."""
@@ -544,13 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(results))
     if args.json:
-        payload = {
-            "argv": sys.argv[1:] if argv is None else argv,
-            "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-            "ratios": ratios(results),
-        }
-        args.json.write_text(json.dumps(payload, indent=2))
+        write_figures(args.json, argv, results, ratios=ratios(results))
     return 1 if any(r.errors for r in results) else 0
 
 

@@ -28,17 +28,21 @@ import argparse
 import asyncio
 import http.client
 import json
-import os
 import sys
 import tempfile
 import time
 import uuid
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lease_throughput import DEFAULT_MARIADB_URL, percentile, running_service
+from benchmarks.lease_throughput import (
+    DEFAULT_MARIADB_URL,
+    percentile,
+    running_service,
+    write_figures,
+)
 from service.local import fresh_database
 
 __all__ = ["Result", "measure", "main"]
@@ -308,12 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lakelock-bench-") as tmp:
         results = measure(args, Path(tmp))
     if args.json:
-        payload = {
-            "argv": sys.argv[1:] if argv is None else argv,
-            "cpus": os.cpu_count(),
-            "results": [asdict(r) for r in results],
-        }
-        args.json.write_text(json.dumps(payload, indent=2))
+        write_figures(args.json, argv, results)
     return 1 if any(r.failures for r in results) else 0
 
 
