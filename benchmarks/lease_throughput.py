@@ -519,7 +519,8 @@ def report(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def _csv(value: str) -> list[str]:
+def comma_list(value: str) -> list[str]:
+    """An argparse type: `a, b,` -> ["a", "b"]."""
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
@@ -530,8 +531,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
     p.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds run before measuring")
-    p.add_argument("--databases", type=_csv, default=["sqlite", "mariadb"], help="sqlite,mariadb")
-    p.add_argument("--scenarios", type=_csv, default=list(SCENARIOS), help=",".join(SCENARIOS))
+    p.add_argument(
+        "--databases", type=comma_list, default=["sqlite", "mariadb"], help="sqlite,mariadb"
+    )
+    p.add_argument(
+        "--scenarios", type=comma_list, default=list(SCENARIOS), help=",".join(SCENARIOS)
+    )
     p.add_argument(
         "--mariadb-url",
         default=DEFAULT_MARIADB_URL,

@@ -34,6 +34,7 @@ from typing import Any
 
 from benchmarks.lease_throughput import (
     DEFAULT_MARIADB_URL,
+    comma_list,
     percentile,
     running_service,
     write_figures,
@@ -183,10 +184,6 @@ def _row(r: Result) -> str:
     )
 
 
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.long_poll", description=__doc__.split("\n")[0]
@@ -196,8 +193,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seconds", type=float, default=120.0, help="stop a row's trials after this long"
     )
-    p.add_argument("--databases", type=_csv, default=["sqlite", "mariadb"], help="sqlite,mariadb")
-    p.add_argument("--paths", type=_csv, default=list(PATHS), help=",".join(PATHS))
+    p.add_argument(
+        "--databases", type=comma_list, default=["sqlite", "mariadb"], help="sqlite,mariadb"
+    )
+    p.add_argument("--paths", type=comma_list, default=list(PATHS), help=",".join(PATHS))
     p.add_argument(
         "--mariadb-url",
         default=DEFAULT_MARIADB_URL,

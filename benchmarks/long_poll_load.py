@@ -39,6 +39,7 @@ from typing import Any
 
 from benchmarks.lease_throughput import (
     DEFAULT_MARIADB_URL,
+    comma_list,
     percentile,
     running_service,
     write_figures,
@@ -279,10 +280,6 @@ def _row(r: Result) -> str:
     )
 
 
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.long_poll_load", description=__doc__.split("\n")[0]
@@ -296,7 +293,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--intent-ttl", type=float, default=5.0, help="LAKELOCK_INTENT_TTL_S (its default: 5)"
     )
-    p.add_argument("--databases", type=_csv, default=["sqlite", "mariadb"], help="sqlite,mariadb")
+    p.add_argument(
+        "--databases", type=comma_list, default=["sqlite", "mariadb"], help="sqlite,mariadb"
+    )
     p.add_argument(
         "--mariadb-url",
         default=DEFAULT_MARIADB_URL,
