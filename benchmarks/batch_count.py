@@ -38,7 +38,7 @@ WARMUP = 2
 
 def _ways(spec: Any) -> dict[str, Callable[[Any], tuple[int, int]]]:
     """Each way: a persisted batch -> (rows, distinct partitions)."""
-    from ingest_gate.partition import batch_partition_counts, batch_partition_values
+    from jobkit.partition import batch_partition_counts, batch_partition_values
 
     def count_only(df: Any) -> tuple[int, int]:
         return df.count(), 0
@@ -63,8 +63,8 @@ def measure(spark: Any, *, rows: int, hours: int, runs: int) -> dict[str, dict[s
     Raises:
         AssertionError: a way counted other rows or partitions than the batch has.
     """
-    from ingest_gate.generate import EVENT_COLUMNS, create_events_table
-    from ingest_gate.partition import read_spec
+    from demo.generate import EVENT_COLUMNS, create_events_table
+    from jobkit.partition import read_spec
 
     create_events_table(spark, TABLE)
     spec = read_spec(spark, TABLE)
@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.rows < args.hours * 2 or args.hours < 1 or args.runs < 1:
         raise SystemExit("need --hours >= 1, --runs >= 1 and at least 2 rows per hour")
-    from ingest_gate.spark import CatalogConfig, build_session
+    from jobkit.spark import CatalogConfig, build_session
 
     warehouse = Path(tempfile.mkdtemp(prefix="lakelock-batch-count-"))
     spark = build_session(

@@ -142,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one script, i
     from compactor.report import publish
     from compactor.run import run_table
     from demo.binlog import BinlogReader
+    from demo.local import LocalService
     from demo.mariadb import PrivateMariaDB
     from demo.shop import (
         TABLES,
@@ -152,9 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one script, i
         iceberg_rows,
         source_rows,
     )
-    from ingest_gate.spark import CatalogConfig, build_session
+    from jobkit.spark import CatalogConfig, build_session
     from service.client import LeaseClient
-    from service.local import LocalService
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)

@@ -48,7 +48,7 @@ def demo_table_config(table: str) -> TableConfig:
 def upsert_batches(spark: Any, table: str, *, batches: int, rows: int = 40) -> None:
     """`batches` MERGE upserts into `table`; keys repeat across batches over three hours of one
     day, so from the second batch on each writes position deletes."""
-    from ingest_gate.generate import create_events_table
+    from demo.generate import create_events_table
     from ingest_gate.merge import merge_sql
 
     create_events_table(spark, table)

@@ -58,9 +58,9 @@ from typing import Any
 
 from benchmarks.lake import local_lake
 from benchmarks.streams import Streams, wait
+from demo.local import LocalService
 from service.client import LeaseClient
-from service.iceberg_audit import metadata_file
-from service.local import LocalService
+from service.ops.iceberg_audit import metadata_file
 
 __all__ = ["main", "build_lake", "overlaps", "tick_lines"]
 
@@ -89,7 +89,7 @@ def _append_metadata_only(
 ) -> None:
     """One append of `files` data files of `size` bytes over `days` partitions, named in the
     manifests only (see the module docstring)."""
-    from ingest_gate.spark import load_table
+    from jobkit.spark import load_table
 
     jvm = spark._jvm
     loaded = load_table(spark, table)
@@ -127,7 +127,7 @@ def build_lake(
 ) -> dict[str, list[str]]:
     """The lake of the module docstring; the names of each kind (the stream tables are
     created empty: their ingest jobs fill them)."""
-    from ingest_gate.generate import create_events_table
+    from demo.generate import create_events_table
 
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {NAMESPACE}")
     names: dict[str, list[str]] = {"healthy": [], "big": [], "debt": [], "stream": []}

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.lease_throughput import percentile, running_service
+from demo.local import fresh_database
 from ingest_gate.gate import Gate
 from service.client import LeaseClient
-from service.local import fresh_database
 
 __all__ = ["measure", "main"]
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.local import LocalService
+from demo.local import LocalService
 
 __all__ = ["local_lake"]
 
@@ -22,7 +22,7 @@ __all__ = ["local_lake"]
 def local_lake(out: Path, *, app_name: str) -> Iterator[tuple[Any, LocalService]]:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    from ingest_gate.spark import CatalogConfig, build_session
+    from jobkit.spark import CatalogConfig, build_session
 
     spark = build_session(
         CatalogConfig(warehouse=str((out / "warehouse").resolve())),

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 from typing import Any
 
-from service.local import LocalService, fresh_database
+from demo.local import LocalService, fresh_database
 
 __all__ = [
     "DEFAULT_MARIADB_URL",
@@ -235,8 +235,8 @@ def _direct_cycle(engine: Any) -> Cycle:
     """The same two transitions straight through SQLAlchemy, without HTTP."""
     from datetime import timedelta
 
-    from service import leases
-    from service.db import run_transaction
+    from service.lock import leases
+    from service.lock.db import run_transaction
 
     ttl = timedelta(seconds=TTL_S)
 
@@ -288,7 +288,7 @@ def _engine(url: str, pool_size: int) -> Any:
     """The service's own engine settings, and the bare table."""
     from sqlalchemy import text
 
-    from service.db import make_engine
+    from service.lock.db import make_engine
 
     engine = make_engine(url, pool_size=pool_size)
     with engine.begin() as conn:

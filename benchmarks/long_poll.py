@@ -39,7 +39,7 @@ from benchmarks.lease_throughput import (
     running_service,
     write_figures,
 )
-from service.local import fresh_database
+from demo.local import fresh_database
 
 __all__ = ["Result", "trial", "main"]
 

@@ -41,10 +41,10 @@ from sqlalchemy import Engine, func, insert, select, text
 from sqlalchemy.engine import Connection
 
 from benchmarks.lease_throughput import DEFAULT_MARIADB_URL, percentile
-from service import migrate
-from service.db import commit_leases_t, events_t, make_engine, now
-from service.local import fresh_database
-from service.retention import prune
+from demo.local import fresh_database
+from service.lock import migrate
+from service.lock.db import commit_leases_t, events_t, make_engine, now
+from service.server.retention import prune
 
 __all__ = ["fill", "time_query", "probe_writes", "main"]
 

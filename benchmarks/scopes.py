@@ -11,7 +11,7 @@ service; they differ only in the lease scope of both jobs:
 
     table        every commit lease and every maintenance lease covers the whole table
     partitions   the gate leases each micro-batch's partitions; the compactor one lease per
-                 group of partitions it rewrites (DESIGN.md §3b)
+                 group of partitions it rewrites (docs/design.md §4)
 
 For each mode:
 
@@ -51,7 +51,7 @@ from benchmarks.modes import (
     side_by_side,
 )
 from demo.pipeline import PipelineResult
-from service.iceberg_audit import metadata_file
+from service.ops.iceberg_audit import metadata_file
 
 __all__ = ["LeaseSpan", "lease_spans", "ingest_held", "files_per_partition", "figures", "main"]
 

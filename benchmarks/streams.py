@@ -1,5 +1,5 @@
 """Streaming ingest for a benchmark lake: the ingest job itself (`python -m ingest_gate`), one
-process per table, reading JSON-lines files that `python -m ingest_gate.generate` wrote into its
+process per table, reading JSON-lines files that `python -m demo.generate` wrote into its
 landing folder, gated by a lakelock service, by counts: each job stops after `batches`
 micro-batches of one file each.
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.local import LocalService
+from demo.local import LocalService
 
 __all__ = ["Job", "Streams", "batch_outcomes", "wait"]
 
@@ -69,7 +69,7 @@ class Streams:
     catalog: str = "local"
 
     def create(self, spark: Any) -> None:
-        from ingest_gate.generate import create_events_table
+        from demo.generate import create_events_table
 
         for table in self.tables:
             create_events_table(spark, table)
@@ -107,7 +107,7 @@ warehouse = "{self.warehouse.resolve()}"
         for i, table in enumerate(self.tables):
             folder = self._folder(table)
             (folder / "landing").mkdir(parents=True, exist_ok=True)
-            generate = [sys.executable, "-m", "ingest_gate.generate", "--out"]
+            generate = [sys.executable, "-m", "demo.generate", "--out"]
             subprocess.run(
                 [*generate, str(folder / "landing"), "--count", str(batches * rows)]
                 + ["--files", str(batches), "--seed", str(seed * 1000 + i)],

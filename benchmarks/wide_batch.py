@@ -6,7 +6,7 @@ partition filter the ingest job could give it, on a table of many small files.
     python -m benchmarks.wide_batch --partitions 40 --files 2 --widths 1,40 --json out.json
     python -m benchmarks.wide_batch --fanout --widths 500    # Iceberg's default writer
 
-The table is the demo's click-event table (ingest_gate.generate: partitioned by dt, hr),
+The table is the demo's click-event table (demo.generate: partitioned by dt, hr),
 written in `--files` rounds of one INSERT each, every round one file of `--rows-per-file` rows
 in each of `--partitions` consecutive hour partitions: 1,000 x 30 = 30,000 data files by
 default. A `--warehouse` folder keeps it (with `wide-batch.json`, its shape and first snapshot)
@@ -93,7 +93,7 @@ def build_table(spark: Any, shape: Shape, warehouse: Path) -> int:
     Raises:
         AssertionError: a round did not write exactly one file per partition.
     """
-    from ingest_gate.generate import create_events_table
+    from demo.generate import create_events_table
 
     marker = warehouse / MARKER
     if marker.is_file():
@@ -169,7 +169,7 @@ def batch_rows(shape: Shape, hours: list[int], rows: int) -> tuple[list[tuple[An
 def _predicate(
     kind: str, spec: Any, values: list[tuple[Any, ...]], alias: str | None = "t"
 ) -> str | None:
-    from ingest_gate.merge import partition_predicate, partition_superset
+    from jobkit.predicate import partition_predicate, partition_superset
 
     if kind == "none":
         return None
@@ -180,7 +180,7 @@ def _predicate(
 def planned_files(spark: Any, where: str | None) -> int:
     """The data files Iceberg's scan planning keeps for `where` (a predicate on the table's
     columns, converted as the CALL procedures convert theirs; None: all), counted in the JVM."""
-    from ingest_gate.spark import load_table
+    from jobkit.spark import load_table
 
     scan = load_table(spark, TABLE).newScan()
     if where is not None:
@@ -212,7 +212,7 @@ def merge_once(spark: Any, spec: Any, base: int, result: Result, batch: Any, upd
         AssertionError: the snapshot added other rows or deletes than the batch asks for.
     """
     from ingest_gate.merge import merge_sql
-    from ingest_gate.partition import batch_partition_counts
+    from jobkit.partition import batch_partition_counts
 
     values = list(batch_partition_counts(batch, spec, catalog="local"))
     assert len(values) == result.width, (len(values), result.width)
@@ -251,7 +251,7 @@ def measure(
     rows: int,
 ) -> list[Result]:
     """One MERGE per width and filter kind (kinds rotated per width), warm-up first."""
-    from ingest_gate.partition import read_spec
+    from jobkit.partition import read_spec
 
     spec = read_spec(spark, TABLE)
     results = []
@@ -272,8 +272,8 @@ def measure(
 
 def _run(spark: Any, spec: Any, base: int, shape: Shape, result: Result) -> bool:
     """Measure `result`'s MERGE; False when it failed and took the Spark context with it."""
-    from ingest_gate.generate import EVENT_COLUMNS
-    from ingest_gate.spark import error_message
+    from demo.generate import EVENT_COLUMNS
+    from jobkit.spark import error_message
 
     hours = hours_of(result.width, result.layout, shape.partitions)
     data, updates = batch_rows(shape, hours, result.rows)
@@ -292,7 +292,7 @@ def _run(spark: Any, spec: Any, base: int, shape: Shape, result: Result) -> bool
 
 
 def _restore(spark: Any, base: int) -> None:
-    from ingest_gate.spark import load_table
+    from jobkit.spark import load_table
 
     current = load_table(spark, TABLE).currentSnapshot().snapshotId()
     if current != base:
@@ -342,8 +342,8 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     kinds, layouts = _check(args)
-    from ingest_gate.spark import CatalogConfig, build_session
     from ingest_gate.table import FANOUT_PROPERTY
+    from jobkit.spark import CatalogConfig, build_session
 
     shape = Shape(args.partitions, args.files, args.rows_per_file)
     warehouse = args.warehouse or Path(tempfile.mkdtemp(prefix="lakelock-wide-batch-"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from ingest_gate.spark import IcebergMissing
+from jobkit.spark import IcebergMissing
 from service.extras import needs_extras
 
 __all__ = ["main"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from compactor.patterns import is_pattern, matches
 from compactor.rank import Summary
-from ingest_gate.spark import load_table
+from jobkit.spark import load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,5 +1,5 @@
 """The claim a compactor holds on a table from before its plan to after its housekeeping
-(DESIGN.md §3c; the protocol in service.leases).
+(docs/design.md §5; the protocol in service.lock.leases).
 
     got = take(client, "lake.db.events", holder="compactor@host:42", ttl_s=60)
     if isinstance(got, Held):
@@ -22,7 +22,7 @@ from types import TracebackType
 
 from compactor.plan import Step
 from service.client import Lease, LeaseClient, LeaseLost, Renewer
-from service.errors import ClaimHeld, LakelockError
+from service.wire.errors import ClaimHeld, LakelockError
 
 __all__ = ["Claim", "Held", "take"]
 

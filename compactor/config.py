@@ -81,8 +81,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from compactor.patterns import applying, check_name, is_pattern
-from ingest_gate.spark import CatalogConfig
-from service.jobconfig import (
+from jobkit.config import (
     STRICT,
     Bool,
     ConfigError,
@@ -96,6 +95,7 @@ from service.jobconfig import (
     rule,
     text_map,
 )
+from jobkit.spark import CatalogConfig
 
 __all__ = [
     "ConfigError",
@@ -425,7 +425,7 @@ def layer(
     defaults: Mapping[str, Any], patterns: Sequence[Mapping[str, Any]], name: str
 ) -> dict[str, Any]:
     """One table's values: `defaults`, then each pattern's keys in order, then its `name`
-    (tables merged key by key, as `service.jobconfig.merge`)."""
+    (tables merged key by key, as `jobkit.config.merge`)."""
     values = dict(defaults)
     for overrides in patterns:
         values = merge(values, overrides)

@@ -22,7 +22,7 @@ from typing import Any
 from compactor.config import TableConfig
 from compactor.stats import TableStats
 from service.client import LeaseClient
-from service.errors import LakelockError
+from service.wire.errors import LakelockError
 
 __all__ = ["debt_of", "send_debt"]
 

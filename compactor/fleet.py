@@ -16,7 +16,7 @@ A tick, and why:
     run       at most `fleet.max_concurrent` tables at once, each in a thread of its own over
               the one Spark session (with `fleet.scheduler = "fair"` each in its own FAIR
               pool, so one huge rewrite does not hold the others' tasks back): claim the table
-              (DESIGN.md §3c; a table another compactor claimed is left to it at once), read
+              (docs/design.md §5; a table another compactor claimed is left to it at once), read
               its summary again (another compactor may have compacted it since the rank), then
               compactor.run.run_table (stats, plan, maintenance leases, housekeeping) with the
               claim renewed throughout and checked before each step, then release it
@@ -53,10 +53,10 @@ from compactor.rank import Assessment, Look, Track, advance, assess, rank
 from compactor.report import EXIT_CODES, Outcome, RunReport, publish
 from compactor.run import default_holder, run_table, utcnow
 from compactor.stats import TableStats
-from ingest_gate.spark import error_message
-from ingest_gate.token import TOKEN_ENV, refused_token
+from jobkit.spark import error_message
+from jobkit.token import TOKEN_ENV, refused_token
 from service.client import LeaseClient
-from service.errors import LakelockError, OutcomeUnknown, ServerError, Unavailable
+from service.wire.errors import LakelockError, OutcomeUnknown, ServerError, Unavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -61,9 +61,8 @@ from compactor.patterns import check_name, expand
 from compactor.plan import plan
 from compactor.run import default_holder, utcnow
 from compactor.stats import collect_stats
-from ingest_gate.spark import CatalogConfig
-from ingest_gate.target import catalog_place
-from ingest_gate.token import TOKEN_ENV
+from jobkit.spark import CatalogConfig, catalog_place
+from jobkit.token import TOKEN_ENV
 from service.client import LeaseClient
 
 if TYPE_CHECKING:
@@ -312,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("%s", exc)
         return 2
-    from ingest_gate.spark import build_session
+    from jobkit.spark import build_session
 
     fair = {"spark.scheduler.mode": "FAIR"} if config.fleet.scheduler == "fair" else {}
     spark = build_session(

@@ -1,4 +1,4 @@
-"""Take the maintenance lease, waiting through the drain. See service.leases for the protocol.
+"""Take the maintenance lease, waiting through the drain. See service.lock.leases for the protocol.
 
     lease, waited_s = acquire_maintenance(client, table="local.db.events", holder=h, ttl_s=60,
                                           max_wait_s=600, request_id="compactor-1f3a")

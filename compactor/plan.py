@@ -8,8 +8,8 @@
     p.steps                                # every step, in order
     print(p.describe())
 
-Leases (DESIGN.md §3b). With `lease.scope = "partitions"` (the default) the plan is made per
-partition, named by `ingest_gate.partition.partition_name` (the gate's names, byte for byte):
+Leases (docs/design.md §4). With `lease.scope = "partitions"` (the default) the plan is made per
+partition, named by `jobkit.partition.partition_name` (the gate's names, byte for byte):
 
     hot              a live commit lease covers it (`leased`), or a commit touched it within
                      `plan.hot_window` (`last_updated_at` of the `partitions` table)

@@ -36,9 +36,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from compactor.plan import REMOVE_DANGLING, Step
-from ingest_gate.merge import partition_predicate
-from ingest_gate.partition import spec_of
-from ingest_gate.spark import error_message, load_table
+from jobkit.partition import spec_of
+from jobkit.predicate import partition_predicate
+from jobkit.spark import error_message, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -237,7 +237,7 @@ def partition_filter(
     values by partition field name as Spark reads them from the metadata tables
     (compactor.stats).
 
-    It is the gate's MERGE filter (ingest_gate.merge.partition_predicate: OR over the partitions
+    It is the gate's MERGE filter (jobkit.predicate.partition_predicate: OR over the partitions
     of AND over the fields of `transform(source) = value`, `IS NULL` for null) converted as the
     `CALL` procedures convert a `where`. A predicate on a transform term is projected onto the
     partition field with that transform, so the action plans only the files of these
@@ -247,7 +247,7 @@ def partition_filter(
         ValueError: no partitions.
         KeyError: a partition lacks a field of the current spec.
         TypeError: a value of a type the filter cannot carry.
-        ingest_gate.partition.UnsupportedPartition: a transform it cannot express.
+        jobkit.partition.UnsupportedPartition: a transform it cannot express.
     """
     spec = spec_of(jtable)
     values = [tuple(p[f.name] for f in spec.fields) for p in partitions]

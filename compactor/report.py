@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from service.client import LeaseClient
-from service.errors import LakelockError
+from service.wire.errors import LakelockError
 
 __all__ = ["Outcome", "RunReport", "changed_anything", "publish", "EXIT_CODES"]
 

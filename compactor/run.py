@@ -50,9 +50,9 @@ from compactor.plan import Group, Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
-from ingest_gate.spark import SparkJobGroups, error_message
+from jobkit.spark import SparkJobGroups, error_message
 from service.client import Lease, LeaseClient, LeaseLost, Renewer
-from service.errors import (
+from service.wire.errors import (
     LakelockError,
     LeaseExpired,
     MaintenanceHeld,

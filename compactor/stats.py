@@ -4,14 +4,14 @@
     stats.totals()                   # Totals over every partition
     stats.partitions[0].small_files  # data files under small_file_bytes in that partition
     stats.snapshots[-1].query_id     # `lakelock.query-id` of the newest snapshot, if any
-    stats.partitions[0].name         # "dt=2024-05-01", as ingest_gate.partition names it
+    stats.partitions[0].name         # "dt=2024-05-01", as jobkit.partition names it
     stats.scope_refusal              # why leases must cover the whole table, or None
 
 `collect_stats` is the only function here that touches Spark: it reads the `entries` metadata
 table (the live data and delete files of the current snapshot, told apart by `content`: 0 data,
 1 position deletes, 2 equality deletes, with their data sequence numbers), `manifests`,
 `snapshots`, `refs` and, for each partition's name and `last_updated_at`, the `partitions`
-table through `ingest_gate.partition.table_partitions`. The rest are plain values, so
+table through `jobkit.partition.table_partitions`. The rest are plain values, so
 `compactor.plan` is tested without Spark.
 
 A delete file counts as a delete (`position_delete_files`, `equality_delete_files`) only while
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ingest_gate.partition import partition_name, read_spec, scope_refusal, table_partitions
+from jobkit.partition import partition_name, read_spec, scope_refusal, table_partitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

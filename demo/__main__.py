@@ -127,7 +127,7 @@ def look_around(summary: dict[str, object], workdir: Path) -> str:
 def _audit(result: PipelineResult) -> dict[str, Any]:
     """`lakelock audit` of the demo table: its snapshot history against the service's events
     (collected by the pipeline before it stopped the service)."""
-    from service.iceberg_audit import audit, metadata_file, read_snapshots
+    from service.ops.iceberg_audit import audit, metadata_file, read_snapshots
 
     table = result.options.table
     snapshots = read_snapshots(metadata_file(result.options.workdir / "warehouse", table))

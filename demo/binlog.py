@@ -21,7 +21,7 @@ base64. canal writes every value as MySQL's text, binary as ISO-8859-1 text.
 
 Delivery is at least once: lines are written at transaction boundaries, then the position
 after them is saved (atomically). A reader killed between the two writes the same transactions
-again after its restart, and replaying them converges (DESIGN.md §3d).
+again after its restart, and replaying them converges (docs/design.md §6).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest_gate.generate import write_lines
+from demo.generate import write_lines
 
 __all__ = ["BinlogReader"]
 

@@ -5,7 +5,7 @@
         server.settings()                             # for pymysqlreplication
         server.position()                             # ("binlog.000001", 1234): SHOW MASTER STATUS
 
-For the binlog demo, its benchmark and its tests (DESIGN.md §5): never the machine's own
+For the binlog demo, its benchmark and its tests (docs/design.md §8): never the machine's own
 server. `mariadb-install-db` makes the data folder, `mariadbd --no-defaults` serves it with
 `--binlog-format=ROW --binlog-row-metadata=FULL` (column names in the row events) and the
 clock in UTC. Needs Debian's `mariadb-server-core` (`bin/bootstrap` says so when missing).
@@ -61,7 +61,7 @@ class PrivateMariaDB:
             MariaDBMissing: the binaries are not installed.
             RuntimeError: the server did not answer within `timeout_s` (its log is named).
         """
-        from service.local import free_port
+        from demo.local import free_port
 
         install, server = binaries()
         folder.mkdir(parents=True, exist_ok=True)

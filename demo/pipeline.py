@@ -60,13 +60,13 @@ from typing import Any
 from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
 from compactor.report import RunReport, publish
 from compactor.run import run_table
+from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
+from demo.local import LocalService
 from ingest_gate.config import IngestConfig
-from ingest_gate.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
 from ingest_gate.job import BatchHooks, BatchRecord, run
-from ingest_gate.spark import CatalogConfig, build_session
 from ingest_gate.table import read_rows
+from jobkit.spark import CatalogConfig, build_session
 from service.client import Lease, LeaseClient
-from service.local import LocalService
 
 __all__ = [
     "PipelineOptions",
@@ -104,7 +104,7 @@ class PipelineOptions:
     hot_window: timedelta = timedelta(0)
     coordinated: bool = True
     # json: click events (duplicates, late updates); debezium, canal: change events of the
-    # same table (updates, key changes, deletes), see ingest_gate.generate.ChangeGenerator
+    # same table (updates, key changes, deletes), see demo.generate.ChangeGenerator
     format: str = "json"
     delete_ratio: float = 0.1
     key_change_ratio: float = 0.05

@@ -12,7 +12,7 @@ The tables, as a near-real-time lake keeps a MySQL dimension and fact table in s
     user_member  a dimension keyed by userid, unpartitioned, copy-on-write, its key the Iceberg
                  table's identifier field (the ingest job reads it from there)
     orders       partitioned by day(created_at); merge key (order_id, created_at), so a
-                 batch's commit lease names its day partitions (DESIGN.md §3b); an order whose
+                 batch's commit lease names its day partitions (docs/design.md §4); an order whose
                  created_at moves to another day is a key change for Iceberg (a delete and an
                  insert) although MySQL's key is order_id alone
 
@@ -240,7 +240,7 @@ def iceberg_rows(warehouse: Path, table: str) -> list[dict[str, Any]]:
     metadata file: a reader independent of Spark and of the ingest job."""
     from pyiceberg.table import StaticTable
 
-    from service.iceberg_audit import metadata_file
+    from service.ops.iceberg_audit import metadata_file
 
     return (
         StaticTable.from_metadata(str(metadata_file(warehouse, table)))

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from ingest_gate.config import ConfigError, config_from_args
-from ingest_gate.token import TOKEN_ENV, refused_token
+from jobkit.token import TOKEN_ENV, refused_token
 from service.extras import needs_extras, require
 
 __all__ = ["main"]
@@ -46,8 +46,8 @@ def _main(argv: Sequence[str] | None) -> int:
             TOKEN_ENV,
         )
     from ingest_gate.job import IngestError, TableMissing, run
-    from ingest_gate.spark import IcebergMissing
-    from service.errors import Unauthorized
+    from jobkit.spark import IcebergMissing
+    from service.wire.errors import Unauthorized
 
     try:
         handle = run(config)

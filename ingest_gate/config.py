@@ -38,8 +38,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
 from ingest_gate.decode import Format
-from ingest_gate.spark import CatalogConfig
-from service.jobconfig import (
+from jobkit.config import (
     STRICT,
     Bool,
     Columns,
@@ -50,6 +49,7 @@ from service.jobconfig import (
     layered,
     rule,
 )
+from jobkit.spark import CatalogConfig
 
 __all__ = [
     "ConfigError",
@@ -68,7 +68,7 @@ Policy = Literal["fail", "proceed"]
 
 Scope = Literal["partitions", "table"]
 """What a commit lease covers: `partitions` the batch's partitions when the table allows it
-(DESIGN.md §3b; else the whole table, logged once), `table` always the whole table."""
+(docs/design.md §4; else the whole table, logged once), `table` always the whole table."""
 
 Source = Literal["files", "kafka"]
 """`files`: a landing folder of JSON-lines files; `kafka`: a Kafka topic (cluster only)."""

@@ -1,7 +1,7 @@
 """The ingest gate: a commit lease around each micro-batch write to an Iceberg table.
 
 A `foreachBatch` function enters the gate before its MERGE reads the table and leaves it after
-the commit (see service.leases for the protocol):
+the commit (see service.lock.leases for the protocol):
 
     gate = Gate(client, holder=f"ingest:{query_id}", job_groups=SparkJobGroups(spark))
     with gate.commit("cat.db.events") as gate_pass:
@@ -10,7 +10,7 @@ the commit (see service.leases for the protocol):
     log.info(json.dumps(gate_pass.as_dict()))
 
     with gate.commit("cat.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
-        ...                          # a lease on those partitions only (DESIGN.md §3b)
+        ...                          # a lease on those partitions only (docs/design.md §4)
 
 Entering blocks until a commit lease is granted, long-polling the service and retrying while
 ingest is paused, maintenance holds the table, or the service is unreachable; never longer than
@@ -215,7 +215,7 @@ class Gate:
     @contextmanager
     def commit(self, table: str, *, partitions: Sequence[str] | None = None) -> Iterator[GatePass]:
         """Hold a commit lease on `table` (on its `partitions` only, named as
-        ingest_gate.partition names them; None for the whole table) for the body; yields its
+        jobkit.partition names them; None for the whole table) for the body; yields its
         `GatePass`.
 
         Raises:

@@ -16,7 +16,7 @@ Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
 3. keep the last change of each key (ingest_gate.changes.last_change_per_key);
 4. skip the batch when a snapshot of the table already carries this query id and batch id: the
    batch committed before a crash and is being replayed from the checkpoint;
-5. name the batch's partitions (ingest_gate.partition), enter the gate with a commit lease on
+5. name the batch's partitions (jobkit.partition), enter the gate with a commit lease on
    them (see ingest_gate.gate) and run the MERGE (ingest_gate.merge): upserts, and for change
    streams deletes, its ON condition limited to those partitions (exactly up to
    `exact_filter_max_partitions`, past it by one IN list per partition field, a cheaper
@@ -26,7 +26,7 @@ Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
 The table must exist: the job reads its schema and never creates it (`TableMissing` says how).
 Key columns come from `key_columns`, or else from the table's identifier fields.
 
-Lease scope (`lease_scope`, DESIGN.md §3b) is decided once per run, at the first batch: the
+Lease scope (`lease_scope`, docs/design.md §4) is decided once per run, at the first batch: the
 batch's partitions when the table has one partition spec in use and the key holds every
 partition source column, else the whole table, with the reason logged once. A batch in more
 than `max_lease_partitions` partitions leases the whole table (its MERGE keeps the filter).
@@ -59,13 +59,7 @@ from ingest_gate.changes import (
     write_dead_letters,
 )
 from ingest_gate.decode import Decoder
-from ingest_gate.merge import MergeFilter, merge_filter, merge_sql
-from ingest_gate.partition import (
-    PartitionScope,
-    batch_partition_counts,
-    partition_names,
-    partition_scope,
-)
+from ingest_gate.merge import merge_sql
 from ingest_gate.snapshots import (
     batch_properties,
     find_batch_snapshot,
@@ -73,7 +67,6 @@ from ingest_gate.snapshots import (
     with_commit_properties,
 )
 from ingest_gate.source import count_files, read_stream, with_source_position
-from ingest_gate.spark import error_message
 from ingest_gate.table import (
     check_write_modes,
     ensure_clustered_writes,
@@ -81,6 +74,14 @@ from ingest_gate.table import (
     table_properties,
 )
 from ingest_gate.target import Primitive, TableMissing, Target, read_target, unsupported
+from jobkit.partition import (
+    PartitionScope,
+    batch_partition_counts,
+    partition_names,
+    partition_scope,
+)
+from jobkit.predicate import MergeFilter, merge_filter
+from jobkit.spark import error_message
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -247,7 +248,7 @@ def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
         log.warning("gate disabled: commits to %s are not coordinated", config.table)
         return Ungated()
     from ingest_gate.gate import Gate
-    from ingest_gate.spark import SparkJobGroups
+    from jobkit.spark import SparkJobGroups
     from service.client import LeaseClient
 
     client = LeaseClient(config.lakelock_url, token=config.lakelock_token)
@@ -433,7 +434,7 @@ class BatchWriter:
         the batch's cache for the MERGE.
 
         Raises:
-            as _table_scope and ingest_gate.partition.batch_partition_counts.
+            as _table_scope and jobkit.partition.batch_partition_counts.
         """
         keys = self._decoder.key_columns if self._decoder else self.config.key_columns
         scope = self._table_scope(spark, keys)
@@ -510,7 +511,7 @@ class BatchWriter:
         whole table, the reason logged). Decided once per writer, at its first merge.
 
         Raises:
-            as ingest_gate.partition.partition_scope.
+            as jobkit.partition.partition_scope.
         """
         if self._scope_decided:
             return self._scope
@@ -543,7 +544,7 @@ class BatchWriter:
         and the MERGE's partition filter (its predicate None: none).
 
         Raises:
-            as ingest_gate.partition.partition_name; TypeError from the filter.
+            as jobkit.partition.partition_name; TypeError from the filter.
         """
         cfg = self.config
         if values is None or self._scope is None:
@@ -699,7 +700,7 @@ def run(
         pyspark.errors.PySparkException: the query cannot be set up.
     """
     if spark is None:
-        from ingest_gate.spark import build_session
+        from jobkit.spark import build_session
 
         spark = build_session(
             config.catalog, app_name="lakelock-ingest", master=config.spark_master

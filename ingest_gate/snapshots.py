@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ingest_gate.sql import quote_identifier
+from jobkit.sql import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -104,7 +104,7 @@ def read_stream(spark: SparkSession, config: IngestConfig) -> DataFrame:
         .load(config.landing_path)
         .select(
             F.col("value").alias(RAW_COLUMN),
-            # file names sort in write order (see ingest_gate.generate); the position within a
+            # file names sort in write order (see demo.generate); the position within a
             # file is added per batch (with_source_position): streaming plans refuse row ids
             F.input_file_name().alias(file_col),
         )

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ingest_gate.sql import quote_identifier
+from jobkit.sql import quote_identifier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,7 +48,7 @@ __all__ = [
     "read_rows",
 ]
 
-# how the generator writes event times (ingest_gate.generate.format_time), in Spark's pattern
+# how the generator writes event times (demo.generate.format_time), in Spark's pattern
 TIMESTAMP_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
 log = logging.getLogger(__name__)

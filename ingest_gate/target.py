@@ -3,7 +3,7 @@
     target = read_target(spark, "local.db.user_member")   # TableMissing: one line, what to do
     target.columns          # (Field("userid", Primitive("string"), required=True), ...)
     target.identifier       # ("userid",): Iceberg's identifier fields, the default merge key
-    target.spec             # its partition spec (ingest_gate.partition.PartitionSpec)
+    target.spec             # its partition spec (jobkit.partition.PartitionSpec)
     target.version          # (schema id, spec id): changes when the table is altered
     target_of(schema_json, spec)      # the same from Iceberg's schema JSON, without Spark
     spark_schema(target.columns)      # the Spark StructType of the columns
@@ -24,11 +24,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from ingest_gate.partition import PartitionSpec, spec_of
-from ingest_gate.spark import CatalogConfig, load_table
+from jobkit.partition import PartitionSpec, spec_of
+from jobkit.spark import CatalogConfig, catalog_place, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,7 +43,6 @@ __all__ = [
     "Target",
     "TableMissing",
     "UnsupportedTable",
-    "catalog_place",
     "missing_table_line",
     "read_target",
     "spark_schema",
@@ -220,16 +218,6 @@ def unsupported(columns: Sequence[Field]) -> list[str]:
     for column in columns:
         check(column.name, column.type)
     return out
-
-
-def catalog_place(catalog: CatalogConfig) -> str:
-    """`catalog 'local' (hadoop, warehouse /abs/path)`: where a table was looked for."""
-    where = f"catalog {catalog.name!r} ({catalog.type}"
-    if catalog.type == "hadoop":
-        warehouse = catalog.warehouse
-        shown = warehouse if "://" in warehouse else str(Path(warehouse).resolve())
-        where += f", warehouse {shown}"
-    return where + ")"
 
 
 def missing_table_line(table: str, catalog: CatalogConfig) -> str:

@@ -1,13 +1,13 @@
-"""Alembic environment: the lock schema of `service.db`, the URL from lakelock's settings.
+"""Alembic environment: the lock schema of `service.lock.db`, the URL from lakelock's settings.
 
-`python -m service migrate` calls this through `service.migrate.upgrade()`, which passes the URL
-it was given; `alembic upgrade head` run by hand reads LAKELOCK_DATABASE_URL.
+`python -m service migrate` calls this through `service.lock.migrate.upgrade()`, which passes
+the URL it was given; `alembic upgrade head` run by hand reads LAKELOCK_DATABASE_URL.
 """
 
 from alembic import context
 
-from service.db import make_engine, metadata
-from service.settings import get_settings
+from service.lock.db import make_engine, metadata
+from service.server.settings import get_settings
 
 config = context.config
 url = config.attributes.get("database_url") or get_settings().database_url

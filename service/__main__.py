@@ -51,8 +51,8 @@ def _main(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"LAKELOCK_{name}"] = str(value)
 
-    from service.logs import configure, mask_url
-    from service.settings import SettingsError, get_settings, load_settings
+    from service.server.logs import configure, mask_url
+    from service.server.settings import SettingsError, get_settings, load_settings
 
     try:
         # a migration needs the database only: it does not ask for tokens
@@ -63,7 +63,7 @@ def _main(args: argparse.Namespace) -> int:
     configure(level=settings.log_level, fmt=settings.log_format)
     _ensure_sqlite_folder(settings.database_url)
 
-    from service import migrate
+    from service.lock import migrate
 
     if args.command == "migrate" or args.migrate or settings.is_sqlite:
         # SQLite is the local default: a fresh file is migrated on start, so one command runs
@@ -78,7 +78,7 @@ def _main(args: argparse.Namespace) -> int:
         log.info("database at migration head", extra={"database": database})
         if args.command == "migrate":
             return 0
-    from service.server import serve
+    from service.server.serve import serve
 
     return serve(settings)
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from demo.local import LocalService, free_port, fresh_database
 from service.client import LeaseClient
-from service.local import LocalService, free_port, fresh_database
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
@@ -40,7 +40,7 @@ def auth(role: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from service import migrate
+    from service.lock import migrate
 
     path = tmp_path_factory.mktemp("sqlite-template") / "lakelock.db"
     migrate.upgrade(f"sqlite:///{path}")
@@ -95,7 +95,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def make_settings(db_url: str, **overrides: object):  # noqa: ANN201
-    from service.settings import load_settings
+    from service.server.settings import load_settings
 
     values: dict[str, object] = {"database_url": db_url, "tokens": TOKENS_ENV, "auth": "on"}
     values.update(overrides)
@@ -114,7 +114,7 @@ def api(db_url: str, settings_overrides: dict[str, object]) -> Iterator[httpx.Cl
     unless a request sets its own Authorization header."""
     from starlette.testclient import TestClient
 
-    from service.app import create_app
+    from service.server.app import create_app
 
     app = create_app(make_settings(db_url, **settings_overrides))
     with TestClient(app, headers=auth("operator"), raise_server_exceptions=False) as client:

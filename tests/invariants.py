@@ -1,5 +1,5 @@
-"""A checker of DESIGN.md's invariants over a recorded history, with scopes (§3b) and claims
-(§3c).
+"""A checker of the invariants of docs/design.md §3.1 over a recorded history, with scopes (§4)
+and claims (§5).
 
 Every lease and intent covers the whole table (`partitions` null) or a set of partitions. Two
 conflict when their kinds do and their partition sets intersect, the whole table intersecting

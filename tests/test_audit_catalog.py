@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from service import cli
 from service.client import LeaseClient
-from service.iceberg_audit import load_catalog_table, read_catalog_snapshots
+from service.ops import cli
+from service.ops.iceberg_audit import load_catalog_table, read_catalog_snapshots
 
 TABLE = "lake.db.events"
 

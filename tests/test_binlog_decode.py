@@ -16,8 +16,8 @@ from demo.binlog import BinlogReader
 from demo.mariadb import PrivateMariaDB
 from demo.shop import TABLES, Workload, create_source, differences, source_rows
 from ingest_gate.decode import Decoder
-from ingest_gate.partition import PartitionSpec
 from ingest_gate.target import Field, Primitive, Target
+from jobkit.partition import PartitionSpec
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Claims (DESIGN.md §3c): one compactor process per table, granted or refused at once, holding
+"""Claims (docs/design.md §5): one compactor process per table, granted or refused at once, holding
 no writer; on SQLite and MariaDB through the HTTP API and the client."""
 
 from __future__ import annotations

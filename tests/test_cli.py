@@ -10,8 +10,8 @@ import uuid
 import pytest
 from typer.testing import CliRunner
 
-from service import cli
 from service.client import Lease, LeaseClient
+from service.ops import cli
 from tests.conftest import auth
 from tests.helpers import commit
 
@@ -281,7 +281,7 @@ def test_status_piped_without_columns_keeps_ids_whole(lakelock_server):
         "LAKELOCK_TOKEN": lakelock_server.token("reader"),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "status", TABLE],
+        [sys.executable, "-m", "service.ops.cli", "status", TABLE],
         env=env,
         capture_output=True,
         text=True,

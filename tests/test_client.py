@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer
-from service.errors import (
+from service.wire.errors import (
     PROBLEM_TYPE_PREFIX,
     LeaseExpired,
     Locked,

@@ -102,7 +102,7 @@ def test_the_fuzzer_catches_a_service_that_ignores_the_declared_bearer_scheme(
 ) -> None:
     """The same contract (bearer scheme declared) served by a service running with auth off:
     `ignored_auth` must fail it, so a passing run above means the tokens are enforced."""
-    from service import migrate
+    from service.lock import migrate
 
     url = f"sqlite:///{tmp_path / 'lakelock.db'}"
     migrate.upgrade(url)

@@ -12,8 +12,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from service.api import router
-from service.settings import Settings
+from service.server.routes import router
+from service.server.settings import Settings
 from tests.dockerfile import ECS, ROOT, Image, container, task_definition
 
 IMAGE = Image.read(ROOT / "Dockerfile")
@@ -55,6 +55,14 @@ def test_the_runtime_stage_is_slim_python_and_copies_only_the_built_venv_and_app
     assert IMAGE.runtime.base == "python:3.11-slim"
     copies = IMAGE.runtime.all("COPY")
     assert copies and all(args.startswith("--from=build ") for args in copies)
+
+
+def test_the_image_carries_the_server_and_not_the_parts_of_other_hosts():
+    copied = IMAGE.copied_paths()
+    assert {"service/wire/", "service/lock/", "service/server/", "migrations/"} <= set(copied)
+    for other in ("service/client", "service/ops", "jobkit", "ingest_gate", "compactor", "demo"):
+        assert not any(path.startswith(other) for path in copied), other
+    assert not any(path.rstrip("/") == "service" for path in copied), "service/ as a whole"
 
 
 def test_the_image_runs_as_a_numeric_non_root_user():

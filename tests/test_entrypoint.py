@@ -21,7 +21,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine
 
-from service import migrate
+from service.lock import migrate
 from tests.conftest import TOKENS_ENV, free_port
 from tests.dockerfile import ROOT, Image, container, task_definition
 
@@ -39,7 +39,11 @@ def app_dir(tmp_path: Path) -> Path:
     for path in IMAGE.copied_paths():
         if path.startswith("deploy/"):
             continue
-        shutil.copytree(ROOT / path, app / path, ignore=shutil.ignore_patterns("__pycache__"))
+        if (ROOT / path).is_file():
+            (app / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / path, app / path)
+        else:
+            shutil.copytree(ROOT / path, app / path, ignore=shutil.ignore_patterns("__pycache__"))
     return app
 
 

@@ -1,6 +1,6 @@
 """Failures in the JVM are reported by Iceberg's own message, not py4j's wrapper text."""
 
-from ingest_gate.spark import error_message
+from jobkit.spark import error_message
 
 
 class _Class:

@@ -16,7 +16,7 @@ import pytest
 
 from ingest_gate.gate import Gate, GateTimeout, LeaseLost
 from service.client import LeaseClient
-from service.errors import PROBLEM_TYPE_PREFIX
+from service.wire.errors import PROBLEM_TYPE_PREFIX
 from tests.conftest import auth
 from tests.helpers import metric, wait_until
 

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest_gate.generate import EventGenerator, generate, main
+from demo.generate import EventGenerator, generate, main
 
 FIELDS = {"event_id", "user_id", "product_id", "event_type", "event_time", "dt", "hr", "amount"}
 

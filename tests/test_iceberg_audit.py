@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from service.iceberg_audit import SnapshotRecord, audit
+from service.ops.iceberg_audit import SnapshotRecord, audit
 
 T0 = datetime(2024, 6, 20, 13, 0, 0, tzinfo=UTC)
 

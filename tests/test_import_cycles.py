@@ -7,7 +7,15 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("service", "ingest_gate", "compactor", "demo", "benchmarks")
+PACKAGES = (
+    "service",
+    "jobkit",
+    "ingest_gate",
+    "compactor",
+    "lakelock_submit",
+    "demo",
+    "benchmarks",
+)
 
 
 def _modules() -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""Claims under concurrency (DESIGN.md §3c): 10 compactor processes claim, renew, release and
+"""Claims under concurrency (docs/design.md §5): 10 compactor processes claim, renew, release and
 abandon claims on three tables through two service processes sharing one database, with an
 operator revoking some and ingest writers and maintenance leases working the same tables. The
 checker in `invariants.py` reads the recorded history afterwards: never two live claims on one

@@ -1,5 +1,5 @@
-"""The five invariants of DESIGN.md under concurrency: 16 ingest clients, 3 compactors and an
-operator, over two service processes sharing one database, with short TTLs, abandoned leases
+"""The five invariants of docs/design.md §3.1 under concurrency: 16 ingest clients, 3 compactors
+and an operator, over two service processes sharing one database, with short TTLs, abandoned leases
 (expiry), revokes and pauses mixed in. The checker in `invariants.py` reads the recorded
 history afterwards and fails on any violation."""
 

@@ -8,7 +8,7 @@ import compactor.fleet
 import compactor.job
 from compactor.config import TableConfig
 from compactor.rank import Summary
-from ingest_gate.token import TOKEN_ENV, refused_token
+from jobkit.token import TOKEN_ENV, refused_token
 
 
 @pytest.mark.parametrize(
@@ -22,7 +22,7 @@ def test_a_refused_token_names_the_variable_and_how_to_fix_it(token, state):
 
 
 def _refused_claim(client, table, **_):
-    from service.errors import Unauthorized
+    from service.wire.errors import Unauthorized
 
     raise Unauthorized("send Authorization: Bearer <secret> with a configured token")
 
@@ -54,7 +54,7 @@ class _RefusedRun:
         return {"records": 0}
 
     def wait(self):
-        from service.errors import Unauthorized
+        from service.wire.errors import Unauthorized
 
         raise Unauthorized("send Authorization: Bearer <secret> with a configured token")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.scope import MAX_NAME_CHARS
+from service.wire.scope import MAX_NAME_CHARS
 from tests.helpers import backdate_intent, commit, events, maintenance, state
 
 LARGEST = [f"p{n:04d}=".ljust(MAX_NAME_CHARS, "x") for n in range(1000)]

@@ -13,7 +13,7 @@ import pytest
 from ingest_gate import job
 from ingest_gate.config import ConfigError, load_config
 from ingest_gate.job import BatchWriter, Ungated
-from ingest_gate.partition import PartitionField, PartitionScope, PartitionSpec
+from jobkit.partition import PartitionField, PartitionScope, PartitionSpec
 
 DT_HR = PartitionSpec(
     spec_id=0,

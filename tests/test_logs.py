@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from service.logs import JsonFormatter, mask_url
+from service.server.logs import JsonFormatter, mask_url
 from tests.conftest import TOKENS, ServerProcess, auth, start_server
 from tests.mariadb_user import password_user
 

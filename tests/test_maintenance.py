@@ -56,8 +56,8 @@ def test_second_maintenance_lease_is_refused_with_409(api):
 
 
 def test_two_compactors_drain_together_and_the_first_to_ask_after_the_drain_wins(api):
-    # an intent blocks commits only (DESIGN §3b): a second maintenance request drains too, and
-    # the lease goes to whichever asks first once the commits are gone; the other then gets 409
+    # an intent blocks commits only (docs/design.md §4): a second maintenance request drains too,
+    # and the lease goes to whichever asks first once the commits are gone; the other then gets 409
     in_flight = commit(api).json()
     first = maintenance(api, request_id="run-1")
     second = maintenance(api, holder="compactor-2", request_id="run-2")

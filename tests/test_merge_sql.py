@@ -6,16 +6,8 @@ from typing import Any
 
 import pytest
 
-from ingest_gate.generate import events_table_sql
-from ingest_gate.merge import (
-    merge_filter,
-    merge_sql,
-    partition_predicate,
-    partition_superset,
-    quote_identifier,
-    sql_literal,
-)
-from ingest_gate.partition import PartitionField, PartitionSpec
+from demo.generate import events_table_sql
+from ingest_gate.merge import merge_sql
 from ingest_gate.table import (
     FANOUT_PROPERTY,
     TABLE_PROPERTIES,
@@ -23,6 +15,9 @@ from ingest_gate.table import (
     ensure_clustered_writes,
     identifier_merge_refusal,
 )
+from jobkit.partition import PartitionField, PartitionSpec
+from jobkit.predicate import merge_filter, partition_predicate, partition_superset, sql_literal
+from jobkit.sql import quote_identifier
 
 
 def _default_merge() -> str:

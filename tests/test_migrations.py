@@ -3,9 +3,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from service import leases, migrate, state
-from service.db import make_engine, now, run_transaction
-from service.errors import Locked
+from service.lock import leases, migrate, state
+from service.lock.db import make_engine, now, run_transaction
+from service.wire.errors import Locked
 
 TABLES = {
     "lakelock_tables",
@@ -80,7 +80,7 @@ def test_schema_matches_the_code(db_url):
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from service.db import metadata
+    from service.lock.db import metadata
 
     engine = create_engine(db_url)
     with engine.connect() as conn:

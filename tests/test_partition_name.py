@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import pytest
 
-from ingest_gate.partition import (
+from jobkit.partition import (
     PartitionField,
     PartitionSpec,
     UnsupportedPartition,

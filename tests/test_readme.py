@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.local import free_port
+from demo.local import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from service.db import claims_t, commit_leases_t, events_t, make_engine, now
-from service.retention import prune
+from service.lock.db import claims_t, commit_leases_t, events_t, make_engine, now
+from service.server.retention import prune
 from tests.test_metrics import _samples
 
 RETENTION = timedelta(days=30)

@@ -1,5 +1,5 @@
 """The protocol's decisions without a database: a table of cases per rule, and a hypothesis
-model of the acquire rules against a brute-force reading of DESIGN.md §3/§3b."""
+model of the acquire rules against a brute-force reading of docs/design.md §3 and §4."""
 
 from __future__ import annotations
 
@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.errors import (
-    ClaimHeld,
-    LeaseExpired,
-    Locked,
-    MaintenanceHeld,
-    MaintenanceOff,
-    NotOwner,
-)
-from service.rows import IntentRow, LeaseRow, Live, TableRow
-from service.rules import (
+from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
+from service.lock.rules import (
     Ask,
     Drain,
     End,
@@ -39,7 +31,15 @@ from service.rules import (
     decide_withdraw,
     refused,
 )
-from service.scope import covers
+from service.wire.errors import (
+    ClaimHeld,
+    LeaseExpired,
+    Locked,
+    MaintenanceHeld,
+    MaintenanceOff,
+    NotOwner,
+)
+from service.wire.scope import covers
 
 AT = datetime(2024, 6, 20, 12, 0, 0)
 TTL = timedelta(seconds=30)

@@ -20,7 +20,7 @@ def test_run_reports_are_kept_and_served_newest_first(api):
 def test_only_the_last_runs_per_table_are_kept(db_url):
     from starlette.testclient import TestClient
 
-    from service.app import create_app
+    from service.server.app import create_app
     from tests.conftest import make_settings
 
     with TestClient(create_app(make_settings(db_url, runs_kept=3)), headers=auth("job")) as api:

@@ -1,5 +1,5 @@
-"""Partition-scoped leases over HTTP (DESIGN.md §3b), on SQLite and MariaDB: leases conflict only
-when their kinds conflict and their partitions intersect; the whole table intersects all."""
+"""Partition-scoped leases over HTTP (docs/design.md §4), on SQLite and MariaDB: leases conflict
+only when their kinds conflict and their partitions intersect; the whole table intersects all."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.scope import conflicts
+from service.wire.scope import conflicts
 from tests.helpers import commit, events, maintenance, release, renew, state
 
 HOT = ["dt=2024-06-20/hr=13"]

@@ -1,6 +1,6 @@
 import pytest
 
-from service.settings import SettingsError, load_settings, parse_tokens
+from service.server.settings import SettingsError, load_settings, parse_tokens
 
 
 def test_service_refuses_to_start_without_tokens():

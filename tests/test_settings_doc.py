@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from service.settings import Settings, settings_table
+from service.server.settings import Settings, settings_table
 from tests.dockerfile import ROOT
 
 DOC = ROOT / "README.md"
@@ -24,7 +24,8 @@ def _documented_table() -> str:
 
 def test_the_readme_settings_table_is_the_one_the_code_generates():
     assert _documented_table() == settings_table(), (
-        "the README's settings table is stale; regenerate it with service.settings.settings_table()"
+        "the README's settings table is stale; regenerate it with "
+        "service.server.settings.settings_table()"
     )
 
 

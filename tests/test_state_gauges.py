@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from service.db import make_engine
-from service.local import free_port
-from service.metrics import Metrics, read_state
+from demo.local import free_port
+from service.lock.db import make_engine
+from service.server.metrics import Metrics, read_state
 from tests.helpers import backdate, commit, maintenance, release, switch
 from tests.test_metrics import _samples
 

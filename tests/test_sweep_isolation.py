@@ -3,7 +3,7 @@ fails is logged and left to the next tick, and the tables after it are still swe
 
 import pytest
 
-from service import leases
+from service.lock import leases
 from tests.helpers import backdate, commit, events
 
 

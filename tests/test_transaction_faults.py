@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 
-from service.db import is_unavailable, make_engine, run_transaction
+from service.lock.db import is_unavailable, make_engine, run_transaction
 
 pytestmark = pytest.mark.mariadb
 

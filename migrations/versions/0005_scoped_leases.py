@@ -1,6 +1,6 @@
 """scoped leases: several maintenance leases and intents per table, each with its partitions
 
-A lease covers the whole table or a set of partitions (DESIGN.md §3b), so one table may have
+A lease covers the whole table or a set of partitions (docs/design.md §4), so one table may have
 several live maintenance leases (on disjoint partitions) and several open intents. They move out
 of the table row into rows of their own, `lakelock_maintenance_leases` and `lakelock_intents`;
 every lease and intent carries its partitions (NULL: the whole table). The table row keeps the

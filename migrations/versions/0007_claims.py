@@ -1,4 +1,4 @@
-"""claims: a third lease kind, one compactor's hold on a table (DESIGN.md §3c)
+"""claims: a third lease kind, one compactor's hold on a table (docs/design.md §5)
 
 `lakelock_claims` has the shape of the other lease tables, one row per grant, without their
 partitions (a claim covers the whole table) and without a token (a claim fences no commit).

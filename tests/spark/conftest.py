@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from demo.generate import KEY_FIELDS, create_events_table
 from ingest_gate.config import IngestConfig, load_config
-from ingest_gate.generate import KEY_FIELDS, create_events_table
-from ingest_gate.spark import CatalogConfig, build_session
 from ingest_gate.table import read_rows
+from jobkit.spark import CatalogConfig, build_session
 
 
 def start_spark(warehouse: Path, *, app_name: str = "lakelock-tests", catalog: str = "local"):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from service.local import free_port
+from demo.local import free_port
 
 __all__ = ["StandaloneCluster", "spark_home"]
 

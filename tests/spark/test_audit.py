@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ingest_gate.snapshots import batch_properties, with_commit_properties
-from service import cli
 from service.client import LeaseClient
-from service.iceberg_audit import metadata_file, read_snapshots
+from service.ops import cli
+from service.ops.iceberg_audit import metadata_file, read_snapshots
 
 pytestmark = pytest.mark.spark
 

@@ -40,11 +40,11 @@ from typing import Any
 import httpx
 import pytest
 
-from ingest_gate.generate import KEY_FIELDS, EventGenerator
+from demo.generate import KEY_FIELDS, EventGenerator
+from demo.local import free_port
 from lakelock_submit import jars as iceberg_jars
 from lakelock_submit import py_files, script
 from service.client import LeaseClient
-from service.local import free_port
 from tests.spark.standalone import StandaloneCluster, spark_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -81,7 +81,7 @@ class Catalog:
         )
 
     def table(self) -> Any:
-        from service.iceberg_audit import load_catalog_table
+        from service.ops.iceberg_audit import load_catalog_table
 
         return load_catalog_table(TABLE, properties=self.pyiceberg_properties)
 
@@ -294,8 +294,8 @@ CREATE_TABLE = """
 import sys
 
 from ingest_gate.config import config_from_args
-from ingest_gate.generate import create_events_table
-from ingest_gate.spark import build_session
+from demo.generate import create_events_table
+from jobkit.spark import build_session
 
 config = config_from_args(sys.argv[1:])
 create_events_table(build_session(config.catalog, master=None), config.table)
@@ -499,7 +499,7 @@ def test_lakelock_audit_reads_the_table_through_its_catalog(compacted, catalog, 
         for part in ("-p", f"{key}={value}")
     ]
     done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "audit", TABLE, *properties, "--json"],
+        [sys.executable, "-m", "service.ops.cli", "audit", TABLE, *properties, "--json"],
         env={
             **os.environ,
             "LAKELOCK_URL": lakelock_server.url,

@@ -23,9 +23,9 @@ from compactor.report import EXIT_CODES, Outcome, publish
 from compactor.run import run_table
 from compactor.stats import collect_stats
 from ingest_gate.snapshots import batch_properties, with_commit_properties
-from service import cli
 from service.client import LeaseClient
-from service.iceberg_audit import metadata_file, read_snapshots
+from service.ops import cli
+from service.ops.iceberg_audit import metadata_file, read_snapshots
 from tests.spark.test_compactor_run import make_table, rows, table_config
 
 pytestmark = pytest.mark.spark

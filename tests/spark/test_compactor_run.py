@@ -26,7 +26,7 @@ from compactor.job import run_once, run_scheduled
 from compactor.report import Outcome, publish
 from compactor.run import run_table
 from service.client import LeaseClient
-from service.errors import Locked, NotFound
+from service.wire.errors import Locked, NotFound
 
 pytestmark = pytest.mark.spark
 

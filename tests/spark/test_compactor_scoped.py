@@ -12,7 +12,7 @@ import pytest
 from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.report import Outcome
 from compactor.run import run_table
-from ingest_gate.partition import read_spec, table_partition_names
+from jobkit.partition import read_spec, table_partition_names
 from service.client import LeaseClient
 from tests.spark.test_compactor_converges import read_with_pyiceberg
 

@@ -17,7 +17,7 @@ from compactor.config import (
 )
 from compactor.report import Outcome
 from compactor.run import run_table
-from ingest_gate.generate import EventGenerator
+from demo.generate import EventGenerator
 from ingest_gate.job import run
 from ingest_gate.table import read_rows
 from service.client import LeaseClient

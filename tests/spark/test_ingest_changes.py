@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from demo.generate import KEY_FIELDS, ChangeGenerator, create_events_table
 from ingest_gate.config import load_config
-from ingest_gate.generate import KEY_FIELDS, ChangeGenerator, create_events_table
 from ingest_gate.job import BatchWriter, IngestError, Ungated, run
 from ingest_gate.target import TableMissing
-from service.iceberg_audit import metadata_file
+from service.ops.iceberg_audit import metadata_file
 from tests.spark.conftest import table_rows
 
 pytestmark = pytest.mark.spark

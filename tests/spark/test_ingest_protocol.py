@@ -7,8 +7,8 @@ import time
 import httpx
 import pytest
 
+from demo.generate import EventGenerator
 from ingest_gate.gate import GateTimeout, LeaseLost
-from ingest_gate.generate import EventGenerator
 from ingest_gate.job import BatchHooks, run
 from ingest_gate.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient

@@ -1,4 +1,4 @@
-"""Partition-scoped commit leases (DESIGN.md §3b) against a real lakelock service: the gate
+"""Partition-scoped commit leases (docs/design.md §4) against a real lakelock service: the gate
 leases exactly the partitions a batch writes, so maintenance on other partitions does not hold
 ingest, and maintenance on a partition the batch writes does."""
 
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from ingest_gate.generate import EventGenerator
+from demo.generate import EventGenerator
 from ingest_gate.job import BatchHooks, run
-from ingest_gate.merge import merge_sql, partition_predicate
-from ingest_gate.partition import batch_partition_values, read_spec, table_partition_names
+from ingest_gate.merge import merge_sql
+from jobkit.partition import batch_partition_values, read_spec, table_partition_names
+from jobkit.predicate import partition_predicate
 from service.client import Lease, LeaseClient
 from tests.spark.conftest import ingest_config, snapshots, table_rows
 

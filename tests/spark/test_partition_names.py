@@ -9,8 +9,7 @@ from datetime import date, datetime
 import pytest
 
 from compactor.procedure import partition_filter
-from ingest_gate.merge import partition_predicate
-from ingest_gate.partition import (
+from jobkit.partition import (
     batch_partition_names,
     batch_partition_values,
     partition_name,
@@ -19,7 +18,8 @@ from ingest_gate.partition import (
     table_partition_names,
     transform_sql,
 )
-from ingest_gate.spark import load_table
+from jobkit.predicate import partition_predicate
+from jobkit.spark import load_table
 
 pytestmark = pytest.mark.spark
 

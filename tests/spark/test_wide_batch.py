@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from ingest_gate.generate import format_time, write_lines
+from demo.generate import format_time, write_lines
 from ingest_gate.job import BatchHooks, run
-from ingest_gate.partition import partition_names, read_spec
 from ingest_gate.table import FANOUT_PROPERTY, table_properties
-from service.iceberg_audit import metadata_file
+from jobkit.partition import partition_names, read_spec
+from service.ops.iceberg_audit import metadata_file
 from tests.spark.conftest import ingest_config
 
 pytestmark = pytest.mark.spark

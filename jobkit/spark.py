@@ -1,0 +1,310 @@
+"""The one place a Spark session with the Iceberg runtime and a catalog is built.
+
+Both jobs call `build_session(CatalogConfig(...))`, started in one of two ways:
+
+    python -m ingest_gate ...     Python starts Spark itself: the job's master (default
+                                  local[*]) and the Iceberg runtime jar of the `spark` extra
+                                  (`snowpark-connect-deps-iceberg==1.0.1`: Iceberg 1.9.2 for
+                                  Spark 3.5, Scala 2.12), or `jars_packages`
+    spark-submit <entry script>   spark-submit started the driver: its --master, --jars,
+                                  --packages and --conf win; the job adds its catalog and fills
+                                  in only the settings the submit left out. The Iceberg runtime
+                                  must come with the submit (--jars or --packages), since the
+                                  driver's classpath is fixed by then; a missing one is a
+                                  one-line error, not a failure at the first MERGE.
+
+Catalogs (docs/catalogs.md has the properties of each):
+
+    CatalogConfig()                                         # Hadoop catalog in ./var/warehouse
+    CatalogConfig(name="lake", type="jdbc", warehouse="s3://bucket/wh",
+                  properties={"uri": "jdbc:mariadb://db:3306/iceberg", "jdbc.user": "iceberg"})
+    CatalogConfig(name="glue", type="glue", warehouse="s3://bucket/wh",
+                  properties={"io-impl": "org.apache.iceberg.aws.s3.S3FileIO"})
+    CatalogConfig(type="rest", properties={"uri": "https://catalog.example/api"})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "error_message",
+    "CatalogConfig",
+    "catalog_place",
+    "SparkJobGroups",
+    "bundled_iceberg_jar",
+    "build_session",
+    "load_table",
+    "submitted_conf",
+    "IcebergMissing",
+]
+
+log = logging.getLogger(__name__)
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+_CATALOG_TYPES = {
+    # catalog type -> the properties Spark's SparkCatalog needs to pick the implementation
+    "hadoop": {"type": "hadoop"},
+    "hive": {"type": "hive"},
+    "rest": {"type": "rest"},
+    "glue": {"catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog"},
+    "jdbc": {"catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog"},
+}
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """Which Iceberg catalog the jobs write through."""
+
+    name: str = "local"
+    type: str = "hadoop"
+    warehouse: str = "var/warehouse"
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.type not in _CATALOG_TYPES:
+            raise ValueError(f"catalog type {self.type!r} is not one of {sorted(_CATALOG_TYPES)}")
+        if not self.name.isidentifier():
+            raise ValueError(f"catalog name {self.name!r} must be an identifier")
+
+    def spark_conf(self) -> dict[str, str]:
+        prefix = f"spark.sql.catalog.{self.name}"
+        warehouse = self.warehouse
+        if "://" not in warehouse:
+            warehouse = Path(warehouse).resolve().as_uri()
+        conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse}
+        conf.update({f"{prefix}.{k}": v for k, v in _CATALOG_TYPES[self.type].items()})
+        # Another application (the compactor, the ingest job) commits to the same tables. A cached
+        # table would make a MERGE plan against a stale snapshot and fail Iceberg's validation
+        # ("missing data files") although the lease kept the writers apart; load it fresh instead.
+        conf[f"{prefix}.cache-enabled"] = "false"
+        conf.update({f"{prefix}.{k}": v for k, v in self.properties.items()})
+        return conf
+
+
+def bundled_iceberg_jar() -> Path:
+    """The Iceberg Spark runtime jar shipped by the `spark` extra's wheel."""
+    import snowpark_connect_deps_iceberg
+
+    jars = Path(snowpark_connect_deps_iceberg.__file__).parent / "jars"
+    jar = jars / "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+    if not jar.exists():
+        raise RuntimeError(
+            f"{jar} is missing: install the spark extra (snowpark-connect-deps-iceberg==1.0.1)"
+        )
+    return jar
+
+
+def submitted_conf() -> dict[str, str] | None:
+    """The Spark conf that spark-submit started this driver with (its --master, --jars, --conf
+    ...), or None when no spark-submit started it and Python starts Spark itself.
+
+    spark-submit hands a Python driver the port of its running JVM in PYSPARK_GATEWAY_PORT;
+    pyspark connects to it instead of launching one, and the JVM's system properties hold the
+    submitted conf.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+class IcebergMissing(RuntimeError):
+    """The Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit."""
+
+
+def _check_iceberg_on_driver() -> None:
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+
+    try:
+        # the driver's context class loader holds what spark-submit's --jars/--packages added
+        SparkContext._jvm.org.apache.spark.util.Utils.classForName(  # type: ignore[union-attr]
+            "org.apache.iceberg.spark.SparkCatalog", False, False
+        )
+    except Py4JJavaError:
+        raise IcebergMissing(
+            "the Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit "
+            '(--jars "$(python -m lakelock_submit jars)", or --packages '
+            "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2); see docs/spark-submit.md"
+        ) from None
+
+
+def build_session(
+    catalog: CatalogConfig,
+    *,
+    app_name: str = "lakelock",
+    master: str | None = "local[*]",
+    jars_packages: str | None = None,
+    use_bundled_jar: bool = True,
+    extra_conf: dict[str, str] | None = None,
+) -> SparkSession:
+    """A SparkSession with Iceberg's SQL extensions and `catalog` registered.
+
+    Started by Python: `master` (None leaves it to Spark's defaults) and the bundled Iceberg
+    jar or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
+    jars and conf, with the catalog and the defaults below added where the submit set nothing.
+    `extra_conf` wins over everything here.
+
+    Raises:
+        IcebergMissing: under spark-submit, the Iceberg runtime was not submitted with the job.
+    """
+    from pyspark.sql import SparkSession
+
+    submitted = submitted_conf()
+    if submitted is not None:
+        _check_iceberg_on_driver()
+        if master and master != submitted.get("spark.master"):
+            log.info(
+                "spark master %s (from spark-submit; not %s)", submitted.get("spark.master"), master
+            )
+        master = None
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    if master and master.startswith("local"):
+        # a local driver talks to itself: bind loopback, not whatever the hostname resolves to
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = _defaults(submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar)
+    conf.update(catalog.spark_conf())
+    conf.update(extra_conf or {})
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def _defaults(
+    submitted: dict[str, str] | None, *, jars_packages: str | None, use_bundled_jar: bool
+) -> dict[str, str]:
+    """The conf lakelock sets unless spark-submit set it: Iceberg's SQL extensions (added to
+    the submitted ones), UTC, few shuffle partitions, no UI; and the Iceberg jar when Python
+    starts the driver."""
+    defaults = {
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.session.timeZone": "UTC",
+        # small local runs: a handful of shuffle partitions, not 200 tiny tasks per MERGE
+        "spark.sql.shuffle.partitions": os.environ.get("LAKELOCK_SHUFFLE_PARTITIONS", "4"),
+        "spark.ui.enabled": "false",
+        # the console progress bar garbles the jobs' one-line JSON logs on stderr
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if submitted is None:
+        # the driver JVM is started with these; under spark-submit it runs already
+        defaults["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
+        if jars_packages:
+            defaults["spark.jars.packages"] = jars_packages
+        elif use_bundled_jar:
+            defaults["spark.jars"] = str(bundled_iceberg_jar())
+    conf = {k: v for k, v in defaults.items() if submitted is None or k not in submitted}
+    if submitted is not None and "spark.sql.extensions" in submitted:
+        extensions = submitted["spark.sql.extensions"].split(",")
+        if ICEBERG_EXTENSIONS not in extensions:
+            conf["spark.sql.extensions"] = ",".join([*extensions, ICEBERG_EXTENSIONS])
+    return conf
+
+
+class SparkJobGroups:
+    """Runs Spark work in a cancellable job group and tag (the gate's MERGE, the
+    compactor's steps; the `job_groups` of `Gate`).
+
+        groups = SparkJobGroups(spark.sparkContext)
+        groups.set("lakelock-commit-<lease>")    # in the thread that runs the MERGE
+        groups.cancel("lakelock-commit-<lease>") # from any thread: running jobs are interrupted
+        groups.clear()                           # back to the group that was set before
+
+    Job groups are thread-local properties of the JVM thread. A streaming query sets its own group
+    (its run id) on its thread, and `query.stop()` cancels that group, so `clear()` restores the
+    previous group instead of wiping it.
+    """
+
+    _KEYS = (
+        "spark.jobGroup.id",
+        "spark.job.description",
+        "spark.job.interruptOnCancel",
+        "spark.job.tags",
+    )
+
+    def __init__(self, sc: SparkContext) -> None:
+        self._sc = sc
+        self._saved = threading.local()
+
+    def set(self, group: str, description: str | None = None) -> None:
+        """Put this thread's next Spark jobs into `group`, interruptible on cancel."""
+        self._saved.props = {key: self._sc.getLocalProperty(key) for key in self._KEYS}
+        self._sc.setJobGroup(group, description or group, interruptOnCancel=True)
+        # the tag too: a job that an action starts from a thread of its own pool carries the
+        # tags of the thread that made the pool, and cancelJobsWithTag reaches it
+        self._sc.addJobTag(group)
+
+    def clear(self) -> None:
+        """Restore the job group this thread had before `set()`."""
+        saved = getattr(self._saved, "props", None) or {}
+        for key in self._KEYS:
+            self._sc.setLocalProperty(key, saved.get(key))  # None removes the property
+        self._saved.props = None
+
+    def cancel(self, group: str) -> None:
+        """Cancel the running jobs of `group`; the statement running them raises."""
+        self._sc.cancelJobsWithTag(group)
+        self._sc.cancelJobGroup(group)
+
+
+_MAX_MESSAGE = 1000
+
+
+def error_message(exc: BaseException) -> str:
+    """One line for a report or a log: Iceberg's own message first.
+
+    A failure in the JVM arrives as a py4j error whose text starts with "An error occurred while
+    calling o123.sql" and wraps the real cause (a ValidationException inside a RuntimeException,
+    a cancelled job): this gives the innermost cause, then the outer exception it came in.
+    """
+    throwable = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    if throwable is None:
+        return f"{type(exc).__name__}: {exc}".splitlines()[0][:_MAX_MESSAGE]
+    outer = f"{throwable.getClass().getName()}: {throwable.getMessage()}"
+    root = throwable
+    for _ in range(20):
+        cause = root.getCause()
+        if cause is None or cause.equals(root):
+            break
+        root = cause
+    message = outer
+    if not root.equals(throwable):
+        inner = f"{root.getClass().getName()}: {root.getMessage()}"
+        message = f"{inner} (in {outer})"
+    return " ".join(message.split())[:_MAX_MESSAGE]
+
+
+def load_table(spark: SparkSession, table: str) -> Any:
+    """`table` as Iceberg's Java `Table`, loaded fresh through Spark's catalog (py4j): the spec
+    and the snapshot are the latest committed, as each maintenance action must plan against.
+
+    Raises:
+        py4j.protocol.Py4JJavaError: the table cannot be loaded.
+    """
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, table
+    )
+
+
+def catalog_place(catalog: CatalogConfig) -> str:
+    """`catalog 'local' (hadoop, warehouse /abs/path)`: where a table was looked for."""
+    where = f"catalog {catalog.name!r} ({catalog.type}"
+    if catalog.type == "hadoop":
+        warehouse = catalog.warehouse
+        shown = warehouse if "://" in warehouse else str(Path(warehouse).resolve())
+        where += f", warehouse {shown}"
+    return where + ")"

@@ -1,0 +1,14 @@
+"""The lock core: the protocol as plain functions over a database connection (SQLAlchemy).
+
+    service.lock.rows      the stored rows as typed values
+    service.lock.rules     the decisions: pure functions over rows (no database)
+    service.lock.store     the rows in the database: read, written as the rules decided
+    service.lock.leases    the transitions: lock the table row, decide, store, audit
+    service.lock.state     read-only views (a table's state, a lease)
+    service.lock.audit     the append-only events, in the caller's transaction
+    service.lock.debt      compaction debt as the compactors report it
+    service.lock.db        the schema, the database clock, engines for MySQL and SQLite
+    service.lock.migrate   Alembic to the head (migrations/)
+
+The protocol is written in docs/design.md §3 to §5, and in `service.lock.leases`.
+"""

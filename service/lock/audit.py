@@ -1,0 +1,108 @@
+"""The append-only audit trail: one row per grant, state-changing denial, renew failure, release,
+expiry, revoke, intent and switch change.
+
+`record()` runs in the caller's transaction, so an event exists exactly when its change does.
+Each recorded event is also appended to `service.lock.db.recorded_events` when the caller
+(`db.run_transaction`) set it, so metrics and logs follow the committed transitions without
+another query.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.engine import Connection
+
+from service.lock.db import Hot, events_t, recorded_events
+from service.wire import Event
+
+__all__ = ["EVENTS", "record", "recent", "last_for_lease"]
+
+EVENTS = (
+    "lease.acquired",
+    "lease.renew_failed",
+    "lease.released",
+    "lease.expired",
+    "lease.revoked",
+    "intent.opened",
+    "intent.expired",
+    "intent.withdrawn",
+    "intent.fulfilled",
+    "switch.set",
+    "run.reported",
+)
+
+_LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")
+
+_COLUMNS = ("at", "table_name", "event", "lease_id", "kind", "holder", "token", "actor", "detail")
+# every transition writes one: a statement of the hot path (db.Hot)
+_INSERT = Hot(insert(events_t).values({c: bindparam(c) for c in _COLUMNS}))
+
+
+def record(
+    conn: Connection,
+    *,
+    at: datetime,
+    table: str,
+    event: str,
+    lease_id: str | None = None,
+    kind: str | None = None,
+    holder: str | None = None,
+    token: int | None = None,
+    actor: str | None = None,
+    **detail: Any,
+) -> None:
+    if event not in EVENTS:
+        raise ValueError(f"unknown audit event {event!r}")
+    row = {
+        "at": at,
+        "table_name": table,
+        "event": event,
+        "lease_id": lease_id,
+        "kind": kind,
+        "holder": holder,
+        "token": token,
+        "actor": actor,
+        "detail": json.dumps(detail, sort_keys=True, default=str) if detail else None,
+    }
+    _INSERT.run(conn, **row)
+    recorded = recorded_events.get()
+    if recorded is not None:
+        recorded.append({**row, "detail": detail})
+
+
+def _event(row: Any) -> Event:
+    return Event(
+        id=row.id,
+        at=row.at,
+        table=row.table_name,
+        event=row.event,
+        lease_id=row.lease_id,
+        kind=row.kind,
+        holder=row.holder,
+        token=row.token,
+        actor=row.actor,
+        detail=json.loads(row.detail) if row.detail else {},
+    )
+
+
+def recent(conn: Connection, *, table: str | None = None, limit: int = 100) -> list[Event]:
+    """The newest `limit` events, newest first, of one table or of all."""
+    query = select(events_t).order_by(events_t.c.id.desc()).limit(limit)
+    if table is not None:
+        query = query.where(events_t.c.table_name == table)
+    return [_event(row) for row in conn.execute(query)]
+
+
+def last_for_lease(conn: Connection, lease_id: str) -> Event | None:
+    """The newest grant or end event of `lease_id`, or None if the trail never saw it."""
+    row = conn.execute(
+        select(events_t)
+        .where(events_t.c.lease_id == lease_id, events_t.c.event.in_(_LIFECYCLE))
+        .order_by(events_t.c.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _event(row)

@@ -1,0 +1,90 @@
+"""Compaction debt: what each table owes, as the compactors report it after each plan and run.
+
+    report(conn, table=t, body=DebtBody(...), by="compactor")   TableDebt; the table's row made
+    of_table(conn, t, at)                                         TableDebt | None
+    heaviest(conn, limit=100)                                     [(table, TableDebt)], most first
+
+One row per table (`lakelock_debt`): a report replaces the one before it, whoever sends it (the
+table's claim keeps one compactor on it at a time). Debt is not lock state: a report writes no
+audit event and leaves the table's version alone. The service ranks nothing by debt for the
+protocol; it stores it so operators (`lakelock status`, the status page, the per-table gauges)
+see which tables owe most. The rank, here and in every view: small files plus delete files,
+most first, then the table's name.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.dialects import mysql, sqlite
+from sqlalchemy.engine import Connection
+
+from service.lock import store
+from service.lock.db import debt_t
+from service.lock.rows import seconds
+from service.wire import DebtBody, TableDebt
+
+__all__ = ["report", "of_table", "heaviest", "weight"]
+
+_COUNTS = (
+    "snapshot_id",
+    "data_files",
+    "small_files",
+    "delete_files",
+    "partitions_over_target",
+    "records",
+)
+
+
+def weight(debt: TableDebt | None) -> int:
+    """What tables are ranked by: small files plus delete files (0 when none was reported)."""
+    return 0 if debt is None else debt.weight
+
+
+def report(conn: Connection, *, table: str, body: DebtBody, by: str) -> TableDebt:
+    """Store `body` as the table's debt, stamped with the database clock; the table's row is
+    created on first use, as a lease or a switch does. Under the table's row lock, so reports
+    of one table are stored in the order they are answered."""
+    locked = store.lock_table(conn, table)
+    assert locked is not None  # created
+    _, at = locked
+    values: dict[str, Any] = {name: getattr(body, name) for name in _COUNTS}
+    values.update(
+        measured_at=body.measured_at,
+        reported_at=at,
+        reported_by=by,
+    )
+    if conn.dialect.name == "sqlite":
+        stmt = sqlite.insert(debt_t).values(table_name=table, **values)
+        stmt = stmt.on_conflict_do_update(index_elements=["table_name"], set_=values)
+    else:
+        stmt = mysql.insert(debt_t).values(table_name=table, **values)
+        stmt = stmt.on_duplicate_key_update(**values)
+    conn.execute(stmt)
+    return _view(values, at)
+
+
+def of_table(conn: Connection, table: str, at: datetime) -> TableDebt | None:
+    """The table's latest debt, as seen at `at`; None when none was reported."""
+    row = conn.execute(select(debt_t).where(debt_t.c.table_name == table)).first()
+    return None if row is None else _view(row._asdict(), at)
+
+
+def heaviest(conn: Connection, *, limit: int, at: datetime) -> list[tuple[str, TableDebt]]:
+    """The `limit` tables with the most debt (small files plus delete files), most first."""
+    c = debt_t.c
+    rows = conn.execute(
+        select(debt_t).order_by((c.small_files + c.delete_files).desc(), c.table_name).limit(limit)
+    )
+    return [(row.table_name, _view(row._asdict(), at)) for row in rows]
+
+
+def _view(row: dict[str, Any], at: datetime) -> TableDebt:
+    return TableDebt(
+        **{name: row[name] for name in _COUNTS},
+        measured_at=row["measured_at"],
+        reported_by=row["reported_by"],
+        reported_s_ago=max(0.0, seconds(at - row["reported_at"])),
+    )

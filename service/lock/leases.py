@@ -1,0 +1,636 @@
+"""Leases on Iceberg tables: the lock protocol, one transition per function, one transaction.
+
+lakelock_tables has one row per table (the switch, next_token, holds_until);
+lakelock_commit_leases, lakelock_maintenance_leases and lakelock_claims one row per grant,
+lakelock_intents one row per open intent. Each function runs in the caller's transaction and
+first locks the table row (`SELECT ... FOR UPDATE` on MySQL/MariaDB, reading the clock in the
+same statement; `BEGIN IMMEDIATE` on SQLite), so two grants on one table never both see
+"nothing live".
+
+Every lease and intent has a scope (`service.wire.scope`): the whole table, or a set of partitions.
+Two of them conflict when their kinds conflict and their scopes intersect (docs/design.md §4):
+
+    commit       shared; granted while ingest is running and no live maintenance lease or open
+                 intent intersects its scope. Commit leases never exclude each other.
+    maintenance  exclusive on its scope; granted when no live maintenance lease and no live
+                 commit lease intersects it. When only commit leases do, an intent is opened
+                 (drain) and the caller is told how many of them are in flight.
+    intent       writer preference: while it is live no commit lease intersecting its scope is
+                 granted, so those in flight drain and compaction is not starved. It expires
+                 `intent_ttl` after the last time its request asked; asking again (same request
+                 id) keeps it open; its holder may withdraw it (`intent.withdrawn`: given up).
+                 A maintenance grant to its holder on a scope covering it ends it
+                 (`intent.fulfilled`: what it waited for is held), whatever the request id.
+                 It does not exclude another maintenance request.
+    claim        exclusive per table among claims only; always the whole table, no token. It
+                 conflicts with no commit or maintenance lease and no intent, so it never
+                 holds ingest, and none of them holds it: a compactor claims a table before
+                 it plans it and releases it after its housekeeping, so compactor processes
+                 share the tables without a coordinator (docs/design.md §5). It never waits: a
+                 claim another holder has is refused at once (ClaimHeld, naming the holder
+                 and the seconds left) and the asker moves on. Renew, release, revoke and
+                 expiry as for every lease. Taking a maintenance lease needs no claim.
+    switch       ingest running|paused (no commit grants), maintenance enabled|disabled (no
+                 maintenance grants); leases already live are not cut short by a switch.
+                 Neither setting refuses a claim: a claim writes nothing, and a compactor
+                 that claims a table whose maintenance is disabled is refused at its first
+                 maintenance lease (MaintenanceOff), as without a claim.
+    token        next_token at each maintenance grant, whatever its scope, then bumped: strictly
+                 increasing per table. Renew and release of a maintenance lease carry it;
+                 another one is StaleToken.
+    expiry       judged by the database clock, read once per transaction (`db.LockingRead`).
+                 A lease whose expiry passed is never live again: renew refuses it
+                 (LeaseExpired), and a sweep marks it ended and audits `lease.expired`
+                 (maintenance leases and intents whenever a call reads them, claims at a
+                 claim; expired commit leases before a maintenance grant; all of them by the
+                 background sweeper).
+    renew        extends a live lease only. Outcomes: ok | not_found | expired | not_owner
+                 (another holder, or revoked, naming who) | token_mismatch.
+    release      by the holder (and the token for maintenance); idempotent: releasing an ended
+                 lease answers its state again. An operator's release is a revoke.
+    request id   an acquire repeated with the same request id answers the same lease (or keeps
+                 the same intent), so a client may retry after a timeout; the unique key
+                 (table, request id) of each lease table catches the repeat at the insert.
+    version      the id of the table's newest audit event: every change writes one under the
+                 row lock, so it grows with each change; `GET ...?since=` long-polls on it.
+
+Decide, then store. Each transition locks the table row, loads the typed rows
+(`service.lock.rows`) the decision needs through `service.lock.store`, asks
+`service.lock.rules` (pure functions: the order of the checks and the answer), writes what the
+answer says and audits it (`service.lock.audit`) in the same transaction. Read-only views are
+`service.lock.state`.
+
+The commit path is lean on purpose (benchmarks/lease_throughput.py counts it): a grant is the
+locking read, the lease insert and its event; a release the locking read of lease and table
+(one join), the update and its event, each a `db.Hot` statement (compiled once, sent through
+the DBAPI cursor on MySQL/MariaDB). The table row's `holds_until` (no maintenance lease or
+intent of the table is unended after it) lets a commit grant skip reading them while none is.
+
+Refusals are raised as `service.wire.errors` exceptions. `db.run_transaction` commits what a refused
+call recorded (the sweep, a `lease.renew_failed` event) before re-raising, and nothing else is
+written before a refusal is decided.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from service.lock import audit, rules, store
+from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
+from service.lock.rules import (
+    Ask,
+    Drain,
+    End,
+    Extend,
+    Grant,
+    Refuse,
+    ReleaseAsk,
+    RenewAsk,
+    Repeat,
+    Unchanged,
+    WithdrawAsk,
+)
+from service.lock.state import lease_view, state_of
+from service.wire import Draining, IntentRef, Lease, TableState
+from service.wire.errors import NotFound
+
+__all__ = [
+    "acquire_commit",
+    "acquire_maintenance",
+    "acquire_claim",
+    "renew",
+    "release",
+    "revoke",
+    "set_switch",
+    "withdraw_intent",
+    "hold_table",
+    "sweep",
+]
+
+
+def _names(partitions: list[str] | None) -> tuple[str, ...] | None:
+    return None if partitions is None else tuple(partitions)
+
+
+# -- acquire ---------------------------------------------------------------------------------
+
+
+def acquire_commit(
+    conn: Connection,
+    *,
+    table: str,
+    holder: str,
+    ttl: timedelta,
+    request_id: str,
+    partitions: list[str] | None = None,
+) -> Lease:
+    """Grant a shared commit lease on `table`, or on `partitions` of it (None: the whole table).
+
+    Raises:
+        Locked: ingest is paused, or a maintenance lease or intent intersecting the scope is
+            live (`reason` says which, `retry_after_s` when to ask again).
+        LeaseExpired: this request id was granted a lease that has ended since.
+        NotOwner: this request id belongs to another holder.
+    """
+    ask = Ask("commit", table, holder, request_id, _names(partitions), ttl)
+    row, at = _locked_table(conn, table)
+    row, live = _live(conn, row, at)
+    settled = _settle(conn, row, ask, at, rules.decide_commit(row, live, ask))
+    assert isinstance(settled, LeaseRow)  # a commit request never drains
+    return lease_view(settled, at)
+
+
+def acquire_maintenance(
+    conn: Connection,
+    *,
+    table: str,
+    holder: str,
+    ttl: timedelta,
+    request_id: str,
+    intent_ttl: timedelta,
+    partitions: list[str] | None = None,
+) -> Lease | Draining:
+    """Grant an exclusive maintenance lease on `table` or on `partitions` of it, or open (keep)
+    an intent on that scope while the commit leases it conflicts with drain.
+
+    Raises:
+        MaintenanceOff: an operator disabled maintenance on the table.
+        MaintenanceHeld: a live maintenance lease intersects the scope.
+        LeaseExpired: this request id was granted a lease that has ended since.
+        NotOwner: this request id belongs to another holder.
+    """
+    ask = Ask("maintenance", table, holder, request_id, _names(partitions), ttl)
+    row, at = _locked_table(conn, table)
+    for expired in store.expired_commits(conn, table, at):
+        _end_expired(conn, expired, at)
+    row, live = _live(conn, row, at, commits=True)
+    settled = _settle(conn, row, ask, at, rules.decide_maintenance(row, live, ask))
+    if isinstance(settled, Drain):
+        return _drain(conn, row, ask, at, settled, intent_ttl)
+    return lease_view(settled, at)
+
+
+def acquire_claim(
+    conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str
+) -> Lease:
+    """Grant the claim on `table` (always the whole table), or refuse it at once.
+
+    Not refused by the switch (see the module docstring), not held by commit or maintenance
+    leases or intents. Expired claims of the table are ended first, each `lease.expired`.
+
+    Raises:
+        ClaimHeld: another claim on the table is live (`holder`, `remaining_s`).
+        LeaseExpired: this request id was granted a claim that has ended since.
+        NotOwner: this request id belongs to another holder.
+    """
+    ask = Ask("claim", table, holder, request_id, None, ttl)
+    row, at = _locked_table(conn, table)
+    claims = store.unended_claims(conn, table)
+    for claim in claims:
+        if claim.expired_unended(at):
+            _end_expired(conn, claim, at)
+    live = Live(tuple(x for x in claims if x.live(at)))
+    settled = _settle(conn, row, ask, at, rules.decide_claim(live, ask))
+    assert isinstance(settled, LeaseRow)  # a claim never drains
+    return lease_view(settled, at)
+
+
+def _settle(
+    conn: Connection, row: TableRow, ask: Ask, at: datetime, decision: Grant | Drain | Refuse
+) -> LeaseRow | Drain:
+    """Store a grant, or answer a request id granted before, or raise a refusal.
+
+    A request id granted before is answered with its lease whatever the table's state now
+    (`rules.decide_repeat`). It is looked up only when the decision is not a grant, or when the
+    grant's insert finds the id taken (the unique key): a first grant costs no lookup.
+    """
+    if isinstance(decision, Grant):
+        lease = LeaseRow(
+            id=str(uuid.uuid4()),
+            table=ask.table,
+            kind=ask.kind,
+            holder=ask.holder,
+            request_id=ask.request_id,
+            partitions=ask.partitions,
+            ttl_s=ask.ttl.total_seconds(),
+            acquired_at=at,
+            expires_at=at + ask.ttl,
+            token=decision.token,
+        )
+        if store.insert_lease(conn, lease):
+            _granted(conn, row, lease, decision, at)
+            return lease
+    earlier = store.lease_by_request(conn, ask.kind, ask.table, ask.request_id)
+    if earlier is not None:
+        decision = rules.decide_repeat(earlier, ask, at)
+        if isinstance(decision, Repeat):
+            return decision.lease
+    if isinstance(decision, Refuse):
+        raise rules.refused(decision, ask, at)
+    if isinstance(decision, Drain):
+        return decision
+    raise RuntimeError(f"the insert of a lease for request {ask.request_id} was refused")
+
+
+def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at: datetime) -> None:
+    """Write what a grant changes besides its row, and audit it: one `lease.acquired` event
+    for every grant, of either kind."""
+    if lease.kind == "maintenance":
+        store.update_table(conn, row.name, next_token=row.next_token + 1)
+        _hold_until(conn, row.name, row.holds_until, lease.expires_at)
+    audit.record(
+        conn,
+        at=at,
+        table=lease.table,
+        event="lease.acquired",
+        lease_id=lease.id,
+        kind=lease.kind,
+        holder=lease.holder,
+        token=lease.token,
+        request_id=lease.request_id,
+        partitions=_list(lease.partitions),
+        ttl_s=lease.ttl_s,
+    )
+    for intent in grant.fulfils:
+        # its drain is done; holds_until may stay later than needed until a sweep
+        _end_intent(
+            conn,
+            intent,
+            at,
+            "intent.fulfilled",
+            kind="maintenance",
+            lease_id=lease.id,
+            open_s=seconds(at - intent.opened_at),
+        )
+
+
+def _drain(
+    conn: Connection, row: TableRow, ask: Ask, at: datetime, drain: Drain, intent_ttl: timedelta
+) -> Draining:
+    """Open the intent of the maintenance request, or keep it open, while the commit leases
+    `drain.in_flight` end."""
+    expires = at + intent_ttl
+    intent = drain.intent
+    if intent is not None:
+        # asking again keeps the intent open; not a state change, so no version bump
+        store.keep_intent(conn, intent, expires)
+    else:
+        intent = IntentRow(ask.table, ask.request_id, ask.holder, ask.partitions, at, expires)
+        store.insert_intent(conn, intent)
+        audit.record(
+            conn,
+            at=at,
+            table=ask.table,
+            event="intent.opened",
+            kind="maintenance",
+            holder=ask.holder,
+            request_id=ask.request_id,
+            partitions=_list(ask.partitions),
+            in_flight_commits=len(drain.in_flight),
+        )
+    _hold_until(conn, row.name, row.holds_until, expires)
+    longest = max(lease.expires_at for lease in drain.in_flight)
+    return Draining(
+        table=ask.table,
+        partitions=intent.partitions,
+        intent=IntentRef(
+            holder=ask.holder,
+            request_id=ask.request_id,
+            partitions=intent.partitions,
+            remaining_s=intent_ttl.total_seconds(),
+        ),
+        in_flight_commits=len(drain.in_flight),
+        retry_after_s=min(seconds(longest - at), intent_ttl.total_seconds() / 2),
+    )
+
+
+# -- renew, release, revoke, withdraw --------------------------------------------------------
+
+
+def renew(
+    conn: Connection,
+    *,
+    lease_id: str,
+    holder: str,
+    ttl: timedelta | None = None,
+    token: int | None = None,
+) -> Lease:
+    """Extend a live lease by `ttl` (default: its own TTL) from now. Never resurrects one.
+
+    Raises:
+        NotFound: no lease has this id.
+        LeaseExpired: the lease expired or was released.
+        NotOwner: the lease is another holder's, or an operator revoked it.
+        StaleToken: a maintenance lease renewed with a token that is not its own.
+        InvalidRequest: a live maintenance lease renewed without a token.
+    """
+    ask = RenewAsk(lease_id, holder, token, ttl)
+    found = _found(conn, lease_id)
+    lease, at = found.lease, found.at
+    decision = rules.decide_renew(lease, ask, at)
+    if isinstance(decision, Refuse):
+        raise _renew_failed(conn, found, ask, decision)
+    store.extend_lease(conn, lease, decision.expires_at, decision.ttl.total_seconds())
+    if lease.kind == "maintenance":
+        _hold_until(conn, lease.table, found.holds_until, decision.expires_at)
+    return lease_view(_extended(lease, decision), at)
+
+
+def _extended(lease: LeaseRow, extend: Extend) -> LeaseRow:
+    # the row is ours under the table lock: its new state is known without reading it back
+    return dataclasses.replace(
+        lease, expires_at=extend.expires_at, ttl_s=extend.ttl.total_seconds()
+    )
+
+
+def _renew_failed(
+    conn: Connection, found: store.LockedLease, ask: RenewAsk, refusal: Refuse
+) -> Exception:
+    """Record a refused renew (a lease found expired is ended first) and say why. A lease
+    known only from the trail (pruned) holds no lock to write under: nothing is recorded."""
+    lease, at, locked = found.lease, found.at, found.locked
+    if lease.expired_unended(at):
+        _end_expired(conn, lease, at)
+        if lease.kind == "maintenance":
+            _holds_ended(conn, lease.table)
+    revoked = audit.last_for_lease(conn, lease.id) if refusal.reason == "revoked" else None
+    error = rules.refused(
+        refusal,
+        ask,
+        at,
+        revoked_by=revoked.actor if revoked else None,
+        revoke_reason=revoked.detail.get("reason") if revoked else None,
+    )
+    if locked and refusal.reason != "token_missing":  # a client mistake records nothing
+        audit.record(
+            conn,
+            at=at,
+            table=lease.table,
+            event="lease.renew_failed",
+            lease_id=lease.id,
+            kind=lease.kind,
+            holder=ask.holder,
+            token=ask.token,
+            outcome=error.extra["outcome"],
+        )
+    return error
+
+
+def release(
+    conn: Connection,
+    *,
+    lease_id: str,
+    actor: str,
+    holder: str | None = None,
+    token: int | None = None,
+    operator: bool = False,
+) -> Lease:
+    """End a lease; releasing an ended lease answers its state again (idempotent).
+
+    The holder releases its own lease: `holder` must be the lease's and, for a maintenance
+    lease, `token` its token. An operator may end any lease by leaving both out; that is a
+    revoke (audited as `lease.revoked` by `actor`), so the holder hears `not_owner` at its next
+    renew. A holder that is not the lease's is refused whoever sends it: it names another lease.
+
+    Raises:
+        NotFound: no lease has this id.
+        NotOwner: `holder` is not the lease's holder.
+        StaleToken: a maintenance lease released with a token that is not its own.
+        InvalidRequest: no holder sent (and not an operator), or no token for a maintenance lease.
+    """
+    ask = ReleaseAsk(lease_id, holder, token, operator)
+    found = _found(conn, lease_id)
+    decision = rules.decide_release(found.lease, ask, found.at)
+    if isinstance(decision, Refuse):
+        raise rules.refused(decision, ask, found.at)
+    return _ended(conn, found, decision, actor)
+
+
+def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease:
+    """Force-end any lease (operators). The holder learns it at its next renew (NotOwner).
+
+    Raises:
+        NotFound: no lease has this id.
+    """
+    found = _found(conn, lease_id)
+    decision = End("revoked", reason) if found.lease.live(found.at) else Unchanged()
+    return _ended(conn, found, decision, actor)
+
+
+def _ended(
+    conn: Connection, found: store.LockedLease, decision: End | Unchanged, actor: str
+) -> Lease:
+    """End the lease as `decision` says (or leave it), audited; its state after."""
+    lease, at = found.lease, found.at
+    if isinstance(decision, Unchanged):
+        return lease_view(lease, at)
+    end = decision.end
+    store.end_lease(conn, lease, end, at)
+    # the row is ours under the table lock: its new state is known without reading it back
+    lease = dataclasses.replace(lease, ended_at=at, end=end)
+    if lease.kind == "maintenance":
+        _holds_ended(conn, lease.table)
+    detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
+    _audit_end(conn, lease, at, f"lease.{end}", actor=actor, **detail)
+    return lease_view(lease, at)
+
+
+def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: str) -> bool:
+    """Close the open intent of maintenance request `request_id` (a compactor that gives up
+    draining); True when one was open. Commit leases on its scope are granted again at once.
+
+    Raises:
+        NotOwner: the intent is another holder's.
+    """
+    locked = store.lock_table(conn, table, create=False)
+    if locked is None:
+        return False
+    row, at = locked
+    row, live = _live(conn, row, at)
+    intent = live.intent(request_id)
+    if intent is None:
+        return False
+    ask = WithdrawAsk(table, request_id, holder)
+    refusal = rules.decide_withdraw(intent, ask)
+    if refusal is not None:
+        raise rules.refused(refusal, ask, at)
+    _end_intent(
+        conn,
+        intent,
+        at,
+        "intent.withdrawn",
+        kind="maintenance",
+        open_s=seconds(at - intent.opened_at),
+    )
+    _holds_ended(conn, table)
+    return True
+
+
+# -- switch, run reports, sweep --------------------------------------------------------------
+
+
+def set_switch(
+    conn: Connection,
+    *,
+    table: str,
+    reason: str,
+    actor: str,
+    ingest: str | None = None,
+    maintenance: str | None = None,
+) -> TableState:
+    """Set the operator switch; either field may be None (unchanged). Always audited."""
+    row, at = _locked_table(conn, table)
+    row, _ = _live(conn, row, at)
+    before = {"ingest": row.ingest, "maintenance": row.maintenance}
+    after = {"ingest": ingest or row.ingest, "maintenance": maintenance or row.maintenance}
+    store.update_table(conn, table, **after, switch_reason=reason, switch_by=actor, switch_at=at)
+    audit.record(
+        conn,
+        at=at,
+        table=table,
+        event="switch.set",
+        actor=actor,
+        reason=reason,
+        before=before,
+        after=after,
+    )
+    row = dataclasses.replace(row, switch_reason=reason, switch_by=actor, switch_at=at, **after)
+    return state_of(conn, row, at)
+
+
+def hold_table(conn: Connection, *, table: str) -> None:
+    """Lock a known table's row for a change that writes an event but no lease (a run report),
+    so event ids on the table keep following commit order."""
+    store.lock_table(conn, table, create=False)
+
+
+def sweep(conn: Connection, *, table: str) -> None:
+    """Mark what expired on `table` as ended, with its audit events (one transaction)."""
+    locked = store.lock_table(conn, table, create=False)
+    if locked is not None:
+        row, at = locked
+        for expired in (
+            *store.expired_commits(conn, table, at),
+            *store.expired_claims(conn, table, at),
+        ):
+            _end_expired(conn, expired, at)
+        _live(conn, row, at)
+
+
+# -- what every transition shares ------------------------------------------------------------
+
+
+def _locked_table(conn: Connection, table: str) -> tuple[TableRow, datetime]:
+    """The locked row of `table`, created on first use, and the clock."""
+    locked = store.lock_table(conn, table)
+    assert locked is not None  # created
+    return locked
+
+
+def _found(conn: Connection, lease_id: str) -> store.LockedLease:
+    found = store.lock_lease(conn, lease_id)
+    if found is None:
+        raise NotFound(f"no lease {lease_id}; acquire a new one", lease_id=lease_id)
+    return found
+
+
+def _live(
+    conn: Connection, row: TableRow, at: datetime, *, commits: bool = False
+) -> tuple[TableRow, Live]:
+    """What is live on the (locked) table: its maintenance leases and intents, and with
+    `commits` its commit leases. Those maintenance leases and intents whose expiry passed are
+    ended here, each audited, and `holds_until` follows the latest live one. No statement reads
+    them while `holds_until` says none can be unended."""
+    leases, intents = ([], []) if row.holds_until is None else store.holds(conn, row.name)
+    for lease in leases:
+        if not lease.live(at):
+            _end_expired(conn, lease, at)
+    for intent in intents:
+        if not intent.live(at):
+            _end_intent(
+                conn, intent, at, "intent.expired", expired_at=intent.expires_at.isoformat()
+            )
+    live_leases = tuple(x for x in leases if x.live(at))
+    live_intents = tuple(x for x in intents if x.live(at))
+    latest = max((x.expires_at for x in (*live_leases, *live_intents)), default=None)
+    if latest != row.holds_until:
+        store.update_table(conn, row.name, holds_until=latest)
+        row = dataclasses.replace(row, holds_until=latest)
+    in_flight = tuple(store.live_commits(conn, row.name, at)) if commits else ()
+    return row, Live(in_flight + live_leases, live_intents)
+
+
+def _holds_ended(conn: Connection, table: str) -> None:
+    """A maintenance lease or intent of the (locked) table ended: `holds_until` becomes the
+    latest expiry of those left unended, so commit grants stop reading them when none is."""
+    store.update_table(conn, table, holds_until=store.latest_hold(conn, table))
+
+
+def _hold_until(
+    conn: Connection, table: str, holds_until: datetime | None, until: datetime
+) -> None:
+    """A maintenance lease or intent of the (locked) table is live until `until`: commit
+    grants read the holds until then."""
+    if holds_until is None or until > holds_until:
+        store.update_table(conn, table, holds_until=until)
+
+
+def _list(partitions: tuple[str, ...] | None) -> list[str] | None:
+    return None if partitions is None else list(partitions)
+
+
+def _end_expired(conn: Connection, lease: LeaseRow, at: datetime) -> None:
+    """Mark a lease whose expiry passed as ended, with its `lease.expired` event."""
+    store.end_lease(conn, lease, "expired", lease.expires_at)
+    _audit_end(conn, dataclasses.replace(lease, ended_at=lease.expires_at), at, "lease.expired")
+
+
+def _audit_end(conn: Connection, lease: LeaseRow, at: datetime, event: str, **detail: Any) -> None:
+    """The event that ends a lease. It says what the lease was (its request id, TTL and how
+    long it was held), so the trail still answers for it once retention pruned its row."""
+    audit.record(
+        conn,
+        at=at,
+        table=lease.table,
+        event=event,
+        lease_id=lease.id,
+        kind=lease.kind,
+        holder=lease.holder,
+        token=lease.token,
+        partitions=_list(lease.partitions),
+        request_id=lease.request_id,
+        ttl_s=lease.ttl_s,
+        held_s=seconds((lease.ended_at or at) - lease.acquired_at),
+        **detail,
+    )
+
+
+def _end_intent(
+    conn: Connection,
+    intent: IntentRow,
+    at: datetime,
+    event: str,
+    *,
+    kind: str | None = None,
+    lease_id: str | None = None,
+    **detail: Any,
+) -> None:
+    """Delete an intent that ended, with its event."""
+    store.delete_intent(conn, intent)
+    audit.record(
+        conn,
+        at=at,
+        table=intent.table,
+        event=event,
+        lease_id=lease_id,
+        kind=kind,
+        holder=intent.holder,
+        request_id=intent.request_id,
+        partitions=_list(intent.partitions),
+        **detail,
+    )

@@ -1,0 +1,122 @@
+"""The lock's stored rows as typed values: what the store loads and the rules decide over.
+
+    TableRow      one per table: the switch, next_token, holds_until
+    LeaseRow      one per grant, of any kind (a kind is a table of its own in the database)
+    IntentRow     one per open intent (writer preference of one maintenance request)
+    Live          what is live on a table now, oldest first: leases and intents
+
+Frozen and free of SQL: `service.lock.store` builds them from the database,
+`service.lock.rules` reads them. Instants are naive UTC datetimes read from the database clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from service.wire import LeaseKind, LeaseState
+from service.wire.scope import Scope
+
+__all__ = [
+    "LeaseKind",
+    "LeaseEnd",
+    "LeaseState",
+    "TableRow",
+    "LeaseRow",
+    "IntentRow",
+    "Live",
+    "seconds",
+]
+
+LeaseEnd = Literal["released", "expired", "revoked"]
+"""How a lease ended: by its holder, by its TTL, by an operator."""
+
+
+def seconds(delta: timedelta) -> float:
+    """A duration on the wire: seconds, to the microsecond."""
+    return round(delta.total_seconds(), 6)
+
+
+def _scope(partitions: tuple[str, ...] | None) -> Scope:
+    return None if partitions is None else frozenset(partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    name: str
+    ingest: Literal["running", "paused"]
+    maintenance: Literal["enabled", "disabled"]
+    switch_reason: str | None
+    switch_by: str | None
+    switch_at: datetime | None
+    # no maintenance lease nor intent of the table is unended after this instant (None: none)
+    holds_until: datetime | None
+    next_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRow:
+    id: str
+    table: str
+    kind: LeaseKind
+    holder: str
+    request_id: str
+    partitions: tuple[str, ...] | None  # as the holder sent them; None: the whole table
+    ttl_s: float
+    acquired_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None = None
+    end: LeaseEnd | None = None
+    token: int | None = None  # maintenance leases only
+
+    @property
+    def scope(self) -> Scope:
+        return _scope(self.partitions)
+
+    def live(self, at: datetime) -> bool:
+        """Not ended, and its expiry not passed at `at`."""
+        return self.ended_at is None and self.expires_at > at
+
+    def state(self, at: datetime) -> LeaseState:
+        if self.live(at):
+            return "live"
+        return self.end or "expired"
+
+    def expired_unended(self, at: datetime) -> bool:
+        """Its expiry passed, and no sweep has marked it ended yet."""
+        return self.ended_at is None and self.expires_at <= at
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRow:
+    table: str
+    request_id: str
+    holder: str
+    partitions: tuple[str, ...] | None
+    opened_at: datetime
+    expires_at: datetime
+
+    kind = "intent"  # for service.wire.scope.conflicts
+
+    @property
+    def scope(self) -> Scope:
+        return _scope(self.partitions)
+
+    def live(self, at: datetime) -> bool:
+        return self.expires_at > at
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """What is live on one table at one instant, oldest first. The store may leave out what
+    cannot conflict with the request at hand (a commit grant loads no commit leases)."""
+
+    leases: tuple[LeaseRow, ...] = ()
+    intents: tuple[IntentRow, ...] = ()
+
+    def of_kind(self, kind: LeaseKind) -> tuple[LeaseRow, ...]:
+        return tuple(lease for lease in self.leases if lease.kind == kind)
+
+    def intent(self, request_id: str) -> IntentRow | None:
+        return next((x for x in self.intents if x.request_id == request_id), None)

@@ -1,0 +1,513 @@
+"""The protocol's decisions: pure functions over typed rows, no database. See service.lock.leases.
+
+Each transition asks one question here and writes what the answer says:
+
+    decide_commit(table, live, ask)        Grant | Refuse
+    decide_maintenance(table, live, ask)   Grant | Drain | Refuse
+    decide_claim(live, ask)                Grant | Refuse
+    decide_repeat(earlier, ask, at)        Repeat | Refuse   (an acquire repeated by request id)
+    decide_renew(lease, ask, at)           Extend | Refuse
+    decide_release(lease, ask, at)         End | Unchanged | Refuse
+    decide_withdraw(intent, ask)           Refuse | None
+
+A function checks in the order its docstring lists, and the first refusal wins, so a reader can
+tell why a request waited from the function and the audit event alone. Which kinds exclude
+which is `service.wire.scope.conflicts`; these functions only add the switch, the order and what
+the answer is. `refused()` turns a `Refuse` into the `service.wire.errors` exception the caller
+raises, with a detail that says what to do next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from service.lock.rows import IntentRow, LeaseKind, LeaseRow, Live, TableRow, seconds
+from service.wire.errors import (
+    ClaimHeld,
+    InvalidRequest,
+    LakelockError,
+    LeaseExpired,
+    Locked,
+    MaintenanceHeld,
+    MaintenanceOff,
+    NotOwner,
+    StaleToken,
+)
+from service.wire.scope import Scope, conflicts, covers
+
+__all__ = [
+    "Ask",
+    "RenewAsk",
+    "ReleaseAsk",
+    "WithdrawAsk",
+    "Reason",
+    "Grant",
+    "Drain",
+    "Refuse",
+    "Repeat",
+    "Extend",
+    "End",
+    "Unchanged",
+    "decide_commit",
+    "decide_maintenance",
+    "decide_claim",
+    "decide_repeat",
+    "decide_renew",
+    "decide_release",
+    "decide_withdraw",
+    "refused",
+]
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """An acquire: `kind` lease on `table` (or `partitions` of it) for `holder`."""
+
+    kind: LeaseKind
+    table: str
+    holder: str
+    request_id: str
+    partitions: tuple[str, ...] | None
+    ttl: timedelta
+
+    @property
+    def scope(self) -> Scope:
+        return None if self.partitions is None else frozenset(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class RenewAsk:
+    lease_id: str
+    holder: str
+    token: int | None
+    ttl: timedelta | None  # None: the lease's own TTL
+
+
+@dataclass(frozen=True, slots=True)
+class WithdrawAsk:
+    table: str
+    request_id: str
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseAsk:
+    """A release by `holder` (with the token for a maintenance lease), or by an operator who
+    may leave both out (then it is a revoke)."""
+
+    lease_id: str
+    holder: str | None
+    token: int | None
+    operator: bool
+
+
+# -- answers ---------------------------------------------------------------------------------
+
+Reason = Literal[
+    # no commit lease now (Locked)
+    "paused",
+    "maintenance",
+    "intent",
+    # no maintenance lease now
+    "maintenance_off",
+    "maintenance_held",
+    # no claim now
+    "claim_held",
+    # a request id used before
+    "request_id_taken",
+    "scope_changed",
+    "ended",
+    # renew, release and withdraw of a lease or intent
+    "expired",
+    "revoked",
+    "not_owner",
+    "token_mismatch",
+    "token_missing",
+    "holder_missing",
+]
+
+Blocking = TableRow | LeaseRow | IntentRow
+"""What a refusal names: the table row (its switch), a lease or an intent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Grant the lease asked for: with `token` (a maintenance lease's, the table's next one),
+    ending the open intents in `fulfils` (the holder's own, which the grant covers)."""
+
+    token: int | None = None
+    fulfils: tuple[IntentRow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Not yet: the commit leases `in_flight` must end first. Open an intent on the request's
+    scope, or keep `intent`, the one it opened before, open."""
+
+    in_flight: tuple[LeaseRow, ...]
+    intent: IntentRow | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    reason: Reason
+    blocking: Blocking | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """An acquire repeated with its request id: answer the lease granted to it."""
+
+    lease: LeaseRow
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """Renew: the lease is live until `expires_at`, with `ttl` from now on."""
+
+    expires_at: datetime
+    ttl: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """End a live lease this way; `reason` goes into its audit event."""
+
+    end: Literal["released", "revoked"]
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unchanged:
+    """Nothing to do: the lease already ended (a release is idempotent)."""
+
+
+# -- acquire ---------------------------------------------------------------------------------
+
+
+def _first(ask: Ask, rows: tuple[LeaseRow, ...] | tuple[IntentRow, ...]) -> Blocking | None:
+    return next((x for x in rows if conflicts(ask.kind, ask.scope, x.kind, x.scope)), None)
+
+
+def decide_commit(table: TableRow, live: Live, ask: Ask) -> Grant | Refuse:
+    """A shared commit lease: refused while ingest is paused, then while a live maintenance lease
+    intersects its scope, then while an open intent does; else granted. Commit leases never
+    exclude each other."""
+    if table.ingest == "paused":
+        return Refuse("paused", table)
+    lease = _first(ask, live.of_kind("maintenance"))
+    if lease is not None:
+        return Refuse("maintenance", lease)
+    intent = _first(ask, live.intents)
+    if intent is not None:
+        return Refuse("intent", intent)
+    return Grant()
+
+
+def decide_maintenance(table: TableRow, live: Live, ask: Ask) -> Grant | Drain | Refuse:
+    """An exclusive maintenance lease: its request's own intent must be the same holder's on
+    the same scope; then refused while maintenance is disabled, then while a live maintenance
+    lease intersects its scope; drained while intersecting commit leases are live; else granted
+    with the table's next token. Intents of other requests do not hold it.
+
+    A grant fulfils the holder's open intents on the table that its scope covers: the request's
+    own, and those of earlier requests of the same holder (a retry under a new request id, a
+    restart) whose drain the grant now holds. Left open, they would keep refusing commit
+    leases after the lease is released, until their TTL. An intent the grant does not cover,
+    or another holder's, stays: it still stands for a request that may ask again."""
+    mine = live.intent(ask.request_id)
+    if mine is not None:
+        if mine.holder != ask.holder:
+            return Refuse("request_id_taken", mine)
+        if mine.scope != ask.scope:
+            return Refuse("scope_changed", mine)
+    if table.maintenance == "disabled":
+        return Refuse("maintenance_off", table)
+    lease = _first(ask, live.of_kind("maintenance"))
+    if lease is not None:
+        return Refuse("maintenance_held", lease)
+    in_flight = tuple(
+        x for x in live.of_kind("commit") if conflicts(ask.kind, ask.scope, x.kind, x.scope)
+    )
+    if in_flight:
+        return Drain(in_flight, mine)
+    fulfils = tuple(
+        x for x in live.intents if x.holder == ask.holder and covers(ask.scope, x.scope)
+    )
+    return Grant(token=table.next_token, fulfils=fulfils)
+
+
+def decide_claim(live: Live, ask: Ask) -> Grant | Refuse:
+    """A claim: refused while another claim on the table is live (whoever holds it, the
+    asker too: a second claim under a new request id is a second compactor run); else
+    granted. It never waits and never drains. Nothing else holds it: commit and maintenance
+    leases, intents and the switch are not looked at (a claim writes nothing: it only says
+    which compactor plans the table, and each maintenance lease it takes keeps its own rules).
+    A request id granted before is answered by `decide_repeat`, not here."""
+    held = _first(ask, live.of_kind("claim"))
+    if held is not None:
+        return Refuse("claim_held", held)
+    return Grant()
+
+
+def decide_repeat(earlier: LeaseRow, ask: Ask, at: datetime) -> Repeat | Refuse:
+    """The answer to an acquire whose request id was granted `earlier`, whatever the table's
+    state now: another holder's request id is refused (its lease and token must not be handed
+    out by id), so is another scope (the lease would not cover it), so is a lease that ended
+    since; else the same lease again."""
+    if earlier.holder != ask.holder:
+        return Refuse("request_id_taken", earlier)
+    if earlier.scope != ask.scope:
+        return Refuse("scope_changed", earlier)
+    if not earlier.live(at):
+        return Refuse("ended", earlier)
+    return Repeat(earlier)
+
+
+# -- renew, release, withdraw ----------------------------------------------------------------
+
+
+def decide_renew(lease: LeaseRow, ask: RenewAsk, at: datetime) -> Extend | Refuse:
+    """Extend a live lease only: refused when an operator revoked it, when it ended or expired,
+    when it is another holder's, and for a maintenance lease without its token (a client
+    mistake) or with another one; else live `ttl` (default its own) from now."""
+    if lease.end == "revoked":
+        return Refuse("revoked", lease)
+    if not lease.live(at):
+        return Refuse("expired", lease)
+    if lease.holder != ask.holder:
+        return Refuse("not_owner", lease)
+    if lease.kind == "maintenance":
+        if ask.token is None:
+            return Refuse("token_missing", lease)
+        if ask.token != lease.token:
+            return Refuse("token_mismatch", lease)
+    ttl = ask.ttl if ask.ttl is not None else timedelta(seconds=lease.ttl_s)
+    return Extend(at + ttl, ttl)
+
+
+def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unchanged | Refuse:
+    """A holder that is not the lease's is refused, whoever sends it (it names another lease);
+    a release needs the holder unless an operator sends it, and a maintenance lease's holder
+    its token. An ended lease is left as it is; a live one ends `released` by its holder,
+    `revoked` by an operator who left the holder out."""
+    if ask.holder is not None and ask.holder != lease.holder:
+        return Refuse("not_owner", lease)
+    if ask.holder is None and not ask.operator:
+        return Refuse("holder_missing", lease)
+    if ask.holder is not None and lease.kind == "maintenance":
+        if ask.token is None:
+            return Refuse("token_missing", lease)
+        if ask.token != lease.token:
+            return Refuse("token_mismatch", lease)
+    if not lease.live(at):
+        return Unchanged()
+    if ask.holder is not None:
+        return End("released")
+    return End("revoked", "released by an operator")
+
+
+def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
+    """Only the intent's holder withdraws it (None: withdraw it)."""
+    if intent.holder != ask.holder:
+        return Refuse("not_owner", intent)
+    return None
+
+
+# -- refusals as errors ----------------------------------------------------------------------
+
+
+def _where(partitions: tuple[str, ...] | None) -> str:
+    if partitions is None:
+        return ""
+    more = f" and {len(partitions) - 3} more)" if len(partitions) > 3 else ")"
+    return f" (partitions {', '.join(partitions[:3])}" + more
+
+
+def _names(partitions: tuple[str, ...] | None) -> list[str] | None:
+    return None if partitions is None else list(partitions)
+
+
+def refused(
+    refusal: Refuse,
+    ask: Ask | RenewAsk | ReleaseAsk | WithdrawAsk,
+    at: datetime,
+    *,
+    revoked_by: str | None = None,
+    revoke_reason: str | None = None,
+) -> LakelockError:
+    """The exception that tells the client of `ask` about `refusal`, and what to do next.
+    `revoked_by` and `revoke_reason` (from the audit trail) name who revoked a lease."""
+    reason, blocking = refusal.reason, refusal.blocking
+    if isinstance(blocking, TableRow):
+        if reason == "paused":
+            return Locked(
+                f"ingest on {blocking.name} is paused by {blocking.switch_by}: "
+                f"{blocking.switch_reason}",
+                reason="paused",
+                blocking_holder=blocking.switch_by,
+                retry_after_s=None,
+            )
+        return MaintenanceOff(
+            f"maintenance on {blocking.name} is disabled by {blocking.switch_by}: "
+            f"{blocking.switch_reason}",
+            blocking_holder=blocking.switch_by,
+        )
+    if isinstance(ask, Ask):
+        return _acquire_refused(reason, blocking, ask, at)
+    if isinstance(ask, WithdrawAsk):
+        assert isinstance(blocking, IntentRow)
+        return NotOwner(
+            f"the intent {ask.request_id!r} on {ask.table} is {blocking.holder}'s, "
+            f"not {ask.holder}'s",
+            outcome="not_owner",
+        )
+    assert isinstance(blocking, LeaseRow)
+    if isinstance(ask, RenewAsk):
+        return _renew_refused(reason, blocking, ask, revoked_by, revoke_reason)
+    return _release_refused(reason, blocking, ask)
+
+
+def _acquire_refused(
+    reason: Reason, blocking: LeaseRow | IntentRow | None, ask: Ask, at: datetime
+) -> LakelockError:
+    assert blocking is not None
+    where = f"{ask.table}{_where(blocking.partitions)}"
+    partitions = _names(blocking.partitions)
+    rid = ask.request_id
+    match reason:
+        case "maintenance":
+            return Locked(
+                f"{where} is held for maintenance by {blocking.holder}",
+                reason="maintenance",
+                blocking_holder=blocking.holder,
+                blocking_partitions=partitions,
+                retry_after_s=seconds(blocking.expires_at - at),
+            )
+        case "intent":
+            return Locked(
+                f"{where} is draining for maintenance by {blocking.holder}",
+                reason="intent",
+                blocking_holder=blocking.holder,
+                blocking_partitions=partitions,
+                retry_after_s=None,
+            )
+        case "maintenance_held":
+            return MaintenanceHeld(
+                f"{where} is held for maintenance by {blocking.holder}",
+                blocking_holder=blocking.holder,
+                blocking_partitions=partitions,
+                retry_after_s=seconds(blocking.expires_at - at),
+            )
+        case "claim_held":
+            assert isinstance(blocking, LeaseRow)
+            left = seconds(blocking.expires_at - at)
+            return ClaimHeld(
+                f"{ask.table} is claimed by {blocking.holder} for {left:.1f}s more (unless "
+                "renewed); move on to the next table",
+                holder=blocking.holder,
+                blocking_holder=blocking.holder,
+                remaining_s=left,
+                retry_after_s=left,
+            )
+        case "request_id_taken":
+            # a conflict with what is stored, not a malformed request: 409, like any other
+            # holder's lease
+            return NotOwner(
+                f"request_id {rid!r} was used by another holder; send a new request_id",
+                field="request_id",
+            )
+        case "scope_changed":
+            used = (
+                "the whole table"
+                if partitions is None
+                else f"another set of {len(partitions)} partitions"
+            )
+            return NotOwner(
+                f"request_id {rid!r} was used for {used}; "
+                "send a new request_id for a different scope",
+                field="request_id",
+            )
+        case "ended":
+            assert isinstance(blocking, LeaseRow)
+            state = blocking.state(at)
+            return LeaseExpired(
+                f"the lease granted to request_id {rid!r} is {state}; "
+                "acquire again with a new request_id",
+                lease_id=blocking.id,
+                state=state,
+            )
+    raise AssertionError(f"no acquire refusal {reason}")
+
+
+def _renew_refused(
+    reason: Reason,
+    lease: LeaseRow,
+    ask: RenewAsk,
+    revoked_by: str | None,
+    revoke_reason: str | None,
+) -> LakelockError:
+    match reason:
+        case "revoked":
+            by = revoked_by or "an operator"
+            why = f" ({revoke_reason})" if revoke_reason else ""
+            return NotOwner(
+                f"lease {ask.lease_id} was revoked by {by}{why}; stop writing, do not commit",
+                outcome="not_owner",
+                ended_by=by,
+            )
+        case "expired":
+            return LeaseExpired(
+                f"lease {ask.lease_id} is {lease.end or 'expired'}; acquire a new one",
+                outcome="expired",
+            )
+        case "not_owner":
+            return NotOwner(
+                f"lease {ask.lease_id} is held by {lease.holder}, not {ask.holder}",
+                outcome="not_owner",
+            )
+        case "token_missing":
+            # a request that cannot be right whoever holds the lease: nothing is recorded
+            return InvalidRequest(
+                f"renewing a maintenance lease needs its token: POST /v1/leases/{ask.lease_id}"
+                '/renew {"holder": ..., "token": <the token of the grant>}',
+                field="token",
+            )
+        case "token_mismatch":
+            return StaleToken(
+                f"token {ask.token} is not lease {ask.lease_id}'s; a newer holder exists, "
+                "stop writing",
+                outcome="token_mismatch",
+            )
+    raise AssertionError(f"no renew refusal {reason}")
+
+
+def _release_refused(reason: Reason, lease: LeaseRow, ask: ReleaseAsk) -> LakelockError:
+    match reason:
+        case "not_owner":
+            how = "; an operator ends any lease by leaving holder and token out"
+            return NotOwner(
+                f"lease {ask.lease_id} is held by {lease.holder}, not {ask.holder}; not released"
+                + (how if ask.operator else ""),
+                outcome="not_owner",
+            )
+        case "holder_missing":
+            return InvalidRequest(
+                "releasing a lease needs its holder: "
+                f"DELETE /v1/leases/{ask.lease_id}?holder=<holder>",
+                field="holder",
+            )
+        case "token_missing":
+            return InvalidRequest(
+                "releasing a maintenance lease needs its token: "
+                f"DELETE /v1/leases/{ask.lease_id}?holder=<holder>&token=<token>",
+                field="token",
+            )
+        case "token_mismatch":
+            return StaleToken(f"token {ask.token} is not lease {ask.lease_id}'s; not released")
+    raise AssertionError(f"no release refusal {reason}")

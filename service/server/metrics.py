@@ -1,0 +1,271 @@
+"""Prometheus metrics of the service.
+
+Lease transitions are counted from the audit events a committed transaction recorded, so the
+metrics and the trail cannot disagree; refusals that change nothing are counted by the API.
+
+    counters, histograms   per process; with LAKELOCK_WORKERS > 1, `python -m service` sets up
+                           prometheus-client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR), so
+                           whichever worker answers a scrape reports the sum over all of them
+    state gauges           live leases by kind (commit, maintenance, claim), open intents,
+                           paused tables, and the reported debt of the tables that owe most
+                           (small files, delete files, partitions over target, per table, for
+                           at most LAKELOCK_METRICS_MAX_TABLES tables): read from the
+                           database at scrape time, so they are right whichever replica granted
+                           the lease, and need no multiprocess handling
+
+In one process (tests, LAKELOCK_WORKERS=1) each app gets its own registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import Engine, func, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from service.lock import debt
+from service.lock.db import (
+    claims_t,
+    commit_leases_t,
+    intents_t,
+    is_unavailable,
+    maintenance_leases_t,
+    now,
+    tables_t,
+)
+from service.wire import TableDebt
+from service.wire.scope import label
+
+__all__ = [
+    "Metrics",
+    "StateCollector",
+    "read_state",
+    "MULTIPROC_ENV",
+    "multiprocess_folder",
+    "process_exited",
+]
+
+log = logging.getLogger("lakelock.service")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+_HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        # the metrics live here; what a scrape renders is `self.registry`, which in
+        # multiprocess mode reads every worker's files instead
+        own = CollectorRegistry(auto_describe=True)
+        # `scope`: table (a whole-table lease) or partitions (a partition-scoped one)
+        self.grants = Counter("lakelock_grants", "Leases granted", ["kind", "scope"], registry=own)
+        self.denials = Counter(
+            "lakelock_denials",
+            "Lease requests refused",
+            ["kind", "reason", "scope"],
+            registry=own,
+        )
+        self.expiries = Counter("lakelock_expiries", "Leases expired", ["kind"], registry=own)
+        self.ends = Counter("lakelock_lease_ends", "Leases ended", ["kind", "end"], registry=own)
+        self.renewals = Counter("lakelock_renewals", "Successful renews", ["kind"], registry=own)
+        self.renew_failures = Counter(
+            "lakelock_renew_failures", "Renews refused, by outcome", ["outcome"], registry=own
+        )
+        self.intents = Counter(
+            "lakelock_intents_opened", "Intents opened (drains)", ["scope"], registry=own
+        )
+        self.pruned = Counter(
+            "lakelock_pruned_rows",
+            "Rows deleted past the retention (LAKELOCK_RETENTION_DAYS)",
+            ["table"],
+            registry=own,
+        )
+        self.hold = Histogram(
+            "lakelock_lease_hold_seconds",
+            "How long leases were held, from grant to release, expiry or revoke",
+            ["kind", "scope"],
+            buckets=_HOLD_BUCKETS,
+            registry=own,
+        )
+        # summed over the live workers: how many clients wait on a long-poll right now
+        self.parked = Gauge(
+            "lakelock_parked_long_polls",
+            "Long-polls (wait_s, wait) parked, waiting for a change or their deadline",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self.latency = Histogram(
+            "lakelock_request_duration_seconds",
+            "HTTP request latency",
+            ["method", "route", "status"],
+            registry=own,
+        )
+        if os.environ.get(MULTIPROC_ENV):
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            self.registry = CollectorRegistry()
+            MultiProcessCollector(self.registry)
+        else:
+            self.registry = own
+
+    def observe_events(self, events: list[dict[str, Any]]) -> None:
+        """Count the transitions of one committed transaction."""
+        for event in events:
+            name, kind = event["event"], event.get("kind") or "none"
+            detail = event.get("detail") or {}
+            scope = label(detail.get("partitions"))
+            if name == "lease.acquired":
+                self.grants.labels(kind, scope).inc()
+            elif name == "intent.opened":
+                self.intents.labels(scope).inc()
+            elif name == "lease.renew_failed":
+                self.renew_failures.labels(detail.get("outcome", "unknown")).inc()
+            elif name in ("lease.released", "lease.expired", "lease.revoked"):
+                end = name.removeprefix("lease.")
+                self.ends.labels(kind, end).inc()
+                if end == "expired":
+                    self.expiries.labels(kind).inc()
+                if "held_s" in detail:
+                    self.hold.labels(kind, scope).observe(float(detail["held_s"]))
+
+    def track_state(self, engine: Engine, *, max_tables: int = 100) -> None:
+        """Add the state gauges, read from `engine`'s database at each scrape; the per-table
+        debt gauges for the `max_tables` tables with the most debt."""
+        self.registry.register(StateCollector(engine, max_tables=max_tables))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class StateCollector(Collector):
+    """The lock state as gauges, counted in the database at scrape time.
+
+    Live is judged by expiry against the database clock, as the protocol does (see
+    service.lock.leases), so a lease the sweeper has not yet ended is not counted. When the database
+    cannot be reached, the scrape still carries the process counters, with
+    `lakelock_state_up` 0 and no state gauges.
+    """
+
+    def __init__(self, engine: Engine, *, max_tables: int = 100) -> None:
+        self.engine = engine
+        self.max_tables = max_tables
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # registering must not query the database
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        up = GaugeMetricFamily(
+            "lakelock_state_up", "1 if the state gauges could be read from the database"
+        )
+        try:
+            with self.engine.connect() as conn:
+                state = read_state(conn)
+                heaviest = debt.heaviest(conn, limit=self.max_tables, at=now(conn))
+        except (DBAPIError, PoolTimeout) as exc:
+            if isinstance(exc, DBAPIError) and not is_unavailable(exc):
+                raise  # a bad statement or schema is a fault, not an outage
+            log.warning("state gauges not read, database unavailable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        live = GaugeMetricFamily("lakelock_live_leases", "Live leases", labels=["kind"])
+        for kind in ("commit", "maintenance", "claim"):
+            live.add_metric([kind], state[kind])
+        yield live
+        yield GaugeMetricFamily(
+            "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
+        )
+        yield GaugeMetricFamily(
+            "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
+        )
+        yield from _debt_gauges(heaviest)
+
+
+_DEBT_GAUGES = (
+    ("small_files", "Data files under the small size, as last reported"),
+    ("delete_files", "Delete files that still apply, as last reported"),
+    ("partitions_over_target", "Partitions a rewrite would change, as last reported"),
+)
+
+
+def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricFamily]:
+    """`lakelock_table_<count>{table}` for the tables given (the most indebted): one series per
+    table and count, so the number of series is bounded by LAKELOCK_METRICS_MAX_TABLES."""
+    for name, help_text in _DEBT_GAUGES:
+        family = GaugeMetricFamily(
+            f"lakelock_table_{name}",
+            f"{help_text} (the LAKELOCK_METRICS_MAX_TABLES tables with the most debt)",
+            labels=["table"],
+        )
+        for table, owed in heaviest:
+            family.add_metric([table], getattr(owed, name))
+        yield family
+
+
+def read_state(conn: Connection) -> dict[str, int]:
+    """Counts of live leases of each kind, open intents and paused tables."""
+    at = now(conn)
+    counts: dict[str, int] = {}
+    kinds = (
+        ("commit", commit_leases_t),
+        ("maintenance", maintenance_leases_t),
+        ("claim", claims_t),
+    )
+    for kind, leases_t in kinds:
+        c = leases_t.c
+        # by the (ended_at, expires_at) index: not ended, expiry ahead
+        live = select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)
+        counts[kind] = conn.execute(live).scalar_one()
+    counts["intents"] = conn.execute(
+        select(func.count()).where(intents_t.c.expires_at > at)
+    ).scalar_one()
+    counts["paused"] = conn.execute(
+        select(func.count()).where(tables_t.c.ingest == "paused")
+    ).scalar_one()
+    return counts
+
+
+@contextmanager
+def multiprocess_folder() -> Iterator[Path]:
+    """Turn on prometheus-client's multiprocess mode for the worker processes started inside:
+    an operator's PROMETHEUS_MULTIPROC_DIR, emptied first (an earlier run's files would count
+    twice), else a temporary folder removed afterwards. Enter before any worker starts.
+
+    Raises:
+        OSError: the folder cannot be created or emptied.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        folder = Path(given)
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("*.db"):
+            stale.unlink()
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="lakelock-metrics-") as created:
+        os.environ[MULTIPROC_ENV] = created
+        try:
+            yield Path(created)
+        finally:
+            del os.environ[MULTIPROC_ENV]
+
+
+def process_exited() -> None:
+    """Bookkeeping for a worker that stops: drops its live-gauge files, if multiprocess."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client.multiprocess import mark_process_dead
+
+        mark_process_dead(os.getpid())

@@ -1,0 +1,12 @@
+"""What crosses the wire between the service and its clients; no FastAPI, SQLAlchemy or Spark.
+
+    service.wire.models   the HTTP bodies both ways (pydantic), re-exported here:
+                          `from service.wire import Lease`
+    service.wire.errors   the error tree, and problem+json both ways
+    service.wire.scope    partition names and the conflict rule of scopes
+
+The client (the base install) needs all of it; so do the lock core and the server.
+"""
+
+from service.wire.models import *  # noqa: F403
+from service.wire.models import __all__ as __all__

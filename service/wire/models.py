@@ -1,0 +1,492 @@
+"""The HTTP API's bodies, both ways (docs/api.md): what the routes take and answer, and what the
+client parses. Pydantic only, no FastAPI or server import, so `service.client` shares it.
+
+    AcquireBody, ClaimBody, RenewBody, RevokeBody, SwitchBody, RunBody, DebtBody
+                                                               requests (strict, no extra fields)
+    Lease, Intent, Draining, TableState, ...                   answers (the routes' response
+                                                               models, so openapi.json describes
+                                                               them; the client's parsed answers)
+
+    lease = Lease.model_validate_json(response.content)
+    lease.partitions       # None: the whole table; else a tuple of partition names
+    lease.model_dump(mode="json")
+
+Every request body forbids unknown fields, so a typo ("ttl" for "ttl_s") is a 422 naming the
+field instead of a silent default. Answers are frozen and ignore fields they do not know, so a
+client keeps working against a newer service.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
+
+__all__ = [
+    "TABLE_PATTERN",
+    "REQUEST_ID_PATTERN",
+    "HOLDER_PATTERN",
+    "MAX_TOKEN",
+    "LeaseKind",
+    "LeaseState",
+    "AcquireBody",
+    "ClaimBody",
+    "RenewBody",
+    "RevokeBody",
+    "SwitchBody",
+    "RunBody",
+    "DebtBody",
+    "Lease",
+    "Intent",
+    "IntentRef",
+    "Draining",
+    "Switch",
+    "TableDebt",
+    "TableState",
+    "Tables",
+    "Renewed",
+    "Released",
+    "Withdrawn",
+    "Event",
+    "Events",
+    "Runs",
+    "RunId",
+]
+
+_PART = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+TABLE_PATTERN = rf"^{_PART}\.{_PART}(\.{_PART})?$"
+"""`namespace.table` or `catalog.namespace.table`; each part an identifier of at most 64 chars."""
+
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+# a token is a signed 64-bit integer in the database, but a JSON number is exact only up to
+# 2**53 - 1 in most parsers (I-JSON, RFC 7493): no token, nor any bound sent, goes past that
+MAX_TOKEN = 2**53 - 1
+MAX_REPORT_DEPTH = 16
+# an Iceberg snapshot id is a Java long, most of them past 2**53: exact in Python and in the
+# database (BIGINT); a JavaScript reader must take it as a big integer
+MIN_SNAPSHOT_ID, MAX_SNAPSHOT_ID = -(2**63), 2**63 - 1
+HOLDER_PATTERN = r"^[\x20-\x7e]+$"  # printable ASCII
+
+LeaseKind = Literal["commit", "maintenance", "claim"]
+"""`commit`: shared, one micro-batch write. `maintenance`: exclusive on its scope, one
+compaction step. `claim`: exclusive per table among claims only, one compactor's hold on a
+table from its plan to its housekeeping (it holds no writer)."""
+
+LeaseState = Literal["live", "released", "expired", "revoked"]
+
+Partitions = tuple[str, ...]
+"""Partition names as Iceberg writes their paths (`dt=2024-06-20/hr=13`); None for a scope
+means the whole table."""
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    # strict: `true` is not a TTL and "5" is not a number; unknown fields are typos. Strings are
+    # taken as sent (no stripping), so openapi.json's lengths and patterns are the whole rule.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Holder = Annotated[str, Field(min_length=1, max_length=255, pattern=HOLDER_PATTERN)]
+
+
+def _whole(value: Any) -> Any:
+    # JSON has one number type: 7.0 is the integer 7 to JSON Schema (and JavaScript);
+    # 7.5, "7" and true are still refused by the strict int
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _json_int(low: int, high: int) -> Any:
+    """An integer of a request body within [low, high]: a whole float (7.0) is taken as the
+    integer it is. (The bounds sit inside the validator so openapi.json states them as
+    `minimum`/`maximum`.)"""
+    return Annotated[Annotated[int, Field(ge=low, le=high)], BeforeValidator(_whole)]
+
+
+Token = _json_int(1, MAX_TOKEN)
+Count = _json_int(0, MAX_TOKEN)
+SnapshotId = _json_int(MIN_SNAPSHOT_ID, MAX_SNAPSHOT_ID)
+
+# the rules are in the schema for clients, and checked by AcquireBody's validator and the routes
+# (`LAKELOCK_MAX_PARTITIONS`) with messages that say what to send instead
+PartitionName = Annotated[
+    str,
+    Field(
+        json_schema_extra={
+            "pattern": PARTITION_PATTERN,
+            "minLength": 2,
+            "maxLength": MAX_NAME_CHARS,
+        }
+    ),
+]
+
+
+class AcquireBody(_Body):
+    holder: Holder
+    ttl_s: float = Field(gt=0, description="lease time to live; renew at a third of it")
+    request_id: str = Field(
+        default_factory=lambda: uuid.uuid4().hex,
+        pattern=REQUEST_ID_PATTERN,
+        description="1-128 letters, digits and . _ : -; repeat it on a retry to get the same "
+        "lease back",
+    )
+    wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait up to this long")
+    partitions: list[PartitionName] | None = Field(
+        default=None,
+        description="the partitions the lease covers, each named by its Iceberg partition path "
+        "(`dt=2024-06-20/hr=13`, `ts_day=2024-06-20`, `id_bucket=7`); absent or null: the whole "
+        "table. At most LAKELOCK_MAX_PARTITIONS names, no duplicates",
+        examples=[["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]],
+    )
+
+    @field_validator("partitions")
+    @classmethod
+    def _distinct_names(cls, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        if not names:
+            raise ValueError(
+                "partitions is empty; send at least one partition name, or leave the field out "
+                "(or send null) for the whole table"
+            )
+        bad = next((name for name in names if not is_name(name)), None)
+        if bad is not None:
+            raise ValueError(
+                f"{bad[:80]!r} is not a partition name; send Iceberg partition paths "
+                "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
+                f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
+            )
+        seen: set[str] = set()
+        repeated = next((name for name in names if name in seen or seen.add(name)), None)
+        if repeated is not None:
+            raise ValueError(f"partition {repeated!r} is listed twice; send each name once")
+        return names
+
+
+class ClaimBody(AcquireBody):
+    """An acquire of a claim: the fields of AcquireBody. A claim covers the whole table, so
+    `partitions` may only be left out (or null); a claim never waits, so `wait_s` is accepted
+    and ignored: a claim another holder has is refused at once."""
+
+    wait_s: float = Field(
+        default=0.0, ge=0, description="accepted and ignored: a claim is granted or refused at once"
+    )
+    partitions: None = Field(
+        default=None, description="leave it out: a claim covers the whole table"
+    )
+
+    @field_validator("partitions", mode="before")
+    @classmethod
+    def _whole_table(cls, value: Any) -> Any:
+        if value is not None:
+            raise ValueError(
+                "a claim covers the whole table; leave partitions out (scope the maintenance "
+                "leases taken under the claim instead)"
+            )
+        return value
+
+
+class RenewBody(_Body):
+    holder: Holder
+    ttl_s: float | None = Field(default=None, gt=0)
+    token: Token | None = Field(default=None, description="required for maintenance leases")
+
+
+class RevokeBody(_Body):
+    reason: str = Field(min_length=1, max_length=1024)
+
+
+class SwitchBody(_Body):
+    """Send `ingest`, `maintenance` or both, with the reason; leave a field out (not null) to
+    keep its value."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["ingest"]}, {"required": ["maintenance"]}]}
+    )
+
+    ingest: Literal["running", "paused"] | SkipJsonSchema[None] = None
+    maintenance: Literal["enabled", "disabled"] | SkipJsonSchema[None] = None
+    reason: str = Field(min_length=1, max_length=1024)
+
+    @field_validator("ingest", "maintenance", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("leave the field out to keep its value; null is not a setting")
+        return value
+
+    @model_validator(mode="after")
+    def _something_to_set(self) -> SwitchBody:
+        if self.ingest is None and self.maintenance is None:
+            raise ValueError("send ingest and/or maintenance with the reason")
+        return self
+
+
+class RunBody(_Body):
+    model_config = ConfigDict(extra="allow")
+
+    outcome: str = Field(min_length=1, max_length=32)
+    holder: str | None = Field(default=None, max_length=255)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shallow(cls, value: Any) -> Any:
+        # a report is a few levels deep; a deeply nested one could not be read back
+        if _depth(value) > MAX_REPORT_DEPTH:
+            raise ValueError(
+                f"the report is nested more than {MAX_REPORT_DEPTH} levels deep; flatten it"
+            )
+        return value
+
+
+DateTimeText = Annotated[str, Field(max_length=64, json_schema_extra={"format": "date-time"})]
+
+
+class DebtBody(_Body):
+    """A table's compaction debt as a compactor measured it: the latest report of a table
+    replaces the one before (`compactor.debt` says how each count is measured)."""
+
+    snapshot_id: SnapshotId | None = Field(
+        default=None,
+        description="the Iceberg snapshot measured (null: an empty table); a 64-bit id, past "
+        "2^53 in most tables",
+    )
+    data_files: Count = Field(description="live data files")
+    small_files: Count = Field(description="data files under the compactor's small size")
+    delete_files: Count = Field(description="delete files that still apply, dangling ones too")
+    partitions_over_target: Count = Field(
+        description="partitions a rewrite would change (enough small files, or delete files)"
+    )
+    records: Count | None = Field(default=None, description="live records, when known")
+    measured_at: DateTimeText | None = Field(
+        default=None,
+        description="when the compactor measured, by its clock: an RFC 3339 date-time with its "
+        "offset (2024-06-20T13:05:00Z); kept as sent. The service stamps each report with its "
+        "own clock too",
+        examples=["2024-06-20T13:05:00Z"],
+    )
+
+    @field_validator("measured_at")
+    @classmethod
+    def _rfc3339(cls, value: str | None) -> str | None:
+        if value is not None and not is_rfc3339(value):
+            raise ValueError(
+                f"{value[:40]!r} is not an RFC 3339 date-time; send it with its offset, e.g. "
+                "2024-06-20T13:05:00Z"
+            )
+        return value
+
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))"
+)
+
+
+def is_rfc3339(text: str) -> bool:
+    """A `date-time` of RFC 3339 (JSON Schema's format): a real date and time, an offset
+    (`Z` or +hh:mm), a leap second (:60) allowed."""
+    found = _RFC3339.fullmatch(text)
+    if found is None:
+        return False
+    year, month, day, hour, minute, second = (int(found.group(n)) for n in range(1, 7))
+    offset_h, offset_m = (int(found.group(n) or 0) for n in (9, 10))
+    try:
+        datetime(year, month, day, hour, minute, min(second, 59))
+    except ValueError:
+        return False
+    return second <= 60 and offset_h <= 23 and offset_m <= 59
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deep `value` nests, giving up (with a depth over the limit) past the limit."""
+    if level > MAX_REPORT_DEPTH or not isinstance(value, dict | list):
+        return level
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, level + 1) for child in children), default=level + 1)
+
+
+# -- answers ---------------------------------------------------------------------------------
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Lease(_Answer):
+    """A lease as the service described it when it answered (remaining seconds by the
+    database clock).
+
+    lease.token        # the fencing token of a maintenance lease; None for commit leases, claims
+    lease.remaining_s  # seconds left when the service answered
+    lease.state        # live | released | expired | revoked
+    """
+
+    lease_id: str
+    table: str
+    kind: LeaseKind
+    holder: str
+    request_id: str
+    token: int | None
+    ttl_s: float
+    remaining_s: float
+    held_s: float = 0.0
+    state: LeaseState = "live"
+    partitions: Partitions | None = None
+
+
+class Intent(_Answer):
+    """An open intent: maintenance request `request_id` is draining the commits on its scope."""
+
+    holder: str
+    request_id: str
+    partitions: Partitions | None = None
+    remaining_s: float
+    open_s: float
+
+
+class IntentRef(_Answer):
+    """The intent a draining maintenance request holds open."""
+
+    holder: str
+    request_id: str
+    partitions: Partitions | None = None
+    remaining_s: float
+
+
+class Draining(_Answer):
+    """The 202 of a maintenance request while the commit leases it conflicts with drain: its
+    intent is open; ask again with the same request id (after `retry_after_s`, or at once with
+    `wait_s`)."""
+
+    status: Literal["draining"] = "draining"
+    table: str
+    partitions: Partitions | None = None
+    intent: IntentRef
+    in_flight_commits: int
+    retry_after_s: float
+
+    @property
+    def request_id(self) -> str:
+        return self.intent.request_id
+
+
+class Switch(_Answer):
+    ingest: Literal["running", "paused"]
+    maintenance: Literal["enabled", "disabled"]
+    reason: str | None
+    by: str | None
+    changed_s_ago: float | None
+
+
+class TableDebt(_Answer):
+    """The latest compaction debt a compactor reported for the table (`DebtBody`), with who
+    reported it and how long ago by the database clock.
+
+    debt.weight   # small files + delete files: what `lakelock status` and the page rank by
+    """
+
+    snapshot_id: int | None
+    data_files: int
+    small_files: int
+    delete_files: int
+    partitions_over_target: int
+    records: int | None = None
+    measured_at: str | None = None
+    reported_by: str | None = None
+    reported_s_ago: float = Field(description="seconds since the report, by the database clock")
+
+    @property
+    def weight(self) -> int:
+        return self.small_files + self.delete_files
+
+
+class TableState(_Answer):
+    """A table's switch, live leases and open intents (oldest first), and its state version."""
+
+    table: str
+    version: int = Field(description="the id of the table's newest event; grows with each change")
+    switch: Switch
+    maintenance_leases: tuple[Lease, ...]
+    intents: tuple[Intent, ...]
+    # the oldest of each, for clients of the one-lease-per-table protocol
+    maintenance_lease: Lease | None
+    intent: Intent | None
+    commit_leases: tuple[Lease, ...]
+    next_token: int
+    claims: tuple[Lease, ...] = Field(
+        default=(), description="the live claim (at most one): which compactor has the table"
+    )
+    debt: TableDebt | None = Field(
+        default=None, description="the latest compaction debt reported (null: none yet)"
+    )
+
+
+class Tables(_Answer):
+    tables: tuple[TableState, ...]
+
+
+class Renewed(_Answer):
+    outcome: Literal["ok"] = "ok"
+    lease: Lease
+
+
+class Released(_Answer):
+    lease_id: str
+    state: LeaseState
+    released: Literal[True] = True
+    lease: Lease
+
+
+class Withdrawn(_Answer):
+    table: str
+    request_id: str
+    withdrawn: bool
+
+
+class Event(_Answer):
+    """One audit event: what changed on a table, who did it, and its details."""
+
+    id: int
+    at: datetime = Field(description="when, by the database clock (UTC)")
+    table: str
+    event: str
+    lease_id: str | None
+    kind: str | None
+    holder: str | None
+    token: int | None
+    actor: str | None
+    detail: dict[str, Any]
+
+    @field_serializer("at")
+    def _utc(self, at: datetime) -> str:
+        # the database clock is naive UTC; the wire says so
+        return at.isoformat() + "Z" if at.tzinfo is None else at.isoformat()
+
+
+class Events(_Answer):
+    events: tuple[Event, ...]
+
+
+class Runs(_Answer):
+    runs: tuple[dict[str, Any], ...] = Field(
+        description="run reports, newest first: run_id, reported_at and the report's fields"
+    )
+
+
+class RunId(_Answer):
+    run_id: int
