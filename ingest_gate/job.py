@@ -700,10 +700,14 @@ def run(
         pyspark.errors.PySparkException: the query cannot be set up.
     """
     if spark is None:
+        from ingest_gate import EXECUTOR_PACKAGES
         from jobkit.spark import build_session
 
         spark = build_session(
-            config.catalog, app_name="lakelock-ingest", master=config.spark_master
+            config.catalog,
+            app_name="lakelock-ingest",
+            master=config.spark_master,
+            executor_packages=EXECUTOR_PACKAGES,
         )
     writer = BatchWriter(
         config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks

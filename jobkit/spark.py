@@ -28,9 +28,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from jobkit.executors import ZIP_PREFIX, py_files, python_for_local_workers
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -150,6 +153,7 @@ def build_session(
     jars_packages: str | None = None,
     use_bundled_jar: bool = True,
     extra_conf: dict[str, str] | None = None,
+    executor_packages: Sequence[str] = (),
 ) -> SparkSession:
     """A SparkSession with Iceberg's SQL extensions and `catalog` registered.
 
@@ -157,6 +161,10 @@ def build_session(
     jar or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
     jars and conf, with the catalog and the defaults below added where the submit set nothing.
     `extra_conf` wins over everything here.
+
+    Python on the executors (jobkit.executors): a local master's workers run this interpreter;
+    elsewhere `executor_packages` (the packages the job's Python functions import) go to the
+    executors as a zip, unless the submit already carried it (`--py-files`).
 
     Raises:
         IcebergMissing: under spark-submit, the Iceberg runtime was not submitted with the job.
@@ -174,15 +182,27 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    if master and master.startswith("local"):
-        # a local driver talks to itself: bind loopback, not whatever the hostname resolves to
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = _defaults(submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar)
     conf.update(catalog.spark_conf())
     conf.update(extra_conf or {})
+    ship = bool(executor_packages) and not _carries_executor_zip(submitted or conf)
+    if master and master.startswith("local"):
+        # a local driver talks to itself: bind loopback, not whatever the hostname resolves to
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        python_for_local_workers()
+        ship = False
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if ship:
+        zipped = py_files(executor_packages)
+        log.info("executors get %s (%s)", zipped.name, ", ".join(executor_packages))
+        spark.sparkContext.addPyFile(str(zipped))
+    return spark
+
+
+def _carries_executor_zip(conf: dict[str, str]) -> bool:
+    return ZIP_PREFIX in conf.get("spark.submit.pyFiles", "")
 
 
 def _defaults(

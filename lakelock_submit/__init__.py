@@ -7,8 +7,9 @@ runtime jar of the `spark` extra, and the Python the executors run.
 
 The executors run one piece of lakelock's Python: the ingest job's record decoder (one
 `mapPartitions` per micro-batch). It needs the standard library and pyspark only, so it travels
-with the submit as a zip of the `ingest_gate` and `jobkit` packages (`--py-files`), and a worker
-needs no more than a Python of the driver's minor version: nothing of lakelock installed.
+with the submit as a zip of the `ingest_gate` and `jobkit` packages (`--py-files`; the job adds
+it itself when a submit did not carry it), and a worker needs no more than a Python of the
+driver's minor version: nothing of lakelock installed.
 
 spark-submit runs a Python application from a `.py` file and puts that file's folder first on
 `sys.path`, so the entry scripts live here, in a folder of their own: run from inside a package
@@ -18,14 +19,9 @@ Recipes for standalone, YARN, Kubernetes and EMR: docs/spark-submit.md.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import os
-import tempfile
-import zipfile
 from pathlib import Path
 
-__all__ = ["SCRIPTS", "EXECUTOR_PACKAGES", "script", "jars", "py_files"]
+__all__ = ["SCRIPTS", "script", "jars", "py_files"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -53,30 +49,10 @@ def jars() -> list[Path]:
     return [bundled_iceberg_jar()]
 
 
-EXECUTOR_PACKAGES = ("ingest_gate", "jobkit")
-"""The packages the executors import from: the decoder and what it imports."""
-
-
 def py_files(folder: Path | None = None) -> Path:
-    """A zip of the Python the executors run (`EXECUTOR_PACKAGES`), for `--py-files`.
+    """A zip of the Python the executors run (`ingest_gate.EXECUTOR_PACKAGES`), for
+    `--py-files`; made once per version of the sources (jobkit.executors.py_files)."""
+    from ingest_gate import EXECUTOR_PACKAGES
+    from jobkit.executors import py_files as zipped
 
-    Named by a hash of its sources and made once per folder (default: the system's temporary
-    folder), so repeated submits of one install share it and another version gets its own.
-    """
-    sources = []
-    for name in EXECUTOR_PACKAGES:
-        package = Path(importlib.import_module(name).__file__ or "").resolve().parent
-        sources += [(f"{name}/{source.name}", source) for source in sorted(package.glob("*.py"))]
-    digest = hashlib.sha256()
-    for name, source in sources:
-        digest.update(name.encode() + b"\0" + source.read_bytes())
-    folder = folder or Path(tempfile.gettempdir()) / "lakelock-submit"
-    out = folder / f"lakelock-executors-{digest.hexdigest()[:16]}.zip"
-    if not out.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".{out.name}.{os.getpid()}"
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
-            for name, source in sources:
-                archive.write(source, name)
-        partial.replace(out)
-    return out
+    return zipped(EXECUTOR_PACKAGES, folder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import httpx
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
 
 HANG_GUARD_S = 120.0
 """How long a test waits for something that normally takes well under a second: a guard
@@ -61,6 +63,24 @@ def run_module(module: str, *args: str, timeout: float = 300) -> str:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
+
+
+def installed(command: str) -> str:
+    """The path of a console script (`lakelock-ingest`, ...) or of `python` in the virtualenv
+    the tests run in: what a user types when the venv is not activated."""
+    return str(VENV_BIN / command)
+
+
+def unactivated_env(**extra: str) -> dict[str, str]:
+    """The environment of a user who runs an installed command without activating its venv:
+    PATH without the venv's bin (its `python3` is the system's, without lakelock), and no
+    VIRTUAL_ENV, PYTHONPATH or PYSPARK_PYTHON. Run it with a cwd outside the checkout too, so
+    that nothing is found there either."""
+    drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    venv = VENV_BIN.resolve()
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != venv]
+    return {**env, "PATH": os.pathsep.join(path), **extra}
 
 
 def commit(api: httpx.Client, table: str = "lake.db.events", holder: str = "ingest-1", **body: Any):

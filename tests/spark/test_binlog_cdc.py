@@ -7,10 +7,8 @@ SELECT * of its MySQL table, row by row, read with pyiceberg."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -41,6 +39,7 @@ from demo.shop import (
 from ingest_gate.config import load_config
 from ingest_gate.job import BatchHooks, run
 from service.client import LeaseClient
+from tests.helpers import installed, unactivated_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -103,11 +102,11 @@ def _kill_mid_stream(values: dict, tmp_path: Path) -> int:
     log = tmp_path / f"{values['holder']}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ingest_gate", "--config", str(config)],
-            cwd=ROOT,
+            [installed("lakelock-ingest"), "--config", str(config)],
+            cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+            env=unactivated_env(SPARK_LOCAL_IP="127.0.0.1"),
         )
     try:
 

@@ -43,7 +43,8 @@ import pytest
 from demo.generate import KEY_FIELDS, EventGenerator
 from demo.local import free_port
 from lakelock_submit import jars as iceberg_jars
-from lakelock_submit import py_files, script
+from lakelock_submit import py_files as executor_zip
+from lakelock_submit import script
 from service.client import LeaseClient
 from tests.spark.standalone import StandaloneCluster, spark_home
 
@@ -154,9 +155,12 @@ class Submitter:
     def events_dir(self) -> Path:
         return self.workdir / "events"
 
-    def args(self, job: str | Path, *job_args: str, **conf: str) -> list[str]:
+    def args(
+        self, job: str | Path, *job_args: str, py_files: bool = True, **conf: str
+    ) -> list[str]:
         """The standalone recipe of docs/spark-submit.md, sized for this machine; `job` is a
-        lakelock job or a script of one's own."""
+        lakelock job or a script of one's own. `py_files=False` leaves out --py-files, which
+        the ingest job then adds itself."""
         settings = {
             "spark.driver.host": "127.0.0.1",
             "spark.executor.memory": "512m",
@@ -175,8 +179,7 @@ class Submitter:
             *[part for key, value in settings.items() for part in ("--conf", f"{key}={value}")],
             "--jars",
             jar_list,
-            "--py-files",
-            str(py_files(self.workdir)),
+            *(["--py-files", str(executor_zip(self.workdir))] if py_files else []),
             str(job if isinstance(job, Path) else script(job)),
             *job_args,
         ]
@@ -191,9 +194,11 @@ class Submitter:
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
 
-    def run(self, job: str | Path, *job_args: str) -> subprocess.CompletedProcess:
+    def run(
+        self, job: str | Path, *job_args: str, py_files: bool = True
+    ) -> subprocess.CompletedProcess:
         self.events_dir.mkdir(exist_ok=True)
-        return self.cluster.submit(self.args(job, *job_args), env=self.env())
+        return self.cluster.submit(self.args(job, *job_args, py_files=py_files), env=self.env())
 
     def start(self, job: str, *job_args: str, **conf: str) -> subprocess.Popen:
         self.events_dir.mkdir(exist_ok=True)
@@ -327,7 +332,8 @@ def ingested(submitter: Submitter) -> EventGenerator:
     create.write_text(CREATE_TABLE)
     done = submitter.run(create, "--config", str(config))
     assert done.returncode == 0, _output(done)
-    done = submitter.run("ingest", "--config", str(config))
+    # without --py-files: the job ships its executors' Python itself
+    done = submitter.run("ingest", "--config", str(config), py_files=False)
     assert done.returncode == 0, _output(done)
     return gen
 
@@ -339,8 +345,9 @@ def test_ingest_on_the_cluster_upserts_every_key_with_its_latest_values(
     summaries = [s.summary for s in catalog.table().snapshots()]
     merged = [s for s in summaries if s and "lakelock.lease-id" in s.additional_properties]
     assert len(merged) == FILES  # one gated MERGE per landing file
-    # the Iceberg runtime and the decoder reached every executor through the submit, not
-    # through the workers, whose Python cannot import lakelock
+    # the Iceberg runtime (through the submit) and the decoder (added by the job, as the submit
+    # had no --py-files) reached every executor, not through the workers, whose Python cannot
+    # import lakelock
     work = submitter.cluster.workdir / "work"
     for shipped in ("iceberg-spark-runtime*.jar", "lakelock-executors-*.zip"):
         fetched = {path.parent for path in work.glob(f"app-*/*/{shipped}")}

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -27,6 +26,7 @@ from compactor.report import Outcome, publish
 from compactor.run import run_table
 from service.client import LeaseClient
 from service.wire.errors import Locked, NotFound
+from tests.helpers import installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 
@@ -442,15 +442,15 @@ def test_scheduled_mode_reports_a_failed_table_and_goes_on_ticking(spark, job_cl
     assert lease_events(operator, healthy) == []
 
 
-def test_plan_command_prints_the_decision_and_touches_nothing(spark, spark_warehouse, operator):
+def test_plan_command_prints_the_decision_and_touches_nothing(
+    spark, spark_warehouse, operator, tmp_path
+):
     table = make_table(spark, "planned", commits=2)
     snapshot = current_snapshot(spark, table)
 
     result = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "compactor",
+            installed("lakelock-compactor"),
             "plan",
             "--table",
             table,
@@ -459,7 +459,8 @@ def test_plan_command_prints_the_decision_and_touches_nothing(spark, spark_wareh
             "--master",
             "local[1]",
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=unactivated_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -493,10 +494,10 @@ def test_a_killed_compactor_loses_its_lease_after_the_ttl(
         """
     )
     log = (tmp_path / "compactor.log").open("wb")
-    env = {**os.environ, "LAKELOCK_TOKEN": lakelock_server.token("job")}
+    env = unactivated_env(LAKELOCK_TOKEN=lakelock_server.token("job"))
     process = subprocess.Popen(
-        [sys.executable, "-m", "compactor", "run", "--once", "--config", str(config)],
-        cwd=ROOT,
+        [installed("lakelock-compactor"), "run", "--once", "--config", str(config)],
+        cwd=tmp_path,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,

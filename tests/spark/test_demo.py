@@ -3,10 +3,11 @@
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import installed, unactivated_env
 
 # the demo runs by counts; these bounds only guard against a hang
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -43,7 +44,7 @@ def _run_demo(
     summary_path = tmp_path / "demo-summary.json"
     done = subprocess.run(
         [
-            sys.executable,
+            installed("python"),
             "-m",
             "demo",
             "--events",
@@ -62,7 +63,8 @@ def _run_demo(
             str(summary_path),
             *extra,
         ],
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=unactivated_env(),
         capture_output=True,
         text=True,
         timeout=1200,
@@ -171,8 +173,17 @@ def test_ctrl_c_stops_everything_the_demo_started(tmp_path):
     import httpx
 
     demo = subprocess.Popen(
-        [sys.executable, "-m", "demo", "--duration-s", "300", "--workdir", str(tmp_path / "w")],
-        cwd=ROOT,
+        [
+            installed("python"),
+            "-m",
+            "demo",
+            "--duration-s",
+            "300",
+            "--workdir",
+            str(tmp_path / "w"),
+        ],
+        cwd=tmp_path,
+        env=unactivated_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -214,9 +225,10 @@ def test_the_printed_plan_command_reads_the_demo_table(demo_run):
 def test_plan_of_a_missing_table_says_in_one_line_where_it_looked(tmp_path):
     warehouse = tmp_path / "warehouse"
     plan = subprocess.run(
-        [sys.executable, "-m", "compactor", "plan", "--table", "local.db.nosuch"]
+        [installed("lakelock-compactor"), "plan", "--table", "local.db.nosuch"]
         + ["--warehouse", str(warehouse)],
-        cwd=ROOT,
+        cwd=tmp_path,
+        env=unactivated_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -18,7 +17,7 @@ from compactor.config import CompactorConfig, FleetConfig
 from compactor.fleet import Fleet
 from compactor.report import Outcome
 from service.client import LeaseClient
-from tests.helpers import HANG_GUARD_S
+from tests.helpers import HANG_GUARD_S, installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 
@@ -234,12 +233,12 @@ def test_two_processes_on_one_pattern_compact_each_table_with_debt_exactly_once(
         lease = {{ ttl = "20s" }}
         """
     )
-    env = {**os.environ, "LAKELOCK_TOKEN": lakelock_server.token("job")}
+    env = unactivated_env(LAKELOCK_TOKEN=lakelock_server.token("job"))
     logs = [tmp_path / f"compactor-{i}.log" for i in range(2)]
     processes = [
         subprocess.Popen(
-            [sys.executable, "-m", "compactor", "run", "--once", "--config", str(config)],
-            cwd=ROOT,
+            [installed("lakelock-compactor"), "run", "--once", "--config", str(config)],
+            cwd=tmp_path,
             env=env,
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
