@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_batch_count_benchmark_measures_each_way(tmp_path):

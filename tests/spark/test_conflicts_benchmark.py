@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_small_conflicts_benchmark_writes_a_consistent_report_and_timeline(tmp_path):

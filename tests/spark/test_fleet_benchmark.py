@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_small_fleet_benchmark_shares_the_lake_between_two_processes(tmp_path):
@@ -34,7 +34,10 @@ def test_small_fleet_benchmark_shares_the_lake_between_two_processes(tmp_path):
     for name in ("one", "two"):
         ((table, batches),) = results[name]["ingest"].items()
         assert ".stream_" in table
-        assert batches == {"exit": 0, "committed": 3}
+        # a batch the job finds already committed (its checkpoint lagging the commit) is
+        # replayed as a no-op, never failed
+        assert (batches["exit"], batches["committed"]) == (0, 3), batches
+        assert set(batches) <= {"exit", "committed", "replayed"}, batches
         assert results[name]["debt_over_time"], "the sampler read the tables at least once"
     assert [c["files"] for c in results["plan_curve"]] == [30, 60]
     assert all(c["spark_jobs_per_read"] > 0 for c in results["plan_curve"])

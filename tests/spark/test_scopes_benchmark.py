@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_small_scopes_benchmark_compares_both_modes_on_a_correct_table(tmp_path):

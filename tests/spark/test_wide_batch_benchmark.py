@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 
 
 def test_wide_batch_benchmark_merges_under_each_filter(tmp_path):
