@@ -71,6 +71,7 @@ def _empty_mariadb(url: str) -> None:
             "lakelock_maintenance_leases",
             "lakelock_claims",
             "lakelock_debt",
+            "lakelock_ingest_lag",
             "lakelock_intents",
             "lakelock_events",
             "lakelock_runs",

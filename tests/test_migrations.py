@@ -13,6 +13,7 @@ TABLES = {
     "lakelock_maintenance_leases",
     "lakelock_claims",
     "lakelock_debt",
+    "lakelock_ingest_lag",
     "lakelock_intents",
     "lakelock_events",
     "lakelock_runs",

@@ -32,7 +32,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -41,7 +41,18 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from service.wire import DebtBody, Draining, Lease, LeaseKind, Renewed, RunId, TableDebt, Withdrawn
+from service.wire import (
+    DebtBody,
+    Draining,
+    GapsRecorded,
+    IngestLag,
+    Lease,
+    LeaseKind,
+    Renewed,
+    RunId,
+    TableDebt,
+    Withdrawn,
+)
 from service.wire.errors import (
     TRANSIENT,
     ClaimHeld,
@@ -509,6 +520,32 @@ class LeaseClient:
             body = {k: _rfc3339(v) if isinstance(v, datetime) else v for k, v in debt.items()}
         answer = self._call("PUT", f"/v1/tables/{table}/debt", json=body)
         return TableDebt.model_validate_json(answer.content)
+
+    def report_ingest_lag(
+        self, table: str, *, query_id: str, batch_id: int, partitions: Mapping[str, int]
+    ) -> IngestLag:
+        """Store how far the table's ingest query is behind (records per `topic:partition`,
+        after batch `batch_id` committed); it replaces the report before. Retried like any
+        call: a repeated report stores the same lag.
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        body = {"query_id": query_id, "batch_id": batch_id, "partitions": dict(partitions)}
+        answer = self._call("PUT", f"/v1/tables/{table}/ingest-lag", json=body)
+        return IngestLag.model_validate_json(answer.content)
+
+    def record_ingest_gaps(
+        self, table: str, *, query_id: str, gaps: Sequence[Mapping[str, Any]]
+    ) -> GapsRecorded:
+        """Record offset ranges (`topic`, `partition`, `start`, `end`) the source deleted
+        before the job read them, one `ingest.gap` audit event each. Not retried after a
+        timeout (a retry could record a gap twice).
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        body = {"query_id": query_id, "gaps": [dict(g) for g in gaps]}
+        answer = self._call("POST", f"/v1/tables/{table}/ingest-gaps", json=body, idempotent=False)
+        return GapsRecorded.model_validate_json(answer.content)
 
     def runs(self, table: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Run reports, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""

@@ -33,6 +33,7 @@ EVENTS = (
     "intent.fulfilled",
     "switch.set",
     "run.reported",
+    "ingest.gap",
 )
 
 _LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")

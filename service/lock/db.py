@@ -47,6 +47,7 @@ __all__ = [
     "events_t",
     "runs_t",
     "debt_t",
+    "lag_t",
     "Instant",
     "now",
     "LockingRead",
@@ -187,6 +188,20 @@ debt_t = Table(
     Column("records", BigInteger),
     # the compactor's own clock, as it sent it (RFC 3339): informational, never compared
     Column("measured_at", String(64)),
+    Column("reported_at", Instant, nullable=False),  # the database clock
+    Column("reported_by", String(255)),
+)
+
+
+# the latest source lag an ingest query reported for each table: one row per table, as debt_t
+lag_t = Table(
+    "lakelock_ingest_lag",
+    metadata,
+    Column("table_name", String(NAME), primary_key=True),
+    Column("query_id", String(128), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("partitions", LongText, nullable=False),  # JSON: {"topic:partition": records}
+    Column("records", BigInteger, nullable=False),  # their sum, for ranking and the gauge
     Column("reported_at", Instant, nullable=False),  # the database clock
     Column("reported_by", String(255)),
 )

@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import debt, store
+from service.lock import debt, ingest, store
 from service.lock.db import events_t, intents_t, now
 from service.lock.rows import IntentRow, LeaseRow, TableRow, seconds
 from service.wire import Intent, Lease, Switch, TableState
@@ -88,6 +88,7 @@ def state_of(conn: Connection, row: TableRow, at: datetime) -> TableState:
         next_token=row.next_token,
         claims=tuple(lease_view(x, at) for x in store.unended_claims(conn, row.name) if x.live(at)),
         debt=debt.of_table(conn, row.name, at),
+        ingest_lag=ingest.lag_of(conn, row.name, at),
     )
 
 

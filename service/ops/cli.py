@@ -214,6 +214,18 @@ def _debt_line(debt: dict[str, Any]) -> str:
     )
 
 
+def _lag_line(lag: dict[str, Any]) -> str:
+    """`12 records behind (events:0 12, events:1 0), after batch 7, 3 s ago`: the largest
+    partitions first, at most five of them named."""
+    parts = sorted((lag.get("partitions") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+    named = ", ".join(f"{name} {behind}" for name, behind in parts[:5])
+    more = f", {len(parts) - 5} more" if len(parts) > 5 else ""
+    return (
+        f"{lag.get('records')} records behind ({named}{more}), after batch "
+        f"{lag.get('batch_id')}, reported {_seconds(lag.get('reported_s_ago'))} ago"
+    )
+
+
 def _state_tables(
     state: dict[str, Any], last_run: dict[str, Any] | None, console: Console | None = None
 ) -> list[RenderableType]:
@@ -231,6 +243,8 @@ def _state_tables(
     head.add_row("next token", str(state.get("next_token")))
     if state.get("debt"):
         head.add_row("debt", Text(_debt_line(state["debt"])))
+    if state.get("ingest_lag"):
+        head.add_row("ingest lag", Text(_lag_line(state["ingest_lag"])))
     if last_run:
         head.add_row(
             "last run",

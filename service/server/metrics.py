@@ -9,7 +9,8 @@ metrics and the trail cannot disagree; refusals that change nothing are counted 
     state gauges           live leases by kind (commit, maintenance, claim), open intents,
                            paused tables, and the reported debt of the tables that owe most
                            (small files, delete files, partitions over target, per table, for
-                           at most LAKELOCK_METRICS_MAX_TABLES tables): read from the
+                           at most LAKELOCK_METRICS_MAX_TABLES tables), and the source lag
+                           of the tables whose ingest is furthest behind: read from the
                            database at scrape time, so they are right whichever replica granted
                            the lease, and need no multiprocess handling
 
@@ -34,7 +35,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.lock import debt
+from service.lock import debt, ingest
 from service.lock.db import (
     claims_t,
     commit_leases_t,
@@ -171,7 +172,9 @@ class StateCollector(Collector):
         try:
             with self.engine.connect() as conn:
                 state = read_state(conn)
-                heaviest = debt.heaviest(conn, limit=self.max_tables, at=now(conn))
+                at = now(conn)
+                heaviest = debt.heaviest(conn, limit=self.max_tables, at=at)
+                behind = ingest.most_behind(conn, limit=self.max_tables, at=at)
         except (DBAPIError, PoolTimeout) as exc:
             if isinstance(exc, DBAPIError) and not is_unavailable(exc):
                 raise  # a bad statement or schema is a fault, not an outage
@@ -192,6 +195,15 @@ class StateCollector(Collector):
             "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
         )
         yield from _debt_gauges(heaviest)
+        lag = GaugeMetricFamily(
+            "lakelock_ingest_lag_records",
+            "Records an ingest query was behind its source after its last batch, over all its "
+            "topic-partitions (the LAKELOCK_METRICS_MAX_TABLES tables furthest behind)",
+            labels=["table"],
+        )
+        for table, reported in behind:
+            lag.add_metric([table], reported.records)
+        yield lag
 
 
 _DEBT_GAUGES = (

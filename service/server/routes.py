@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AfterValidator
 from sqlalchemy import delete, insert, select
 
-from service.lock import audit, debt, leases, migrate, state
+from service.lock import audit, debt, ingest, leases, migrate, state
 from service.lock.db import now, runs_t
 from service.server.auth import JobDep, OperatorDep, ReaderDep
 from service.server.runtime import ClientGone, Runtime
@@ -37,6 +37,10 @@ from service.wire import (
     DebtBody,
     Draining,
     Events,
+    GapsBody,
+    GapsRecorded,
+    IngestLag,
+    LagBody,
     Lease,
     Released,
     RenewBody,
@@ -252,6 +256,28 @@ async def report_debt(table: TableName, body: DebtBody, rt: RuntimeDep, who: Job
     """Store the table's compaction debt as a compactor measured it; it replaces the one
     before. A table never seen before becomes known. Answers the debt as stored."""
     return await rt.transact(lambda conn: debt.report(conn, table=table, body=body, by=who.name))
+
+
+@router.put("/v1/tables/{table}/ingest-lag", tags=["tables"], responses=_WRITE)
+async def report_ingest_lag(
+    table: TableName, body: LagBody, rt: RuntimeDep, who: JobDep
+) -> IngestLag:
+    """Store how far the table's ingest query is behind its source (records per
+    topic-partition, after a committed batch); it replaces the report before."""
+    return await rt.transact(
+        lambda conn: ingest.report_lag(conn, table=table, body=body, by=who.name)
+    )
+
+
+@router.post("/v1/tables/{table}/ingest-gaps", tags=["tables"], responses=_WRITE)
+async def record_ingest_gaps(
+    table: TableName, body: GapsBody, rt: RuntimeDep, who: JobDep
+) -> GapsRecorded:
+    """Record offset ranges the source deleted before the ingest job read them, each as an
+    `ingest.gap` event on the table's audit trail (the job skips them only when told to)."""
+    return await rt.transact(
+        lambda conn: ingest.record_gaps(conn, table=table, body=body, by=who.name)
+    )
 
 
 def _decoded_report(report: str) -> dict[str, Any]:

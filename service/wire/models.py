@@ -50,12 +50,17 @@ __all__ = [
     "SwitchBody",
     "RunBody",
     "DebtBody",
+    "LagBody",
+    "GapsBody",
+    "OffsetGap",
     "Lease",
     "Intent",
     "IntentRef",
     "Draining",
     "Switch",
     "TableDebt",
+    "IngestLag",
+    "GapsRecorded",
     "TableState",
     "Tables",
     "Renewed",
@@ -292,6 +297,53 @@ class DebtBody(_Body):
         return value
 
 
+MAX_SOURCE_PARTITIONS = 1000
+"""Topic-partitions one lag report or gap report may name."""
+
+SourcePartition = Annotated[str, Field(min_length=3, max_length=300, pattern=r"^.+:[0-9]+$")]
+"""A topic-partition as the ingest job names it: `topic:partition` (`events:3`)."""
+
+QueryId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class LagBody(_Body):
+    """How far an ingest query is behind its source, measured after a batch committed: per
+    topic-partition, the latest offset minus the end of the batch. The latest report of a
+    table replaces the one before."""
+
+    query_id: QueryId = Field(description="the streaming query (its id survives restarts)")
+    batch_id: Count = Field(description="the batch after whose commit the lag was measured")
+    partitions: dict[SourcePartition, Count] = Field(
+        max_length=MAX_SOURCE_PARTITIONS,
+        description="records behind, per topic-partition named `topic:partition`",
+        examples=[{"events:0": 12, "events:1": 0}],
+    )
+
+
+class OffsetGap(_Body):
+    """Offsets [start, end) of a topic-partition that the source deleted (retention, or by
+    hand) before the ingest job read them."""
+
+    topic: Annotated[str, Field(min_length=1, max_length=249)]
+    partition: Count
+    start: Count = Field(description="the first offset lost")
+    end: Count = Field(description="the first offset still there (exclusive)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OffsetGap:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
+        return self
+
+
+class GapsBody(_Body):
+    """Ranges an ingest job skipped because its source no longer held them, each recorded as an
+    `ingest.gap` event so that the loss is on the table's audit trail."""
+
+    query_id: QueryId
+    gaps: list[OffsetGap] = Field(min_length=1, max_length=MAX_SOURCE_PARTITIONS)
+
+
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))"
 )
@@ -415,6 +467,22 @@ class TableDebt(_Answer):
         return self.small_files + self.delete_files
 
 
+class IngestLag(_Answer):
+    """The latest lag an ingest query reported for the table (`LagBody`), with its total."""
+
+    query_id: str
+    batch_id: int
+    partitions: dict[str, int]
+    records: int = Field(description="records behind over all its topic-partitions")
+    reported_by: str | None = None
+    reported_s_ago: float = Field(description="seconds since the report, by the database clock")
+
+
+class GapsRecorded(_Answer):
+    recorded: int = Field(description="ingest.gap events written")
+    records_lost: int = Field(description="offsets the gaps span")
+
+
 class TableState(_Answer):
     """A table's switch, live leases and open intents (oldest first), and its state version."""
 
@@ -433,6 +501,9 @@ class TableState(_Answer):
     )
     debt: TableDebt | None = Field(
         default=None, description="the latest compaction debt reported (null: none yet)"
+    )
+    ingest_lag: IngestLag | None = Field(
+        default=None, description="the latest source lag an ingest job reported (null: none)"
     )
 
 
