@@ -6,7 +6,8 @@
 
 Exit status: 0 when the query stopped as configured, 1 when it failed (the last batch's error is
 logged; a restart resumes from the checkpoint), 2 for a bad configuration, a missing table or a
-table the job cannot write (one line says which and what to do).
+table the job cannot write (one line says which and what to do), 3 when its Kafka topics no
+longer hold records it has not read (the ranges and the ways on are named; ingest_gate.kafka).
 At the end it logs the run's summary: files read, records, bad, skipped, changes, deletes.
 """
 
@@ -46,7 +47,9 @@ def _main(argv: Sequence[str] | None) -> int:
             TOKEN_ENV,
         )
     from ingest_gate.job import IngestError, TableMissing, run
-    from jobkit.spark import IcebergMissing
+    from ingest_gate.kafka import RetentionLoss
+    from jobkit.maven import MavenMissing
+    from jobkit.spark import ConnectorMissing
     from service.wire.errors import Unauthorized
 
     try:
@@ -54,9 +57,12 @@ def _main(argv: Sequence[str] | None) -> int:
     except (TableMissing, IngestError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    except IcebergMissing as exc:
+    except (ConnectorMissing, MavenMissing) as exc:
         print(f"lakelock-ingest: {exc}", file=sys.stderr)
         return 2
+    except RetentionLoss as exc:
+        print(f"lakelock-ingest: {exc}", file=sys.stderr)
+        return 3
     try:
         handle.wait()
     except KeyboardInterrupt:

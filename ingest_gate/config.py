@@ -16,9 +16,12 @@ The TOML file has top-level keys named as the fields below, plus two tables:
     key_columns = ["event_id", "dt", "hr"]    # default: the table's identifier fields
     [catalog]                 # CatalogConfig: name, type, warehouse, properties
     type = "glue"
-    [kafka]                   # reader options passed through, e.g. "kafka.bootstrap.servers"
-    "kafka.bootstrap.servers" = "b1:9092"
-    subscribe = "events"
+    source = "kafka"
+    on_data_loss = "stop"     # or "skip": see ingest_gate.kafka
+    [kafka]                   # Spark's Kafka reader options, passed through
+    "kafka.bootstrap.servers" = "b1:9092"     # also --kafka-bootstrap-servers
+    subscribe = "events"                      # also --kafka-subscribe
+    maxOffsetsPerTrigger = "10000"
 
 Every bad value is reported at once by `ConfigError`, one line per key with the rule it broke.
 """
@@ -71,11 +74,17 @@ Scope = Literal["partitions", "table"]
 (docs/design.md §4; else the whole table, logged once), `table` always the whole table."""
 
 Source = Literal["files", "kafka"]
-"""`files`: a landing folder of JSON-lines files; `kafka`: a Kafka topic (cluster only)."""
+"""`files`: a landing folder of JSON-lines files; `kafka`: Kafka topics (reader options in the
+`[kafka]` table: "kafka.bootstrap.servers" and one of subscribe, subscribePattern, assign)."""
+
+DataLoss = Literal["stop", "skip"]
+"""Source `kafka`, when the topic no longer holds records the job has not read (retention):
+`stop` the job, naming the ranges lost; `skip` them, each range an `ingest.gap` audit event."""
 
 POLICIES: tuple[str, ...] = Policy.__args__
 SCOPES: tuple[str, ...] = Scope.__args__
 SOURCES: tuple[str, ...] = Source.__args__
+DATA_LOSS: tuple[str, ...] = DataLoss.__args__
 
 FORMATS: tuple[str, ...] = Format.__args__
 """`json`: one row per line; `debezium`: Debezium change events; `canal`: canal-json messages
@@ -137,6 +146,7 @@ class IngestConfig:
     dead_letter_path: _NotEmpty = "var/dead-letter"
     checkpoint_path: _NotEmpty = "var/checkpoints/ingest"
     kafka: TextMap = field(default_factory=dict)
+    on_data_loss: DataLoss = "stop"
     max_files_per_trigger: Annotated[int | None, _when_set(lambda v: v >= 1, "must be >= 1")] = None
     trigger_interval_s: _Positive = 10.0
     available_now: Bool = False
@@ -223,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Upsert a stream of events into an Iceberg table, gated by lakelock.",
         epilog="The bearer token for the lakelock service comes from LAKELOCK_TOKEN (a job-role "
         "secret of the service's LAKELOCK_TOKENS). Exit status: 0 stopped as configured, 1 the "
-        "query failed (a restart resumes from the checkpoint), 2 a bad configuration.",
+        "query failed (a restart resumes from the checkpoint), 2 a bad configuration, 3 the "
+        "Kafka topics lost records not read yet (see --on-data-loss).",
     )
     parser.add_argument("--config", help="TOML file; flags override it")
     flags = {
@@ -233,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
         "dead_letter_path": "folder for records that fail the schema",
         "checkpoint_path": "streaming checkpoint folder",
         "max_files_per_trigger": "files per micro-batch (source files)",
+        "kafka_bootstrap_servers": "source kafka: the brokers (the kafka table's "
+        '"kafka.bootstrap.servers")',
+        "kafka_subscribe": "source kafka: comma-separated topics (the kafka table's subscribe)",
+        "on_data_loss": "stop | skip: source kafka, when retention deleted records not read yet",
         "trigger_interval_s": "seconds between micro-batches",
         "max_batches": "stop after this many micro-batches",
         "run_for_s": "stop after this many seconds",
@@ -282,6 +297,17 @@ def config_from_args(argv: Sequence[str] | None = None) -> IngestConfig:
     args = vars(build_parser().parse_args(argv))
     path = args.pop("config")
     overrides = {k: v for k, v in args.items() if v is not None}
+    # two reader options have flags of their own; they go into the [kafka] table
+    kafka = {
+        option: overrides.pop(flag)
+        for flag, option in (
+            ("kafka_bootstrap_servers", "kafka.bootstrap.servers"),
+            ("kafka_subscribe", "subscribe"),
+        )
+        if flag in overrides
+    }
+    if kafka:
+        overrides["kafka"] = kafka
     if overrides.get("spark_master") == "":
         overrides["spark_master"] = None
     return load_config(path, overrides=overrides)

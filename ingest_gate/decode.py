@@ -369,10 +369,12 @@ class Decoder:
 
     def decode(self, raw: str | None) -> Decoded:
         """What `raw` (one line or one Kafka value) becomes. Never raises for a bad record."""
-        if self.format != "json" and (raw is None or raw.strip() in ("", "null")):
+        # a Kafka message with no value is a tombstone whatever the format (a compacted
+        # topic's delete marker); an empty line is one only in the change-stream formats
+        if raw is None or (self.format != "json" and raw.strip() in ("", "null")):
             return Decoded(skipped="tombstone")
         try:
-            record = json.loads(raw, parse_float=Decimal) if raw is not None else None
+            record = json.loads(raw, parse_float=Decimal)
         except ValueError:
             record = None
         if not isinstance(record, dict):

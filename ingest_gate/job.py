@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from ingest_gate.config import IngestConfig
+    from ingest_gate.kafka import KafkaProgress
 
 __all__ = [
     "TableMissing",
@@ -168,6 +169,8 @@ class BatchRecord:
              rows_read: records; skipped: records skipped by reason (tombstone, DDL); changes:
              what the good records asked for (deletes of them); duplicates_dropped: changes
              another change of the same key superseded within the batch
+    lag:     source kafka: records behind per topic-partition after the batch (latest offset
+             minus the batch's end), as reported to the service
     """
 
     query_id: str
@@ -196,6 +199,7 @@ class BatchRecord:
     outcome: str = "failed"
     error: str | None = None
     duration_s: float = 0.0
+    lag: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -296,6 +300,8 @@ class BatchWriter:
         self._decoder: Decoder | None = None
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
+        # source kafka: measures (and reports) the lag after each batch; set by run()
+        self.progress: KafkaProgress | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """Upsert one micro-batch.
@@ -315,6 +321,8 @@ class BatchWriter:
             decoder = self.prepare(spark)
             parsed = decode_batch(with_source_position(batch), decoder).persist()
             self._upsert(spark, parsed, record, decoder)
+            if self.progress is not None:
+                record.lag = self.progress.after_batch(batch_id, record.query_id)
         except BaseException as exc:
             if record.outcome not in ("timed_out", "lease_lost"):
                 record.outcome = "failed"
@@ -625,6 +633,9 @@ class IngestRun:
             "deletes": sum(r.deletes for r in records),
             "rows_merged": sum(r.rows_in_merge for r in records),
         }
+        lags = [r.lag for r in records if r.lag is not None]
+        if lags:
+            out["lag"] = lags[-1]
         if self.config.source == "files" and not out["sources_read"]:
             out["note"] = (
                 f"no file matching {self.config.file_pattern!r} was read from "
@@ -643,6 +654,8 @@ class IngestRun:
     def stop(self) -> None:
         """Stop the query (a running batch is interrupted; it is replayed on the next start)."""
         self.query.stop()
+        if self.writer.progress is not None:
+            self.writer.progress.close()
 
     def wait(self, timeout: float | None = None) -> list[BatchRecord]:
         """Block until the query ends by itself (available-now), `max_batches` batches ran,
@@ -697,6 +710,8 @@ def run(
     Raises:
         TableMissing: the table does not exist (one line: where the job looked, how to create it).
         IngestError: the table and the config do not fit (the message says what to fix).
+        ingest_gate.kafka.RetentionLoss: source kafka lost records the job had not read, and
+            `on_data_loss` is `stop`.
         pyspark.errors.PySparkException: the query cannot be set up.
     """
     if spark is None:
@@ -708,6 +723,7 @@ def run(
             app_name="lakelock-ingest",
             master=config.spark_master,
             executor_packages=EXECUTOR_PACKAGES,
+            jar_sets=("spark-kafka",) if config.source == "kafka" else (),
         )
     writer = BatchWriter(
         config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks
@@ -730,7 +746,15 @@ def run(
             config.file_pattern,
             "" if files else " (file_pattern): nothing to read yet",
         )
-    stream = read_stream(spark, config).writeStream.foreachBatch(writer)
+    kafka_options = None
+    if config.source == "kafka":
+        from ingest_gate.kafka import KafkaProgress
+
+        # lag and gaps go where the gate's lease calls go (none without a service)
+        writer.progress = KafkaProgress(spark, config, getattr(writer.gate, "client", None))
+        kafka_options = writer.progress.reader_options()
+    stream = read_stream(spark, config, kafka_options=kafka_options).writeStream
+    stream = stream.foreachBatch(writer)
     stream = stream.option("checkpointLocation", config.checkpoint_path)
     if config.available_now:
         stream = stream.trigger(availableNow=True)

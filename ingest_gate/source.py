@@ -14,6 +14,7 @@ ties between versions of a key with equal event time (see ingest_gate.changes).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ingest_gate.changes import ORDER_COLUMNS, RAW_COLUMN
@@ -43,7 +44,8 @@ KAFKA_DEFAULTS = {
 def kafka_reader_options(config: IngestConfig) -> dict[str, str]:
     """KAFKA_DEFAULTS overridden by `config.kafka`, passed through as given.
 
-    Needs the `spark-sql-kafka-0-10` package on the cluster (`spark.jars.packages`).
+    Needs Spark's Kafka source (`spark-sql-kafka-0-10`): a job Python starts fetches it with
+    Maven (jobkit.maven); under spark-submit it comes with `--packages`.
     """
     return {**KAFKA_DEFAULTS, **dict(config.kafka)}
 
@@ -78,8 +80,11 @@ def count_files(spark: SparkSession, config: IngestConfig) -> int:
     )
 
 
-def read_stream(spark: SparkSession, config: IngestConfig) -> DataFrame:
-    """The configured source as a streaming DataFrame of raw records.
+def read_stream(
+    spark: SparkSession, config: IngestConfig, *, kafka_options: Mapping[str, str] | None = None
+) -> DataFrame:
+    """The configured source as a streaming DataFrame of raw records; `kafka_options` replaces
+    `kafka_reader_options(config)` (the job's retention check may change one).
 
     Raises:
         pyspark.errors.PySparkException: the source cannot be set up (e.g. no Kafka package).
@@ -90,7 +95,7 @@ def read_stream(spark: SparkSession, config: IngestConfig) -> DataFrame:
     if config.source == "kafka":
         return (
             spark.readStream.format("kafka")
-            .options(**kafka_reader_options(config))
+            .options(**(kafka_options or kafka_reader_options(config)))
             .load()
             .select(
                 F.col("value").cast("string").alias(RAW_COLUMN),

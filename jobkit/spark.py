@@ -48,6 +48,7 @@ __all__ = [
     "build_session",
     "load_table",
     "submitted_conf",
+    "ConnectorMissing",
     "IcebergMissing",
 ]
 
@@ -124,25 +125,48 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
-class IcebergMissing(RuntimeError):
+class ConnectorMissing(RuntimeError):
+    """A jar the job needs is not on the driver's classpath: pass it to spark-submit."""
+
+
+class IcebergMissing(ConnectorMissing):
     """The Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit."""
 
 
-def _check_iceberg_on_driver() -> None:
+def _on_driver(class_name: str) -> bool:
     from py4j.protocol import Py4JJavaError
     from pyspark import SparkContext
 
     try:
         # the driver's context class loader holds what spark-submit's --jars/--packages added
         SparkContext._jvm.org.apache.spark.util.Utils.classForName(  # type: ignore[union-attr]
-            "org.apache.iceberg.spark.SparkCatalog", False, False
+            class_name, False, False
         )
     except Py4JJavaError:
+        return False
+    return True
+
+
+def _check_iceberg_on_driver() -> None:
+    if not _on_driver("org.apache.iceberg.spark.SparkCatalog"):
         raise IcebergMissing(
             "the Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit "
             '(--jars "$(python -m lakelock_submit jars)", or --packages '
             "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2); see docs/spark-submit.md"
-        ) from None
+        )
+
+
+def _check_sets_on_driver(jar_sets: Sequence[str]) -> None:
+    from jobkit.maven import SETS, spark_packages
+
+    for name in jar_sets:
+        probe = SETS[name].probe_class
+        if probe is not None and not _on_driver(probe):
+            raise ConnectorMissing(
+                f"{probe} is not on the driver's classpath: pass it to spark-submit "
+                f"(--packages {spark_packages(name)}, the version of the cluster's Spark); see "
+                "docs/spark-submit.md"
+            )
 
 
 def build_session(
@@ -154,6 +178,7 @@ def build_session(
     use_bundled_jar: bool = True,
     extra_conf: dict[str, str] | None = None,
     executor_packages: Sequence[str] = (),
+    jar_sets: Sequence[str] = (),
 ) -> SparkSession:
     """A SparkSession with Iceberg's SQL extensions and `catalog` registered.
 
@@ -166,14 +191,21 @@ def build_session(
     elsewhere `executor_packages` (the packages the job's Python functions import) go to the
     executors as a zip, unless the submit already carried it (`--py-files`).
 
+    `jar_sets` names further jars (jobkit.maven.SETS, e.g. "spark-kafka"): fetched with Maven
+    into a cache and added when Python starts the driver (as packages with `jars_packages`);
+    under spark-submit they must come with the submit.
+
     Raises:
         IcebergMissing: under spark-submit, the Iceberg runtime was not submitted with the job.
+        ConnectorMissing: under spark-submit, a jar set was not submitted with the job.
+        jobkit.maven.MavenMissing: a jar set is not cached and Maven cannot fetch it.
     """
     from pyspark.sql import SparkSession
 
     submitted = submitted_conf()
     if submitted is not None:
         _check_iceberg_on_driver()
+        _check_sets_on_driver(jar_sets)
         if master and master != submitted.get("spark.master"):
             log.info(
                 "spark master %s (from spark-submit; not %s)", submitted.get("spark.master"), master
@@ -182,7 +214,9 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    conf = _defaults(submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar)
+    conf = _defaults(
+        submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar, jar_sets=jar_sets
+    )
     conf.update(catalog.spark_conf())
     conf.update(extra_conf or {})
     ship = bool(executor_packages) and not _carries_executor_zip(submitted or conf)
@@ -206,7 +240,11 @@ def _carries_executor_zip(conf: dict[str, str]) -> bool:
 
 
 def _defaults(
-    submitted: dict[str, str] | None, *, jars_packages: str | None, use_bundled_jar: bool
+    submitted: dict[str, str] | None,
+    *,
+    jars_packages: str | None,
+    use_bundled_jar: bool,
+    jar_sets: Sequence[str] = (),
 ) -> dict[str, str]:
     """The conf lakelock sets unless spark-submit set it: Iceberg's SQL extensions (added to
     the submitted ones), UTC, few shuffle partitions, no UI; and the Iceberg jar when Python
@@ -223,10 +261,17 @@ def _defaults(
     if submitted is None:
         # the driver JVM is started with these; under spark-submit it runs already
         defaults["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
+        from jobkit.maven import jars, spark_packages
+
         if jars_packages:
-            defaults["spark.jars.packages"] = jars_packages
-        elif use_bundled_jar:
-            defaults["spark.jars"] = str(bundled_iceberg_jar())
+            defaults["spark.jars.packages"] = ",".join(
+                [jars_packages, *(spark_packages(name) for name in jar_sets)]
+            )
+        else:
+            fetched = [str(jar) for name in jar_sets for jar in jars(name)]
+            bundled = [str(bundled_iceberg_jar())] if use_bundled_jar else []
+            if bundled or fetched:
+                defaults["spark.jars"] = ",".join(bundled + fetched)
     conf = {k: v for k, v in defaults.items() if submitted is None or k not in submitted}
     if submitted is not None and "spark.sql.extensions" in submitted:
         extensions = submitted["spark.sql.extensions"].split(",")

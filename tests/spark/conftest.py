@@ -26,12 +26,20 @@ from ingest_gate.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
 
 
-def start_spark(warehouse: Path, *, app_name: str = "lakelock-tests", catalog: str = "local"):
-    """A local[2] session with the Iceberg runtime and a Hadoop catalog over `warehouse`."""
+def start_spark(
+    warehouse: Path,
+    *,
+    app_name: str = "lakelock-tests",
+    catalog: str = "local",
+    jar_sets: tuple[str, ...] = (),
+):
+    """A local[2] session with the Iceberg runtime (and `jar_sets`, jobkit.maven) and a Hadoop
+    catalog over `warehouse`."""
     return build_session(
         CatalogConfig(name=catalog, warehouse=str(warehouse)),
         app_name=app_name,
         master="local[2]",
+        jar_sets=jar_sets,
         extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",

@@ -1,0 +1,156 @@
+"""Jars from Maven Central, fetched once into a cache with Maven's own client (`mvn`).
+
+    jars("spark-kafka")        # Spark's Kafka source, for a job that Python starts (local master)
+    jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
+    SETS["spark-kafka"]        # what a set holds, every version named
+
+A set is its artifacts and their dependencies as Maven resolves them (`dependency:copy-
+dependencies` over a small pom made for the purpose), minus what its user already has on the
+classpath (pyspark's own jars, for the Spark set). Each set goes into its own folder under
+`~/.cache/lakelock/jars` (`LAKELOCK_JARS_CACHE` moves it), named by the set and its versions, so
+another version is another folder; a complete set is marked by a list of its jars and read from
+there without asking Maven again. Nothing fetched is committed. On a cluster the site's usual
+`--packages` line does the same (docs/spark-submit.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["JarSet", "SETS", "MavenMissing", "cache_root", "jars", "spark_packages"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """Artifacts (`group:artifact:version`) fetched together; `skip_present_in` names a folder
+    of jars already on the user's classpath, left out by artifact name; `probe_class` is a
+    class the set provides, to tell whether a driver already has it."""
+
+    artifacts: tuple[str, ...]
+    skip_present_in: str | None = None
+    probe_class: str | None = None
+
+    @property
+    def folder_name(self) -> str:
+        return "+".join(a.split(":", 1)[1].replace(":", "-") for a in self.artifacts)
+
+
+SPARK_KAFKA_VERSION = "3.5.7"
+"""Spark's Kafka source of the 3.5 line, as pyspark 3.5 needs it (Scala 2.12). The newest 3.5
+release of the connector that Maven Central serves here; a 3.5.x connector runs on any 3.5.x
+Spark. On a cluster, the connector of the cluster's own Spark version."""
+
+KAFKA_VERSION = "4.1.1"
+"""Apache Kafka's broker: 4.x runs in KRaft mode only (no ZooKeeper) on Java 17."""
+
+SETS = {
+    "spark-kafka": JarSet(
+        (f"org.apache.spark:spark-sql-kafka-0-10_2.12:{SPARK_KAFKA_VERSION}",),
+        skip_present_in="pyspark",
+        probe_class="org.apache.spark.sql.kafka010.KafkaSourceProvider",
+    ),
+    "kafka-broker": JarSet((f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",)),
+}
+
+
+class MavenMissing(RuntimeError):
+    """`mvn` is not installed, or could not fetch a set: the message says which."""
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("LAKELOCK_JARS_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "lakelock" / "jars"
+
+
+def spark_packages(name: str) -> str:
+    """The set's artifacts for `spark.jars.packages` / `--packages` (a cluster's own way)."""
+    return ",".join(SETS[name].artifacts)
+
+
+def jars(name: str) -> list[Path]:
+    """The jars of set `name`, fetched into the cache on first use.
+
+    Raises:
+        KeyError: an unknown set.
+        MavenMissing: not cached, and `mvn` is missing or failed (its last lines are named).
+    """
+    jar_set = SETS[name]
+    folder = cache_root() / jar_set.folder_name
+    listing = folder / "jars.txt"
+    if not listing.is_file():
+        _fetch(jar_set, folder)
+    return [folder / line for line in listing.read_text().split() if line]
+
+
+def _fetch(jar_set: JarSet, folder: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MavenMissing(
+            f"{', '.join(jar_set.artifacts)} are fetched with Maven (mvn), which is not "
+            "installed: install Maven, or give Spark the packages yourself "
+            "(spark.jars.packages / --packages)"
+        )
+    log.info("fetching %s from Maven into %s", ", ".join(jar_set.artifacts), folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".fetch-") as tmp:
+        work = Path(tmp)
+        (work / "pom.xml").write_text(_pom(jar_set.artifacts))
+        done = subprocess.run(
+            [mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
+            + [f"-DoutputDirectory={work / 'jars'}"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+            raise MavenMissing(f"mvn could not fetch {', '.join(jar_set.artifacts)}:\n{tail}")
+        fetched = sorted(p.name for p in (work / "jars").glob("*.jar"))
+        present = _present(jar_set.skip_present_in)
+        kept = [name for name in fetched if _artifact_name(name) not in present]
+        (work / "jars" / "jars.txt").write_text("\n".join(kept) + "\n")
+        if folder.exists():  # another process got there first: keep its complete copy
+            return
+        (work / "jars").rename(folder)
+
+
+def _present(where: str | None) -> set[str]:
+    if where != "pyspark":
+        return set()
+    import pyspark
+
+    folder = Path(pyspark.__file__).parent / "jars"
+    return {_artifact_name(p.name) for p in folder.glob("*.jar")}
+
+
+# the shortest name before a dotted version (and a numbered build: zstd-jni-1.5.6-10.jar)
+_JAR = re.compile(r"^(.+?)-\d+(?:\.\d+)*(?:-\d+)?\.jar$")
+
+
+def _artifact_name(jar: str) -> str:
+    """`kafka-clients-3.4.1.jar` -> `kafka-clients` (the name without its version)."""
+    match = _JAR.match(jar)
+    return match.group(1) if match else jar
+
+
+def _pom(artifacts: tuple[str, ...]) -> str:
+    dependencies = "".join(
+        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
+        f"<version>{v}</version></dependency>"
+        for g, a, v in (artifact.split(":") for artifact in artifacts)
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>lakelock</groupId><artifactId>jar-set</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{dependencies}</dependencies></project>"
+    )
