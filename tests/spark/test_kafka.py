@@ -8,6 +8,7 @@ Tables are read back with pyiceberg where exactness is the point."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -309,3 +310,40 @@ def test_a_mysql_binlog_through_a_topic_equals_the_mysql_table(
     assert (
         differences(source, iceberg_rows(spark_warehouse, tables["orders"]), TABLES["orders"]) == []
     )
+
+
+def test_bin_kafka_local_serves_in_the_foreground_until_sigterm(tmp_path):
+    """The broker as a user starts it: `bin/kafka-local --port PORT --dir DIR`; topics made
+    through it survive a restart on the same folder."""
+    from demo.local import free_port
+
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+
+    def start() -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [str(root / "bin" / "kafka-local"), "--port", str(port), "--dir", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert process.stdout is not None
+        said = []  # bin/bootstrap's lines when it installs something first, then the broker's
+        for line in process.stdout:
+            said.append(line)
+            if f"kafka on 127.0.0.1:{port}" in line:
+                return process
+        raise AssertionError(f"bin/kafka-local exited {process.wait()}: {''.join(said)[-2000:]}")
+
+    process = start()
+    broker = LocalKafka(tmp_path, port, process, open(os.devnull, "wb"))  # noqa: SIM115
+    broker.create_topic("kept", partitions=2)
+    broker.produce("kept", [(b"k", b"v")])
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0
+    process = start()
+    try:
+        assert sum(broker.end_offsets("kept").values()) == 1
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
