@@ -25,7 +25,7 @@ from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
     from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
-    from ingest_gate.config import FORMATS, SCOPES
+    from ingest_gate.config import FORMATS, SCOPES, SOURCES
 
 __all__ = ["main"]
 
@@ -71,6 +71,19 @@ def _parser() -> argparse.ArgumentParser:
             "json | debezium | canal: click events, or change events with deletes",
         ),
         (
+            "--source",
+            str,
+            defaults.source,
+            "files | kafka: a landing folder, or a topic of a broker "
+            "the run starts (bin/kafka-local's)",
+        ),
+        (
+            "--partitions",
+            int,
+            defaults.kafka_partitions,
+            "with --source kafka: the topic's partitions",
+        ),
+        (
             "--lease-scope",
             str,
             defaults.lease_scope,
@@ -93,6 +106,10 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         parser.error("--compactions must be >= 0")
     if args.format not in FORMATS:
         parser.error(f"--format must be one of {', '.join(FORMATS)}")
+    if args.source not in SOURCES:
+        parser.error(f"--source must be one of {', '.join(SOURCES)}")
+    if args.partitions < 1:
+        parser.error("--partitions must be >= 1")
     if args.lease_scope not in SCOPES:
         parser.error(f"--lease-scope must be one of {', '.join(SCOPES)}")
     if args.timeout_s <= 0:
@@ -154,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         lease_scope=args.lease_scope,
         format=args.format,
+        source=args.source,
+        kafka_partitions=args.partitions,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

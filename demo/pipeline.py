@@ -7,7 +7,9 @@
 What runs, all in this process except the service (a child process on SQLite):
 
     generator   a thread writing JSON-lines files into the landing folder (duplicates, late
-                updates, bad records), `rate` events/s, one file every `file_interval_s`
+                updates, bad records), `rate` events/s, one file every `file_interval_s`; with
+                `source="kafka"` the same records into a topic of `kafka_partitions` partitions
+                of a broker the run starts (demo.kafka), keyed by row key, instead
     ingest      the streaming upsert job (ingest_gate.job.run) on a shared local Spark session;
                 a batch that fails stops its query, and the pipeline restarts it from the
                 checkpoint, as a cluster's supervisor would, counting the failure
@@ -61,6 +63,7 @@ from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, Ta
 from compactor.report import RunReport, publish
 from compactor.run import run_table
 from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
+from demo.kafka import LocalKafka, as_messages
 from demo.local import LocalService
 from ingest_gate.config import IngestConfig
 from ingest_gate.job import BatchHooks, BatchRecord, run
@@ -78,6 +81,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("demo")
+
+TOPIC = "events"  # the demo's topic with `source="kafka"`
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,9 @@ class PipelineOptions:
     events: int | None = None
     compactions: int = 1
     timeout_s: float = 900.0
+    # files: a landing folder; kafka: a topic of a broker started for the run (demo.kafka)
+    source: str = "files"
+    kafka_partitions: int = 4
 
     @property
     def by_counts(self) -> bool:
@@ -190,6 +198,7 @@ class PipelineResult:
         return {
             "mode": "coordinated" if self.options.coordinated else "uncoordinated",
             "format": self.options.format,
+            "source": self.options.source,
             "duration_s": round(self.duration_s, 1),
             "events_generated": sum(self.generator.by_kind.values()),
             "distinct_keys_generated": len(self.generator.expected_rows()),
@@ -218,7 +227,11 @@ class PipelineResult:
             ),
             "warehouse": str((self.options.workdir / "warehouse").resolve()),
             "table": self.options.table,
-            "landing": str((self.options.workdir / "landing").resolve()),
+            **(
+                {"topic": f"{TOPIC} ({self.options.kafka_partitions} partitions)"}
+                if self.options.source == "kafka"
+                else {"landing": str((self.options.workdir / "landing").resolve())}
+            ),
         }
 
 
@@ -323,6 +336,7 @@ class Pipeline:
         self._events_written = 0
         self._generated = threading.Event()
         self.crashed: list[tuple[str, BaseException]] = []
+        self.kafka: LocalKafka | None = None
         self.interrupted = False
         self._lock = threading.Lock()
 
@@ -355,6 +369,12 @@ class Pipeline:
             # by counts: one landing file per batch, so the batches (and the small files the
             # compactor waits for) come from the event count, not from how fast Spark runs
             max_files_per_trigger=1 if o.by_counts else None,
+            source=o.source,
+            kafka=(
+                {"kafka.bootstrap.servers": self.kafka.bootstrap, "subscribe": TOPIC}
+                if self.kafka is not None
+                else {}
+            ),
         )
 
     def _table_config(self) -> TableConfig:
@@ -382,6 +402,7 @@ class Pipeline:
     # -- the parts -----------------------------------------------------------------------------
 
     def _generate(self) -> None:
+        o = self.options
         landing = self._path("landing")
         per_file = self.options.rate * self.options.file_interval_s
         left = self.options.events
@@ -392,7 +413,13 @@ class Pipeline:
             if left is not None:
                 count = min(count, left)
                 left -= count
-            if count:
+            if count and self.kafka is not None:
+                # a key change goes as two messages (demo.kafka.as_messages): count messages
+                messages = as_messages(self.generator.records(count), o.format, KEY_FIELDS)
+                self.kafka.produce(TOPIC, messages)
+                self.files.append(FileWritten(TOPIC, len(messages), time.time()))
+                self._events_written += len(messages)
+            elif count:
                 path = self.generator.write_file(landing, count)
                 self.files.append(FileWritten(str(path), count, time.time()))
                 self._events_written += count
@@ -582,8 +609,20 @@ class Pipeline:
                     log_path=o.workdir / "service.log",
                 )
                 self.on_progress(f"lakelock service on {service.url} (SQLite)")
+            if o.source == "kafka":
+                self.kafka = LocalKafka.start(o.workdir / "kafka")
+                self.kafka.create_topic(TOPIC, partitions=o.kafka_partitions)
+                self.on_progress(
+                    f"kafka broker on {self.kafka.bootstrap}, topic {TOPIC} "
+                    f"({o.kafka_partitions} partitions)"
+                )
             config = self._ingest_config(service)
-            spark = build_session(config.catalog, app_name="lakelock-demo", master=o.spark_master)
+            spark = build_session(
+                config.catalog,
+                app_name="lakelock-demo",
+                master=o.spark_master,
+                jar_sets=("spark-kafka",) if o.source == "kafka" else (),
+            )
             spark.sparkContext.setLogLevel("ERROR")
             self._handle_ctrl_c()
             client: Any = (
@@ -640,3 +679,5 @@ class Pipeline:
                 _cleanup("stop Spark", spark.stop)
             if service is not None:
                 _cleanup("stop the lakelock service", service.stop)
+            if self.kafka is not None:
+                _cleanup("stop the Kafka broker", self.kafka.stop)
