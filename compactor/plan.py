@@ -312,6 +312,7 @@ class ExpiryPlan:
     snapshot_ids: tuple[int, ...]
     expired: tuple[int, ...]
     kept_for_queries: tuple[int, ...]
+    kept_for_readers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -341,10 +342,16 @@ class _Frame:
 
 
 def plan(
-    stats: TableStats, config: TableConfig, now: datetime, *, leased: Collection[str] = ()
+    stats: TableStats,
+    config: TableConfig,
+    now: datetime,
+    *,
+    leased: Collection[str] = (),
+    readers: Collection[int] = (),
 ) -> Plan:
     """The plan for `stats` under `config` at `now` (an aware UTC datetime); `leased` names the
-    partitions live commit leases cover (they are hot).
+    partitions live commit leases cover (they are hot); `readers` the positions (snapshot ids)
+    of live reader holds, which `expire_snapshots` keeps with every later snapshot.
 
     The whole table is one scope when the config says so or the stats name a reason
     (`_whole_table_plan`); otherwise each cold partition with debt is picked and hot ones are
@@ -364,7 +371,7 @@ def plan(
             f"the config says {config.small_file_bytes}"
         )
     whole_table = "lease.scope is table" if config.lease.scope == "table" else stats.scope_refusal
-    frame = _frame(stats, config, now)
+    frame = _frame(stats, config, now, readers)
     if frame is None:
         last = stats.last_full_rewrite_at
         reasons = (
@@ -380,7 +387,9 @@ def plan(
     return _partition_plan(frame, now, leased)
 
 
-def _frame(stats: TableStats, config: TableConfig, now: datetime) -> _Frame | None:
+def _frame(
+    stats: TableStats, config: TableConfig, now: datetime, readers: Collection[int] = ()
+) -> _Frame | None:
     """The mode and scope the clock chooses; None when a rewrite-all is due on an empty table."""
     reasons: list[str] = []
     if full_rewrite_due(config.plan, last=stats.last_full_rewrite_at, now=now):
@@ -396,7 +405,7 @@ def _frame(stats: TableStats, config: TableConfig, now: datetime) -> _Frame | No
         recent = recent_where(config.plan, now=now)
         mode, where = Mode.INCREMENTAL, recent[0] if recent else None
         in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
-    table_run, table_idle = _table_reasons(stats, config, now)
+    table_run, table_idle = _table_reasons(stats, config, now, readers)
     return _Frame(
         stats,
         config,
@@ -407,7 +416,7 @@ def _frame(stats: TableStats, config: TableConfig, now: datetime) -> _Frame | No
         table_run,
         table_idle,
         manifests=_manifest_steps(stats, config),
-        unleased=_unleased_steps(stats, config, now),
+        unleased=_unleased_steps(stats, config, now, readers),
     )
 
 
@@ -534,11 +543,14 @@ def snapshot_expiry(
     current_snapshot_id: int | None,
     config: ExpireSnapshotsConfig,
     now: datetime,
+    readers: Collection[int] = (),
 ) -> ExpiryPlan:
     """Which snapshots expire_snapshots may remove, and the arguments that remove just those.
 
-    Kept: the last `retain_last`, those younger than `older_than`, the current one, and the
-    newest snapshot of each streaming query id (the replay guard reads it after a restart).
+    Kept: the last `retain_last`, those younger than `older_than`, the current one, the newest
+    snapshot of each streaming query id (the replay guard reads it after a restart), and every
+    snapshot at or after the oldest position in `readers` (live reader holds: snapshot ids; one
+    the table no longer has holds nothing).
     """
     ordered = sorted(snapshots, key=lambda s: (s.committed_at, s.snapshot_id))
     cutoff = now - config.older_than
@@ -552,6 +564,10 @@ def snapshot_expiry(
             newest_per_query[snap.query_id] = snap
     for_queries = {s.snapshot_id for s in newest_per_query.values()}
     keep |= for_queries
+    positions = set(readers)
+    oldest = next((i for i, s in enumerate(ordered) if s.snapshot_id in positions), len(ordered))
+    for_readers = {s.snapshot_id for s in ordered[oldest:]}
+    keep |= for_readers
     kept = [s for s in ordered if s.snapshot_id in keep]
     # Iceberg keeps everything at or after this instant by itself; older ones we keep must
     # not be older than it, and expired ones younger than it must be named one by one
@@ -563,6 +579,7 @@ def snapshot_expiry(
         snapshot_ids=tuple(s.snapshot_id for s in expired if s.committed_at >= bound),
         expired=tuple(s.snapshot_id for s in expired),
         kept_for_queries=tuple(sorted(for_queries - {s.snapshot_id for s in expired})),
+        kept_for_readers=tuple(sorted(for_readers)),
     )
 
 
@@ -618,7 +635,7 @@ def _data_reasons(
 
 
 def _table_reasons(
-    stats: TableStats, config: TableConfig, now: datetime
+    stats: TableStats, config: TableConfig, now: datetime, readers: Collection[int] = ()
 ) -> tuple[list[str], list[str]]:
     """(reasons to rewrite manifests or expire snapshots, reasons not to)."""
     run: list[str] = []
@@ -633,7 +650,7 @@ def _table_reasons(
         )
         (run if small >= manifests.min_small_manifests else idle).append(text)
     if config.expire_snapshots.enabled:
-        expirable = len(_expiry(stats, config, now).expired)
+        expirable = len(_expiry(stats, config, now, readers).expired)
         text = (
             f"{expirable} of {len(stats.snapshots)} snapshots can be expired "
             f"(threshold: {config.plan.max_snapshots})"
@@ -720,12 +737,15 @@ def _small_manifests(stats: TableStats, config: TableConfig) -> int:
     return sum(1 for length in stats.manifest_bytes if length < limit)
 
 
-def _expiry(stats: TableStats, config: TableConfig, now: datetime) -> ExpiryPlan:
+def _expiry(
+    stats: TableStats, config: TableConfig, now: datetime, readers: Collection[int] = ()
+) -> ExpiryPlan:
     return snapshot_expiry(
         stats.snapshots,
         current_snapshot_id=stats.current_snapshot_id,
         config=config.expire_snapshots,
         now=now,
+        readers=readers,
     )
 
 
@@ -817,20 +837,24 @@ def _manifest_steps(stats: TableStats, config: TableConfig) -> tuple[Step, ...]:
     )
 
 
-def _unleased_steps(stats: TableStats, config: TableConfig, now: datetime) -> tuple[Step, ...]:
+def _unleased_steps(
+    stats: TableStats, config: TableConfig, now: datetime, readers: Collection[int] = ()
+) -> tuple[Step, ...]:
     """expire_snapshots and remove_orphan_files (see the module docstring on their lease)."""
     steps: list[Step] = []
     exp = config.expire_snapshots
     if exp.enabled:
-        expiry = _expiry(stats, config, now)
+        expiry = _expiry(stats, config, now, readers)
         if expiry.expired:
             kept = f", keeping {len(expiry.kept_for_queries)} for streaming queries"
+            held = f", keeping {len(expiry.kept_for_readers)} for readers"
             steps.append(
                 Step(
                     "expire_snapshots",
                     f"{len(expiry.expired)} of {len(stats.snapshots)} snapshots older than "
                     f"{format_duration(exp.older_than)} beyond the last {exp.retain_last}"
-                    + (kept if expiry.kept_for_queries else ""),
+                    + (kept if expiry.kept_for_queries else "")
+                    + (held if expiry.kept_for_readers else ""),
                     older_than=expiry.older_than,
                     retain_last=expiry.retain_last,
                     snapshot_ids=expiry.snapshot_ids,

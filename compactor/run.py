@@ -159,14 +159,22 @@ def _run(
         report.outcome, report.error = Outcome.REFUSED, str(exc)
         return
     state: dict[str, Any] = {}
-    if the_plan.run and config.lease.scope == "partitions":
-        # which partitions live commit leases hold (hot), and the operator's switch, which the
-        # steps without a lease respect too; asked only now, so a healthy table needs no service
+    expires = any(step.procedure == "expire_snapshots" for step in the_plan.steps)
+    if the_plan.run and (config.lease.scope == "partitions" or expires):
+        # which partitions live commit leases hold (hot), where live readers stand (expiry
+        # keeps their snapshots), and the operator's switch, which the steps without a lease
+        # respect too; asked only now, so a healthy table needs no service
         found = _state(client, config, report)
         if found is None:
             return
         state = found
-        the_plan = plan(stats, config, at, leased=_leased_partitions(state))
+        the_plan = plan(
+            stats,
+            config,
+            at,
+            leased=_leased_partitions(state),
+            readers=[hold["snapshot_id"] for hold in state.get("readers") or ()],
+        )
     report.mode, report.where = str(the_plan.mode), the_plan.where
     report.lease_scope = "table" if the_plan.whole_table else "partitions"
     report.whole_table = the_plan.whole_table

@@ -72,6 +72,7 @@ def _empty_mariadb(url: str) -> None:
             "lakelock_claims",
             "lakelock_debt",
             "lakelock_ingest_lag",
+            "lakelock_readers",
             "lakelock_intents",
             "lakelock_events",
             "lakelock_runs",

@@ -154,6 +154,12 @@ def backdate_intent(
     _backdate(db_url, "lakelock_intents", where, values, seconds)
 
 
+def backdate_reader(db_url: str, table: str, reader: str, seconds: float = 3600) -> None:
+    """Move a reader hold's expiry into the past, as if the reader stopped putting it."""
+    where, values = "table_name = :t AND reader = :r", {"t": table, "r": reader}
+    _backdate(db_url, "lakelock_readers", where, values, seconds)
+
+
 def _backdate(db_url: str, rows: str, where: str, values: dict[str, Any], seconds: float) -> None:
     engine = create_engine(db_url)
     with engine.begin() as conn:

@@ -325,3 +325,13 @@ def test_a_prefix_too_short_or_matching_nothing_is_refused(api, lakelock, prefix
     result = lakelock("revoke", prefix, "--reason", "x")
     assert result.exit_code == code
     assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_status_shows_the_ingest_lag_and_each_reader_of_a_table(api, lakelock):
+    client = LeaseClient(http=api)
+    client.report_ingest_lag(TABLE, query_id="q", batch_id=4, partitions={"t:0": 7, "t:1": 5})
+    client.hold_reader(TABLE, "summary@h1", snapshot_id=3051729675574597004, ttl_s=60)
+    result = lakelock("status", TABLE, columns=120)
+    assert result.exit_code == 0, result.output
+    assert "12 records behind (t:0 7, t:1 5), after batch 4" in result.stdout
+    assert "summary@h1 at snapshot 3051729675574597004" in result.stdout

@@ -374,6 +374,28 @@ def test_expiry_without_streaming_queries_lets_iceberg_expire_by_age():
     assert expiry.snapshot_ids == ()
 
 
+def test_a_live_reader_keeps_its_snapshot_and_every_later_one_until_it_lets_go():
+    snaps = [snap(i, timedelta(days=20 - i)) for i in range(1, 11)]
+    cfg = ExpireSnapshotsConfig(older_than=timedelta(days=5), retain_last=1)
+
+    held = snapshot_expiry(snaps, current_snapshot_id=10, config=cfg, now=NOW, readers=[4, 7])
+    assert sorted(held.expired) == [1, 2, 3]  # before the oldest reader's position
+    assert held.kept_for_readers == tuple(range(4, 11))
+    assert held.older_than == snaps[3].committed_at  # Iceberg keeps 4 and later by age alone
+
+    gone = snapshot_expiry(snaps, current_snapshot_id=10, config=cfg, now=NOW, readers=[])
+    assert 4 in gone.expired and 7 in gone.expired  # released or lapsed: they go
+    unknown = snapshot_expiry(snaps, current_snapshot_id=10, config=cfg, now=NOW, readers=[99])
+    assert unknown.expired == gone.expired  # a position the table no longer has holds nothing
+
+
+def test_the_expire_step_says_what_it_keeps_for_readers():
+    snaps = [snap(i, timedelta(days=30) - timedelta(minutes=i)) for i in range(1, 701)]
+    p = plan(stats(part("2024-05-10"), snapshots=snaps), config(), NOW, readers=[650])
+    (step,) = [s for s in p.steps if s.procedure == "expire_snapshots"]
+    assert step.reason.endswith(f"keeping {700 - 650 + 1} for readers")
+
+
 def test_nothing_to_expire_plans_no_expire_step():
     snaps = [snap(i, timedelta(hours=10 - i)) for i in range(1, 6)]
 

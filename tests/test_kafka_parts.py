@@ -98,3 +98,11 @@ def test_a_debezium_tombstone_goes_under_the_key_it_deletes_and_a_broken_record_
     assert len(tombstones) >= 5
     assert all(t[0] == before[0] is not None for before, t in tombstones)
     assert messages[-1] == (None, b'{"broken')
+
+
+def test_a_new_cluster_id_never_starts_with_a_dash():
+    """Kafka's storage tool reads `--cluster-id -x...` as an option: one id in 64 did."""
+    from demo.kafka import _cluster_id
+
+    ids = [_cluster_id() for _ in range(2000)]
+    assert not [i for i in ids if i.startswith("-")] and all(len(i) == 22 for i in ids)

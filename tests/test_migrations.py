@@ -14,6 +14,7 @@ TABLES = {
     "lakelock_claims",
     "lakelock_debt",
     "lakelock_ingest_lag",
+    "lakelock_readers",
     "lakelock_intents",
     "lakelock_events",
     "lakelock_runs",

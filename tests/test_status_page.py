@@ -159,3 +159,18 @@ def test_tables_are_listed_by_debt_and_a_claim_shows_with_the_leases(page, lakel
     expect(row).to_be_visible(timeout=SEEN_WITHIN_MS)
     expect(row).to_contain_text("claim")
     expect(row).to_contain_text("compactor-page-test")
+
+
+def test_a_tables_ingest_lag_and_readers_show_with_it(page, lakelock_server):
+    from playwright.sync_api import expect
+
+    table = "lake.db.page_streams"
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as job:
+        job.report_ingest_lag(table, query_id="q", batch_id=9, partitions={"t:0": 30})
+        job.hold_reader(table, "summary@h1", snapshot_id=42, ttl_s=600)
+    sign_in(page, lakelock_server)
+    section = page.locator(f'section[data-table="{table}"]')
+    expect(section).to_contain_text(
+        "ingest lag: 30 records behind (t:0 30)", timeout=SEEN_WITHIN_MS
+    )
+    expect(section).to_contain_text("reader summary@h1 at snapshot 42")

@@ -6,6 +6,7 @@
 
     service.client.lease_client   LeaseClient: the HTTP calls, retries, acquire_until
     service.client.renewer        Renewer, LeaseLost: keeping a lease alive, knowing it is lost
+    service.client.reader         ReaderLease: a streaming reader's hold on snapshot expiry
 
 Nothing here imports FastAPI, SQLAlchemy or Spark. Failures are the `service.wire.errors` tree,
 re-exported here with the answers' models a job handles.
@@ -20,6 +21,7 @@ from service.client.lease_client import (
     NotGranted,
     Waited,
 )
+from service.client.reader import ReaderLease
 from service.client.renewer import LeaseLost, Renewer
 from service.wire import DebtBody, Draining, Lease, TableDebt
 from service.wire.errors import (
@@ -36,6 +38,7 @@ from service.wire.errors import (
 )
 
 __all__ = [
+    "ReaderLease",
     "DEFAULT_URL",
     "MAX_WAIT_S",
     "UNAVAILABLE",

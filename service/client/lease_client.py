@@ -48,6 +48,7 @@ from service.wire import (
     IngestLag,
     Lease,
     LeaseKind,
+    ReaderHold,
     Renewed,
     RunId,
     TableDebt,
@@ -546,6 +547,35 @@ class LeaseClient:
         body = {"query_id": query_id, "gaps": [dict(g) for g in gaps]}
         answer = self._call("POST", f"/v1/tables/{table}/ingest-gaps", json=body, idempotent=False)
         return GapsRecorded.model_validate_json(answer.content)
+
+    def hold_reader(
+        self,
+        table: str,
+        reader: str,
+        *,
+        snapshot_id: int,
+        ttl_s: float,
+        snapshots_behind: int | None = None,
+    ) -> ReaderHold:
+        """Start or renew `reader`'s hold on snapshot expiry at `snapshot_id` (see
+        service.client.reader.ReaderLease, which keeps it up from a thread). Retried like any
+        call: a repeated put stores the same hold.
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        body: dict[str, Any] = {"snapshot_id": snapshot_id, "ttl_s": ttl_s}
+        if snapshots_behind is not None:
+            body["snapshots_behind"] = snapshots_behind
+        answer = self._call("PUT", f"/v1/tables/{table}/readers/{reader}", json=body)
+        return ReaderHold.model_validate_json(answer.content)
+
+    def release_reader(self, table: str, reader: str) -> bool:
+        """End `reader`'s hold; False when it held nothing live (idempotent).
+
+        Raises: OutcomeUnknown, Unavailable, ServerError.
+        """
+        answer = self._call("DELETE", f"/v1/tables/{table}/readers/{reader}")
+        return bool(answer.json()["released"])
 
     def runs(self, table: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Run reports, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""

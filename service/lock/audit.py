@@ -34,6 +34,9 @@ EVENTS = (
     "switch.set",
     "run.reported",
     "ingest.gap",
+    "reader.held",
+    "reader.released",
+    "reader.expired",
 )
 
 _LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")

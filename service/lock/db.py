@@ -48,6 +48,7 @@ __all__ = [
     "runs_t",
     "debt_t",
     "lag_t",
+    "readers_t",
     "Instant",
     "now",
     "LockingRead",
@@ -204,6 +205,23 @@ lag_t = Table(
     Column("records", BigInteger, nullable=False),  # their sum, for ranking and the gauge
     Column("reported_at", Instant, nullable=False),  # the database clock
     Column("reported_by", String(255)),
+)
+
+
+# the holds of jobs streaming out of a table: one row per (table, reader) while it is live
+readers_t = Table(
+    "lakelock_readers",
+    metadata,
+    Column("table_name", String(NAME), primary_key=True),
+    Column("reader", String(128), primary_key=True),
+    Column("snapshot_id", BigInteger, nullable=False),
+    Column("snapshots_behind", BigInteger),
+    Column("ttl_s", Float, nullable=False),
+    Column("expires_at", Instant, nullable=False),
+    Column("held_since", Instant, nullable=False),
+    Column("advanced_at", Instant, nullable=False),
+    Column("holder", String(255)),  # the principal that put it
+    Index("ix_lakelock_readers_expiry", "expires_at"),
 )
 
 

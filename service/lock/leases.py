@@ -80,7 +80,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, rules, store
+from service.lock import audit, readers, rules, store
 from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
 from service.lock.rules import (
     Ask,
@@ -519,6 +519,7 @@ def sweep(conn: Connection, *, table: str) -> None:
             *store.expired_claims(conn, table, at),
         ):
             _end_expired(conn, expired, at)
+        readers.expire(conn, table=table, at=at)
         _live(conn, row, at)
 
 

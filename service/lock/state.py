@@ -18,7 +18,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import debt, ingest, store
+from service.lock import debt, ingest, readers, store
 from service.lock.db import events_t, intents_t, now
 from service.lock.rows import IntentRow, LeaseRow, TableRow, seconds
 from service.wire import Intent, Lease, Switch, TableState
@@ -89,6 +89,7 @@ def state_of(conn: Connection, row: TableRow, at: datetime) -> TableState:
         claims=tuple(lease_view(x, at) for x in store.unended_claims(conn, row.name) if x.live(at)),
         debt=debt.of_table(conn, row.name, at),
         ingest_lag=ingest.lag_of(conn, row.name, at),
+        readers=tuple(readers.live(conn, row.name, at)),
     )
 
 
@@ -152,7 +153,8 @@ def table_versions(conn: Connection, tables: list[str]) -> dict[str, int]:
 
 
 def tables_due_for_sweep(conn: Connection) -> list[str]:
-    """Tables with a lease or intent whose expiry passed but which is not yet marked ended."""
+    """Tables with a lease, intent or reader hold whose expiry passed but which is not yet
+    marked ended."""
     at = now(conn)
     due: set[str] = set()
     for leases_t in store.LEASE_TABLES.values():
@@ -161,4 +163,5 @@ def tables_due_for_sweep(conn: Connection) -> list[str]:
         due.update(conn.execute(expired.distinct()).scalars())
     i = intents_t.c
     due.update(conn.execute(select(i.table_name).where(i.expires_at <= at).distinct()).scalars())
+    due.update(readers.due(conn, at))
     return sorted(due)

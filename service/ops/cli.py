@@ -226,6 +226,17 @@ def _lag_line(lag: dict[str, Any]) -> str:
     )
 
 
+def _reader_line(hold: dict[str, Any]) -> str:
+    """`summary@h1 at snapshot 305..., 3 snapshots behind, advanced 12 s ago, 40 s left`."""
+    behind = hold.get("snapshots_behind")
+    behind_text = "" if behind is None else f", {behind} snapshots behind"
+    return (
+        f"{hold.get('reader')} at snapshot {hold.get('snapshot_id')}{behind_text}, advanced "
+        f"{_seconds(hold.get('advanced_s_ago'))} ago, {_seconds(hold.get('remaining_s'))} left "
+        "(expiry keeps it and every later snapshot)"
+    )
+
+
 def _state_tables(
     state: dict[str, Any], last_run: dict[str, Any] | None, console: Console | None = None
 ) -> list[RenderableType]:
@@ -245,6 +256,8 @@ def _state_tables(
         head.add_row("debt", Text(_debt_line(state["debt"])))
     if state.get("ingest_lag"):
         head.add_row("ingest lag", Text(_lag_line(state["ingest_lag"])))
+    for hold in state.get("readers") or ():
+        head.add_row("reader", Text(_reader_line(hold)))
     if last_run:
         head.add_row(
             "last run",

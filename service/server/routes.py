@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import AfterValidator
 from sqlalchemy import delete, insert, select
 
-from service.lock import audit, debt, ingest, leases, migrate, state
+from service.lock import audit, debt, ingest, leases, migrate, readers, state
 from service.lock.db import now, runs_t
 from service.server.auth import JobDep, OperatorDep, ReaderDep
 from service.server.runtime import ClientGone, Runtime
@@ -30,6 +30,7 @@ from service.server.settings import ApiToken
 from service.wire import (
     HOLDER_PATTERN,
     MAX_TOKEN,
+    READER_PATTERN,
     REQUEST_ID_PATTERN,
     TABLE_PATTERN,
     AcquireBody,
@@ -42,6 +43,8 @@ from service.wire import (
     IngestLag,
     LagBody,
     Lease,
+    ReaderBody,
+    ReaderHold,
     Released,
     RenewBody,
     Renewed,
@@ -278,6 +281,32 @@ async def record_ingest_gaps(
     return await rt.transact(
         lambda conn: ingest.record_gaps(conn, table=table, body=body, by=who.name)
     )
+
+
+ReaderName = Annotated[str, Path(pattern=READER_PATTERN, description="the reader's name")]
+
+
+@router.put("/v1/tables/{table}/readers/{reader}", tags=["readers"], responses=_WRITE)
+async def hold_reader(
+    table: TableName, reader: ReaderName, body: ReaderBody, rt: RuntimeDep, who: JobDep
+) -> ReaderHold:
+    """Start or renew a reader's hold at its position (a snapshot id): `expire_snapshots` keeps
+    that snapshot and every later one while the hold is live. Put it again at a third of
+    `ttl_s`, with the new position as the reader advances."""
+    return await rt.transact(
+        lambda conn: readers.hold(conn, table=table, reader=reader, body=body, by=who.name)
+    )
+
+
+@router.delete("/v1/tables/{table}/readers/{reader}", tags=["readers"], responses=_WRITE)
+async def release_reader(
+    table: TableName, reader: ReaderName, rt: RuntimeDep, who: JobDep
+) -> dict[str, bool]:
+    """End a reader's hold (idempotent: `released` is false when it held nothing live)."""
+    released = await rt.transact(
+        lambda conn: readers.release(conn, table=table, reader=reader, by=who.name)
+    )
+    return {"released": released}
 
 
 def _decoded_report(report: str) -> dict[str, Any]:

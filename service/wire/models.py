@@ -51,6 +51,7 @@ __all__ = [
     "RunBody",
     "DebtBody",
     "LagBody",
+    "ReaderBody",
     "GapsBody",
     "OffsetGap",
     "Lease",
@@ -60,6 +61,8 @@ __all__ = [
     "Switch",
     "TableDebt",
     "IngestLag",
+    "ReaderHold",
+    "READER_PATTERN",
     "GapsRecorded",
     "TableState",
     "Tables",
@@ -344,6 +347,29 @@ class GapsBody(_Body):
     gaps: list[OffsetGap] = Field(min_length=1, max_length=MAX_SOURCE_PARTITIONS)
 
 
+READER_PATTERN = r"^[A-Za-z0-9._:@-]{1,128}$"
+"""A reader's name, in the path of its hold: `orders-to-summary@host-1`."""
+
+MAX_READER_TTL_S = 86400.0
+
+
+class ReaderBody(_Body):
+    """Where a job streaming out of the table stands: the snapshot it has not read past yet.
+    `expire_snapshots` keeps that snapshot and every later one while the hold is live."""
+
+    snapshot_id: SnapshotId = Field(
+        description="the reader's position: it still needs this snapshot and the later ones"
+    )
+    ttl_s: float = Field(
+        gt=0,
+        le=MAX_READER_TTL_S,
+        description="seconds the hold lasts without another PUT; put again at a third of it",
+    )
+    snapshots_behind: Count | None = Field(
+        default=None, description="snapshots committed after the position, as the reader counts"
+    )
+
+
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))"
 )
@@ -478,6 +504,17 @@ class IngestLag(_Answer):
     reported_s_ago: float = Field(description="seconds since the report, by the database clock")
 
 
+class ReaderHold(_Answer):
+    """A live reader's hold on snapshot expiry."""
+
+    reader: str
+    snapshot_id: int
+    snapshots_behind: int | None = None
+    remaining_s: float = Field(description="seconds until it lapses without another PUT")
+    held_s: float = Field(description="seconds since the reader first put it")
+    advanced_s_ago: float = Field(description="seconds since its position last moved")
+
+
 class GapsRecorded(_Answer):
     recorded: int = Field(description="ingest.gap events written")
     records_lost: int = Field(description="offsets the gaps span")
@@ -504,6 +541,10 @@ class TableState(_Answer):
     )
     ingest_lag: IngestLag | None = Field(
         default=None, description="the latest source lag an ingest job reported (null: none)"
+    )
+    readers: tuple[ReaderHold, ...] = Field(
+        default=(),
+        description="live holds of jobs streaming out of the table, the oldest position first",
     )
 
 

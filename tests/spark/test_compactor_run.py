@@ -537,3 +537,77 @@ def test_a_killed_compactor_loses_its_lease_after_the_ttl(
     grant = job_client.acquire_maintenance(table, holder="compactor-next", ttl_s=5)
     assert grant.token > lease["token"]
     job_client.release(grant)
+
+
+def test_expiry_keeps_a_live_readers_snapshot_and_the_later_ones_until_it_lets_go(
+    spark, job_client
+):
+    """A job streaming out of the table holds its position (snapshot 3 of 8); the compactor's
+    expire_snapshots (run with its clock six days ahead, so every snapshot is past the 1-day
+    age and only `retain_last` 5 and the reader keep any) leaves snapshot 3 and removes the two
+    before it; once the reader lets go, snapshot 3 goes too."""
+    table = "local.db.read_out"
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')"
+    )
+    for i in range(8):
+        spark.sql(f"INSERT INTO {table} VALUES ({i})")
+
+    def snapshot_ids() -> list[int]:
+        found = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at")
+        return [r[0] for r in found.collect()]
+
+    ids = snapshot_ids()
+    config = table_config(
+        table,
+        plan=PlanConfig(max_snapshots=1, min_small_files=1000),
+        expire_snapshots=ExpireSnapshotsConfig(older_than=timedelta(days=1), retain_last=5),
+    )
+    ahead = lambda: datetime.now(UTC) + timedelta(days=6)  # noqa: E731
+    job_client.hold_reader(table, "summary@test", snapshot_id=ids[2], ttl_s=300)
+
+    held = run_table(spark, client=job_client, config=config, now=ahead)
+    assert held.outcome is Outcome.COMPACTED, held.error
+    assert snapshot_ids() == ids[2:]  # the reader's and every later one
+    (step,) = [s for s in held.steps if s["procedure"] == "expire_snapshots"]
+    assert "keeping 6 for readers" in step["reason"]
+
+    assert job_client.release_reader(table, "summary@test")
+    released = run_table(spark, client=job_client, config=config, now=ahead)
+    assert released.outcome is Outcome.COMPACTED, released.error
+    assert snapshot_ids() == ids[3:]  # the last five
+
+
+def test_a_streaming_reader_followed_by_its_hold_stands_at_the_snapshot_it_read_to(
+    spark, job_client, tmp_path
+):
+    """jobkit.reader.follow: a query reading the table (`readStream.format("iceberg")`)
+    advances its hold after each batch to the end snapshot it read."""
+    from jobkit.reader import follow
+    from service.client import ReaderLease
+
+    table = "local.db.read_stream"
+    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg")
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table} VALUES ({i})")
+    current = current_snapshot(spark, table)
+    with ReaderLease(job_client, table, "follower", ttl_s=300) as hold:
+        query = (
+            spark.readStream.format("iceberg")
+            .load(table)
+            .writeStream.foreachBatch(lambda batch, batch_id: batch.count())
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        listener = follow(spark, query, hold)
+        try:
+            query.awaitTermination(WAIT_S)
+            deadline = time.monotonic() + WAIT_S  # progress events arrive after the batch
+            while hold.snapshot_id != current and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            spark.streams.removeListener(listener)
+        (shown,) = job_client.state(table)["readers"]
+        assert (shown["reader"], shown["snapshot_id"]) == ("follower", current)
+    assert job_client.state(table)["readers"] == []
