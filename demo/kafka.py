@@ -67,8 +67,12 @@ def _java(classpath: str, *args: str) -> list[str]:
 
 
 def _cluster_id() -> str:
-    """A new cluster id as Kafka writes them: a UUID in URL-safe base64, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A new cluster id as Kafka makes them (`Uuid.randomUuid`): a UUID in URL-safe base64,
+    unpadded, never starting with "-" (the storage tool would read it as an option)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _listening(port: int) -> bool:
@@ -107,13 +111,16 @@ class LocalKafka:
             _PROPERTIES.format(port=port, controller=free_port(), logs=folder / "data")
         )
         if not (folder / "data" / "meta.properties").is_file():
-            subprocess.run(
+            formatted = subprocess.run(
                 _java(classpath, "kafka.tools.StorageTool", "format", "--ignore-formatted")
                 + ["--cluster-id", _cluster_id(), "--config", str(config)],
-                check=True,
                 capture_output=True,
+                text=True,
                 timeout=120,
             )
+            if formatted.returncode != 0:
+                said = (formatted.stdout + formatted.stderr).strip()[-2000:]
+                raise RuntimeError(f"Kafka's storage tool could not format {folder}: {said}")
         log = (folder / "broker.log").open("ab")
         process = subprocess.Popen(
             _java(classpath, "kafka.Kafka", str(config)),
