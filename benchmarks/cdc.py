@@ -39,12 +39,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "percentile"]
 
 TABLE = "local.db.orders"
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one script, i
             "transactions": len(workload.commits) - since,
             "orders_transactions_measured": len(lags),
             "p50_s": round(statistics.median(lags), 2) if lags else None,
-            "p99_s": round(_percentile(lags, 0.99), 2),
+            "p99_s": round(percentile(lags, 0.99), 2),
             "max_s": round(max(lags), 2) if lags else None,
             "batches": len(stream.handle.records),
             "compactions": compactions[:],

@@ -35,14 +35,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cdc import percentile
+
 __all__ = ["main"]
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,7 +195,7 @@ class Bench:
         compactor.join()
         behind = [sum(r.lag.values()) for r in handle.records if r.lag is not None]
         waits = [r.gate_wait_s for r in handle.records]
-        p50, p99 = statistics.median(behind), _percentile(behind, 0.99)
+        p50, p99 = statistics.median(behind), percentile(behind, 0.99)
         return {
             "rate_events_per_s": self.args.rate,
             "seconds": self.args.lag_seconds,

@@ -18,7 +18,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Connection
 
 from service.lock import store
@@ -56,13 +55,7 @@ def report(conn: Connection, *, table: str, body: DebtBody, by: str) -> TableDeb
         reported_at=at,
         reported_by=by,
     )
-    if conn.dialect.name == "sqlite":
-        stmt = sqlite.insert(debt_t).values(table_name=table, **values)
-        stmt = stmt.on_conflict_do_update(index_elements=["table_name"], set_=values)
-    else:
-        stmt = mysql.insert(debt_t).values(table_name=table, **values)
-        stmt = stmt.on_duplicate_key_update(**values)
-    conn.execute(stmt)
+    store.put_row(conn, debt_t, {"table_name": table}, values)
     return _view(values, at)
 
 

@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, store
@@ -47,13 +46,7 @@ def report_lag(conn: Connection, *, table: str, body: LagBody, by: str) -> Inges
         "reported_at": at,
         "reported_by": by,
     }
-    if conn.dialect.name == "sqlite":
-        stmt = sqlite.insert(lag_t).values(table_name=table, **values)
-        stmt = stmt.on_conflict_do_update(index_elements=["table_name"], set_=values)
-    else:
-        stmt = mysql.insert(lag_t).values(table_name=table, **values)
-        stmt = stmt.on_duplicate_key_update(**values)
-    conn.execute(stmt)
+    store.put_row(conn, lag_t, {"table_name": table}, values)
     return _view(values, at)
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "insert_intent",
     "keep_intent",
     "delete_intent",
+    "put_row",
 ]
 
 LEASE_TABLES: dict[LeaseKind, Table] = {
@@ -378,6 +379,17 @@ def end_lease(conn: Connection, lease: LeaseRow, end: LeaseEnd, at: datetime) ->
 
 
 # -- intents ---------------------------------------------------------------------------------
+
+
+def put_row(conn: Connection, rows: Table, key: dict[str, Any], values: dict[str, Any]) -> None:
+    """Insert the row of `rows` at `key` with `values`, or update it there: the one-row-per-table
+    reports (debt, lag) are replaced whole."""
+    if conn.dialect.name == "sqlite":
+        stmt = sqlite.insert(rows).values(**key, **values)
+        conn.execute(stmt.on_conflict_do_update(index_elements=list(key), set_=values))
+    else:
+        stmt = mysql.insert(rows).values(**key, **values)
+        conn.execute(stmt.on_duplicate_key_update(**values))
 
 
 def _one_intent(intent: IntentRow) -> Any:
