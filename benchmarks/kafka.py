@@ -195,6 +195,8 @@ class Bench:
         compactor.join()
         behind = [sum(r.lag.values()) for r in handle.records if r.lag is not None]
         waits = [r.gate_wait_s for r in handle.records]
+        if not behind:
+            raise RuntimeError("the lag phase committed no batch: raise --lag-seconds or --rate")
         p50, p99 = statistics.median(behind), percentile(behind, 0.99)
         return {
             "rate_events_per_s": self.args.rate,
