@@ -21,7 +21,13 @@ Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
    streams deletes, its ON condition limited to those partitions (exactly up to
    `exact_filter_max_partitions`, past it by one IN list per partition field, a cheaper
    superset), with the query id, batch id and lease id in the snapshot summary;
-6. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+6. source kafka: measure the lag per topic-partition after the batch and report it to the
+   service (ingest_gate.kafka);
+7. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+
+Source kafka, before the query starts: the checkpoint's position is checked against what the
+topics still hold; records retention deleted before the job read them stop it (`RetentionLoss`)
+unless `on_data_loss = "skip"`, which records each range as an `ingest.gap` event.
 
 The table must exist: the job reads its schema and never creates it (`TableMissing` says how).
 Key columns come from `key_columns`, or else from the table's identifier fields.
@@ -752,7 +758,11 @@ def run(
 
         # lag and gaps go where the gate's lease calls go (none without a service)
         writer.progress = KafkaProgress(spark, config, getattr(writer.gate, "client", None))
-        kafka_options = writer.progress.reader_options()
+        try:
+            kafka_options = writer.progress.reader_options()
+        except BaseException:
+            writer.progress.close()  # its consumer in the driver: the query never starts
+            raise
     stream = read_stream(spark, config, kafka_options=kafka_options).writeStream
     stream = stream.foreachBatch(writer)
     stream = stream.option("checkpointLocation", config.checkpoint_path)

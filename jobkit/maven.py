@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["JarSet", "SETS", "MavenMissing", "cache_root", "jars", "spark_packages"]
+__all__ = ["JarSet", "SETS", "MavenMissing", "cache_root", "jars", "main", "spark_packages"]
 
 log = logging.getLogger(__name__)
 
@@ -154,3 +154,26 @@ def _pom(artifacts: tuple[str, ...]) -> str:
         "<groupId>lakelock</groupId><artifactId>jar-set</artifactId><version>1</version>"
         f"<packaging>pom</packaging><dependencies>{dependencies}</dependencies></project>"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m jobkit.maven [SET ...]`: fetch the sets (all by default) into the cache and
+    print where each is; bin/test runs it before the tests, so no test waits for Maven."""
+    import sys
+
+    names = (sys.argv[1:] if argv is None else argv) or sorted(SETS)
+    for name in names:
+        if name not in SETS:
+            print(f"unknown jar set {name!r}; the sets: {', '.join(sorted(SETS))}", file=sys.stderr)
+            return 2
+        try:
+            found = jars(name)
+        except MavenMissing as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"{name}: {len(found)} jars in {found[0].parent if found else cache_root()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

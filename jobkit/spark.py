@@ -169,6 +169,21 @@ def _check_sets_on_driver(jar_sets: Sequence[str]) -> None:
             )
 
 
+def _check_sets_in_running_jvm(jar_sets: Sequence[str]) -> None:
+    """A Python process starts one Spark JVM, and its first session fixes the driver's
+    classpath: a later session's `spark.jars` reach the executors, not the driver."""
+    from jobkit.maven import SETS, spark_packages
+
+    for name in jar_sets:
+        probe = SETS[name].probe_class
+        if probe is not None and not _on_driver(probe):
+            raise ConnectorMissing(
+                f"{probe} is not on the driver's classpath: this process's Spark JVM was started "
+                f"by an earlier session without it. Build the first session of the process with "
+                f'jar_sets=("{name}",) (or spark.jars.packages={spark_packages(name)})'
+            )
+
+
 def build_session(
     catalog: CatalogConfig,
     *,
@@ -200,8 +215,10 @@ def build_session(
         ConnectorMissing: under spark-submit, a jar set was not submitted with the job.
         jobkit.maven.MavenMissing: a jar set is not cached and Maven cannot fetch it.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    jvm_running = SparkContext._gateway is not None
     submitted = submitted_conf()
     if submitted is not None:
         _check_iceberg_on_driver()
@@ -228,6 +245,8 @@ def build_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if submitted is None and jvm_running and jar_sets:
+        _check_sets_in_running_jvm(jar_sets)
     if ship:
         zipped = py_files(executor_packages)
         log.info("executors get %s (%s)", zipped.name, ", ".join(executor_packages))

@@ -31,10 +31,12 @@ def start_spark(
     *,
     app_name: str = "lakelock-tests",
     catalog: str = "local",
-    jar_sets: tuple[str, ...] = (),
+    jar_sets: tuple[str, ...] = ("spark-kafka",),
 ):
-    """A local[2] session with the Iceberg runtime (and `jar_sets`, jobkit.maven) and a Hadoop
-    catalog over `warehouse`."""
+    """A local[2] session with the Iceberg runtime, Spark's Kafka source and a Hadoop catalog
+    over `warehouse`. Every module's session carries the Kafka source: the process's first
+    session starts the one JVM of the test run and fixes its driver's classpath, whichever
+    module comes first."""
     return build_session(
         CatalogConfig(name=catalog, warehouse=str(warehouse)),
         app_name=app_name,

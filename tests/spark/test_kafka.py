@@ -36,7 +36,7 @@ from ingest_gate.job import run
 from ingest_gate.kafka import RetentionLoss
 from service.client import LeaseClient
 from tests.helpers import installed, unactivated_env
-from tests.spark.conftest import start_spark, table_rows
+from tests.spark.conftest import table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -48,17 +48,6 @@ PARTITIONS = 4
 def kafka(tmp_path_factory):
     with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
-
-
-@pytest.fixture(scope="module")
-def spark(request, spark_warehouse):
-    """The module's session, with Spark's Kafka source (jobkit.maven fetches it)."""
-    session = start_spark(spark_warehouse, app_name="lakelock-kafka", jar_sets=("spark-kafka",))
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    for query in session.streams.active:
-        query.stop()
-    session.stop()
 
 
 def _values(tmp_path: Path, kafka: LocalKafka, server, table: str, topic: str, **more) -> dict:
