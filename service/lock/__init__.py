@@ -7,6 +7,8 @@
     service.lock.state     read-only views (a table's state, a lease)
     service.lock.audit     the append-only events, in the caller's transaction
     service.lock.debt      compaction debt as the compactors report it
+    service.lock.ingest    what ingest jobs report of their source: lag, skipped offset ranges
+    service.lock.readers   holds of jobs streaming out of a table, which expiry keeps back
     service.lock.db        the schema, the database clock, engines for MySQL and SQLite
     service.lock.migrate   Alembic to the head (migrations/)
 
