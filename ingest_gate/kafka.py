@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.wire.errors import TRANSIENT
@@ -71,7 +71,13 @@ class Gap:
         return self.end - self.start
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As the service takes it (`OffsetGap`): where the gap starts and how many it lost."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "start": self.start,
+            "records": self.records,
+        }
 
 
 class RetentionLoss(RuntimeError):
@@ -302,7 +308,9 @@ class KafkaProgress:
         )
         if self._client is not None:
             self._client.record_ingest_gaps(
-                self._config.table, query_id=query_id, gaps=[g.as_dict() for g in gaps]
+                self._config.table,
+                query_id=query_id,
+                gaps=[g.as_dict() for g in gaps],
             )
         # Spark's source then reads on from each partition's earliest offset; it would refuse
         # with failOnDataLoss, which stays on in every start that found nothing lost

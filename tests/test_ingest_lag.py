@@ -36,7 +36,7 @@ def test_a_new_lag_report_replaces_the_last_one(api):
 
 @pytest.mark.parametrize(
     "partitions",
-    [{"events": 3}, {"events:0": -1}, {"events:0": "3"}, {"events:0": True}],
+    [{"": 3}, {"events:0": -1}, {"events:0": "3"}, {"events:0": True}],
 )
 def test_a_bad_lag_report_is_refused_and_changes_nothing(api, partitions):
     lag(api)
@@ -48,7 +48,7 @@ def test_a_bad_lag_report_is_refused_and_changes_nothing(api, partitions):
 
 def test_a_reader_may_not_report_lag_or_gaps(api):
     assert lag(api, role="reader").status_code == 403
-    gaps = {"query_id": "q", "gaps": [{"topic": "t", "partition": 0, "start": 0, "end": 1}]}
+    gaps = {"query_id": "q", "gaps": [{"topic": "t", "partition": 0, "start": 0, "records": 1}]}
     sent = api.post(f"/v1/tables/{TABLE}/ingest-gaps", json=gaps, headers=auth("reader"))
     assert sent.status_code == 403
 
@@ -64,8 +64,8 @@ def test_the_lag_gauge_names_the_tables_furthest_behind(api):
 def test_each_gap_is_an_audit_event_naming_its_range(api):
     client = LeaseClient(http=api, retries=0)
     gaps = [
-        {"topic": "events", "partition": 0, "start": 100, "end": 150},
-        {"topic": "events", "partition": 3, "start": 7, "end": 9},
+        {"topic": "events", "partition": 0, "start": 100, "records": 50},
+        {"topic": "events", "partition": 3, "start": 7, "records": 2},
     ]
     recorded = client.record_ingest_gaps(TABLE, query_id="q-1", gaps=gaps)
     assert (recorded.recorded, recorded.records_lost) == (2, 52)
@@ -81,11 +81,11 @@ def test_each_gap_is_an_audit_event_naming_its_range(api):
     assert found[1]["detail"]["records"] == 50 and found[1]["actor"] == "operator-client"
 
 
-def test_a_gap_that_ends_before_it_starts_is_refused_naming_why(api):
+def test_an_empty_gap_is_refused_naming_the_field(api):
     client = LeaseClient(http=api, retries=0)
-    with pytest.raises(InvalidRequest, match="greater than start"):
+    with pytest.raises(InvalidRequest, match="records"):
         client.record_ingest_gaps(
-            TABLE, query_id="q", gaps=[{"topic": "t", "partition": 0, "start": 5, "end": 5}]
+            TABLE, query_id="q", gaps=[{"topic": "t", "partition": 0, "start": 5, "records": 0}]
         )
     assert api.get(f"/v1/tables/{TABLE}").status_code == 404  # nothing made
 

@@ -538,7 +538,7 @@ class LeaseClient:
     def record_ingest_gaps(
         self, table: str, *, query_id: str, gaps: Sequence[Mapping[str, Any]]
     ) -> GapsRecorded:
-        """Record offset ranges (`topic`, `partition`, `start`, `end`) the source deleted
+        """Record offset ranges (`topic`, `partition`, `start`, `records`) the source deleted
         before the job read them, one `ingest.gap` audit event each. Not retried after a
         timeout (a retry could record a gap twice).
 

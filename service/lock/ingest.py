@@ -81,12 +81,10 @@ def record_gaps(conn: Connection, *, table: str, body: GapsBody, by: str) -> Gap
             topic=gap.topic,
             partition=gap.partition,
             start=gap.start,
-            end=gap.end,
-            records=gap.end - gap.start,
+            end=gap.start + gap.records,
+            records=gap.records,
         )
-    return GapsRecorded(
-        recorded=len(body.gaps), records_lost=sum(g.end - g.start for g in body.gaps)
-    )
+    return GapsRecorded(recorded=len(body.gaps), records_lost=sum(g.records for g in body.gaps))
 
 
 def _view(row: dict[str, Any], at: datetime) -> IngestLag:

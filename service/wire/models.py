@@ -303,8 +303,9 @@ class DebtBody(_Body):
 MAX_SOURCE_PARTITIONS = 1000
 """Topic-partitions one lag report or gap report may name."""
 
-SourcePartition = Annotated[str, Field(min_length=3, max_length=300, pattern=r"^.+:[0-9]+$")]
-"""A topic-partition as the ingest job names it: `topic:partition` (`events:3`)."""
+SourcePartition = Annotated[str, Field(min_length=1, max_length=300)]
+"""A topic-partition as the ingest job names it: `topic:partition` (`events:3`); a label, so
+any name is kept as sent."""
 
 QueryId = Annotated[str, Field(min_length=1, max_length=128)]
 
@@ -324,19 +325,13 @@ class LagBody(_Body):
 
 
 class OffsetGap(_Body):
-    """Offsets [start, end) of a topic-partition that the source deleted (retention, or by
-    hand) before the ingest job read them."""
+    """`records` offsets from `start` of a topic-partition that the source deleted (retention,
+    or by hand) before the ingest job read them."""
 
     topic: Annotated[str, Field(min_length=1, max_length=249)]
     partition: Count
     start: Count = Field(description="the first offset lost")
-    end: Count = Field(description="the first offset still there (exclusive)")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> OffsetGap:
-        if self.end <= self.start:
-            raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
-        return self
+    records: Token = Field(description="how many offsets were lost, from `start` on (>= 1)")
 
 
 class GapsBody(_Body):
