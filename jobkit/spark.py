@@ -156,32 +156,29 @@ def _check_iceberg_on_driver() -> None:
         )
 
 
-def _check_sets_on_driver(jar_sets: Sequence[str]) -> None:
+def _check_sets_on_driver(jar_sets: Sequence[str], *, running_jvm: bool = False) -> None:
+    """Each set's probe class must be on the driver's classpath. Under spark-submit the submit
+    brings it; in a Python process whose Spark JVM an earlier session started (`running_jvm`),
+    that first session fixed the driver's classpath: a later session's `spark.jars` reach the
+    executors, not the driver."""
     from jobkit.maven import SETS, spark_packages
 
     for name in jar_sets:
         probe = SETS[name].probe_class
-        if probe is not None and not _on_driver(probe):
-            raise ConnectorMissing(
-                f"{probe} is not on the driver's classpath: pass it to spark-submit "
-                f"(--packages {spark_packages(name)}, the version of the cluster's Spark); see "
-                "docs/spark-submit.md"
+        if probe is None or _on_driver(probe):
+            continue
+        if running_jvm:
+            how = (
+                "this process's Spark JVM was started by an earlier session without it. Build "
+                f'the first session of the process with jar_sets=("{name}",) (or '
+                f"spark.jars.packages={spark_packages(name)})"
             )
-
-
-def _check_sets_in_running_jvm(jar_sets: Sequence[str]) -> None:
-    """A Python process starts one Spark JVM, and its first session fixes the driver's
-    classpath: a later session's `spark.jars` reach the executors, not the driver."""
-    from jobkit.maven import SETS, spark_packages
-
-    for name in jar_sets:
-        probe = SETS[name].probe_class
-        if probe is not None and not _on_driver(probe):
-            raise ConnectorMissing(
-                f"{probe} is not on the driver's classpath: this process's Spark JVM was started "
-                f"by an earlier session without it. Build the first session of the process with "
-                f'jar_sets=("{name}",) (or spark.jars.packages={spark_packages(name)})'
+        else:
+            how = (
+                f"pass it to spark-submit (--packages {spark_packages(name)}, the version of the "
+                "cluster's Spark); see docs/spark-submit.md"
             )
+        raise ConnectorMissing(f"{probe} is not on the driver's classpath: {how}")
 
 
 def build_session(
@@ -246,7 +243,7 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if submitted is None and jvm_running and jar_sets:
-        _check_sets_in_running_jvm(jar_sets)
+        _check_sets_on_driver(jar_sets, running_jvm=True)
     if ship:
         zipped = py_files(executor_packages)
         log.info("executors get %s (%s)", zipped.name, ", ".join(executor_packages))

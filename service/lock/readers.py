@@ -34,9 +34,7 @@ def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: str
     locked = store.lock_table(conn, table)
     assert locked is not None  # created
     _, at = locked
-    c = readers_t.c
-    where = (c.table_name == table) & (c.reader == reader)
-    row = conn.execute(select(readers_t).where(where)).first()
+    where, row = _hold_row(conn, table, reader)
     values: dict[str, Any] = {
         "snapshot_id": body.snapshot_id,
         "snapshots_behind": body.snapshots_behind,
@@ -74,9 +72,7 @@ def release(conn: Connection, *, table: str, reader: str, by: str) -> bool:
     if locked is None:
         return False
     _, at = locked
-    c = readers_t.c
-    where = (c.table_name == table) & (c.reader == reader)
-    row = conn.execute(select(readers_t).where(where)).first()
+    where, row = _hold_row(conn, table, reader)
     if row is None:
         return False
     conn.execute(delete(readers_t).where(where))
@@ -124,6 +120,13 @@ def due(conn: Connection, at: datetime) -> set[str]:
     """Tables with a hold past its TTL, for the sweep."""
     c = readers_t.c
     return set(conn.execute(select(c.table_name).where(c.expires_at <= at).distinct()).scalars())
+
+
+def _hold_row(conn: Connection, table: str, reader: str) -> tuple[Any, Any]:
+    """The WHERE clause of `reader`'s row on `table`, and the row (None when there is none)."""
+    c = readers_t.c
+    where = (c.table_name == table) & (c.reader == reader)
+    return where, conn.execute(select(readers_t).where(where)).first()
 
 
 def _expired(conn: Connection, row: dict[str, Any], at: datetime) -> None:
