@@ -21,12 +21,13 @@ RUN /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: -r /tmp/require
 
 WORKDIR /app
 # the service and its migrations, run from source: service/lock/migrate.py finds migrations/
-# at the top. Only the server's parts: the client (service/client) and the operators' tools
-# (service/ops) belong to other hosts.
+# at the top. Only the server's parts, the catalog front with them: the client (service/client)
+# and the operators' tools (service/ops) belong to other hosts.
 COPY service/__init__.py service/__main__.py service/extras.py service/
 COPY service/wire/ service/wire/
 COPY service/lock/ service/lock/
 COPY service/server/ service/server/
+COPY service/catalog/ service/catalog/
 COPY migrations/ migrations/
 RUN /opt/venv/bin/python -m compileall -q service migrations
 

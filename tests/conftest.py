@@ -77,6 +77,8 @@ def _empty_mariadb(url: str) -> None:
             "lakelock_events",
             "lakelock_runs",
             "lakelock_tables",
+            "iceberg_tables",
+            "iceberg_namespace_properties",
         ):
             conn.execute(text(f"DELETE FROM {table}"))
     engine.dispose()

@@ -18,6 +18,9 @@ TABLES = {
     "lakelock_intents",
     "lakelock_events",
     "lakelock_runs",
+    # the JdbcCatalog's tables, which the catalog front serves (migration 0011)
+    "iceberg_tables",
+    "iceberg_namespace_properties",
 }
 
 
@@ -57,6 +60,30 @@ def test_upgrade_downgrade_upgrade_on_both_databases(empty_url):
     assert _tables(empty_url) == set()
     migrate.upgrade(empty_url)
     assert _tables(empty_url) == TABLES
+
+
+def test_an_existing_jdbc_catalog_is_kept_as_it_is_and_never_dropped_by_a_downgrade(empty_url):
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:  # a JdbcCatalog of the V0 schema, made before lakelock came
+        conn.execute(
+            text(
+                "CREATE TABLE iceberg_tables (catalog_name VARCHAR(255) NOT NULL, "
+                "table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, "
+                "metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), "
+                "PRIMARY KEY (catalog_name, table_namespace, table_name))"
+            )
+        )
+        conn.execute(
+            text("INSERT INTO iceberg_tables VALUES ('lake', 'db', 'events', 'file:///m1', NULL)")
+        )
+    migrate.upgrade(empty_url)
+    migrate.downgrade(empty_url, "base")
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT table_name, iceberg_type FROM iceberg_tables")).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [("events", None)]  # given the V1 column, row kept
+    assert "lakelock_tables" not in _tables(empty_url)
+    migrate.upgrade(empty_url)
 
 
 def test_an_older_database_is_brought_to_head(empty_url):

@@ -37,6 +37,8 @@ EVENTS = (
     "reader.held",
     "reader.released",
     "reader.expired",
+    "catalog.commit",
+    "catalog.refused",
 )
 
 _LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")

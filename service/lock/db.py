@@ -49,6 +49,8 @@ __all__ = [
     "debt_t",
     "lag_t",
     "readers_t",
+    "iceberg_tables_t",
+    "iceberg_namespaces_t",
     "Instant",
     "now",
     "LockingRead",
@@ -222,6 +224,31 @@ readers_t = Table(
     Column("advanced_at", Instant, nullable=False),
     Column("holder", String(255)),  # the principal that put it
     Index("ix_lakelock_readers_expiry", "expires_at"),
+)
+
+
+# The catalog front's table pointers (docs/design.md §10): the two tables of Iceberg's
+# JdbcCatalog (its V1 schema), column for column, so that an existing JDBC catalog's database is
+# served as it is and pyiceberg's SqlCatalog reads them. `catalog_name` is the catalog's name
+# (LAKELOCK_CATALOG_NAME); a namespace of several levels is joined with dots.
+iceberg_tables_t = Table(
+    "iceberg_tables",
+    metadata,
+    Column("catalog_name", String(255), primary_key=True),
+    Column("table_namespace", String(255), primary_key=True),
+    Column("table_name", String(255), primary_key=True),
+    Column("metadata_location", String(1000)),
+    Column("previous_metadata_location", String(1000)),
+    Column("iceberg_type", String(5)),  # TABLE or VIEW; NULL in rows of older catalogs: a table
+)
+
+iceberg_namespaces_t = Table(
+    "iceberg_namespace_properties",
+    metadata,
+    Column("catalog_name", String(255), primary_key=True),
+    Column("namespace", String(255), primary_key=True),
+    Column("property_key", String(255), primary_key=True),
+    Column("property_value", String(1000)),
 )
 
 

@@ -110,6 +110,7 @@ __all__ = [
     "withdraw_intent",
     "hold_table",
     "sweep",
+    "live_on",
 ]
 
 
@@ -521,6 +522,15 @@ def sweep(conn: Connection, *, table: str) -> None:
             _end_expired(conn, expired, at)
         readers.expire(conn, table=table, at=at)
         _live(conn, row, at)
+
+
+def live_on(conn: Connection, table: str) -> tuple[TableRow, datetime, Live]:
+    """The locked row of `table` (created on first use), the clock, and what is live on it,
+    commit leases included; what expired is ended and audited on the way, as in every
+    transition. The catalog front's commit check reads this (service.lock.fence)."""
+    row, at = _locked_table(conn, table)
+    row, live = _live(conn, row, at, commits=True)
+    return row, at, live
 
 
 # -- what every transition shares ------------------------------------------------------------

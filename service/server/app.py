@@ -65,7 +65,34 @@ def problem_response(
         headers["Retry-After"] = str(max(1, math.ceil(seconds)))
         exc.extra.setdefault("retry_after_s", seconds)
     body = to_problem(exc, instance=request.url.path)
+    if request.url.path.startswith(CATALOG_PREFIX):
+        # Iceberg's clients read `error` (ErrorResponse); the problem members stay beside it
+        body["error"] = {"message": exc.detail, "type": _iceberg_type(exc), "code": exc.status}
     return JSONResponse(body, status_code=exc.status, media_type=PROBLEM, headers=headers)
+
+
+CATALOG_PREFIX = "/iceberg/"
+# Iceberg's exception names for the REST `error.type`: Spark tells a missing namespace from a
+# missing table by it
+_ICEBERG_TYPES = {
+    "no-such-table": "NoSuchTableException",
+    "no-such-namespace": "NoSuchNamespaceException",
+    "already-exists": "AlreadyExistsException",
+    "not-empty": "NamespaceNotEmptyException",
+    "commit-conflict": "CommitFailedException",
+    "fenced": "ForbiddenException",
+    "forbidden": "ForbiddenException",
+    "unauthorized": "NotAuthorizedException",
+    "commit-held": "TooManyRequestsException",
+    "invalid-request": "BadRequestException",
+    "unavailable": "ServiceUnavailableException",
+}
+
+
+def _iceberg_type(exc: LakelockError) -> str:
+    return _ICEBERG_TYPES.get(
+        exc.slug, "ServerErrorException" if exc.status >= 500 else "RESTException"
+    )
 
 
 def _validation_problem(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -137,13 +164,24 @@ def _server_fault(request: Request, exc: Exception) -> JSONResponse:
     return problem_response(request, ServerError("a fault in the service; it is logged there"))
 
 
+CATALOG_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
 class RequestContext:
     """Request id (from X-Request-ID, else generated; returned), body size limit, the
     one-line request log and the latency histogram. Pure ASGI: no per-request task."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
         self.app = app
-        self.max_body_bytes = max_body_bytes
+        self.lease_body_bytes = max_body_bytes
+
+    def _limit(self, scope: Scope) -> int:
+        # a catalog commit carries whole snapshots and schemas: the lease API's bound is not it
+        return (
+            CATALOG_MAX_BODY_BYTES
+            if scope["path"].startswith(CATALOG_PREFIX)
+            else self.lease_body_bytes
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -165,9 +203,10 @@ class RequestContext:
                 ]
             await send(message)
 
+        limit = self._limit(scope)
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            await self._too_large()(scope, receive, send_with_id)
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._too_large(limit)(scope, receive, send_with_id)
         elif _sends_body(headers) and not _is_json(headers.get(b"content-type", b"")):
             await self._not_json()(scope, receive, send_with_id)
         else:
@@ -177,14 +216,14 @@ class RequestContext:
                 nonlocal received
                 message = await receive()
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > limit:
                     raise _BodyTooLarge()
                 return message
 
             try:
                 await self.app(scope, limited_receive, send_with_id)
             except _BodyTooLarge:
-                await self._too_large()(scope, receive, send_with_id)
+                await self._too_large(limit)(scope, receive, send_with_id)
         duration = time.perf_counter() - started
         route = scope.get("route")
         path_template = getattr(route, "path", "unmatched")
@@ -209,8 +248,9 @@ class RequestContext:
             },
         )
 
-    def _too_large(self) -> JSONResponse:
-        return _plain_problem(413, "too-large", f"the body is over {self.max_body_bytes} bytes")
+    @staticmethod
+    def _too_large(limit: int) -> JSONResponse:
+        return _plain_problem(413, "too-large", f"the body is over {limit} bytes")
 
     @staticmethod
     def _not_json() -> JSONResponse:
@@ -312,6 +352,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime = Runtime(settings, engine)
         runtime.metrics.track_state(engine, max_tables=settings.metrics_max_tables)
         app.state.runtime = runtime
+        if settings.catalog_warehouse:
+            from service.catalog.front import Front
+            from service.catalog.pointers import Pointers
+
+            pointers = Pointers(settings.catalog_name, engine, warehouse=settings.catalog_warehouse)
+            app.state.catalog = Front(pointers, transact=runtime.transact_sync)
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
         stop = threading.Event()
@@ -345,6 +391,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(router)
     app.include_router(page.router)  # the status page at GET /
+    if settings.catalog_warehouse:
+        from service.server import iceberg  # pyiceberg is imported only where it is served
+
+        app.include_router(iceberg.router)  # the catalog front at /iceberg
     app.add_exception_handler(LakelockError, problem_response)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_problem)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http_problem)  # type: ignore[arg-type]

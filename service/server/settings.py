@@ -184,6 +184,31 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long in-flight requests may take before they are cut off "
         "(pending long-polls answer at once). Keep the ECS `stopTimeout` above it.",
     )
+    catalog_warehouse: str = Field(
+        default="",
+        description="Where the catalog front keeps new tables (`s3://bucket/warehouse`, "
+        "`file:///data/warehouse`). Set, the service serves the Iceberg REST catalog at "
+        "`/iceberg` over the JdbcCatalog tables of its database and fences maintenance commits "
+        "(docs/catalogs.md); empty, no catalog is served.",
+    )
+    catalog_name: str = Field(
+        default="lakelock",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        max_length=64,
+        description="The catalog front's name: the JdbcCatalog's `catalog_name` of its rows, "
+        "and the first part of its tables' names in leases and events "
+        "(`<name>.<namespace>.<table>`). Name the jobs' Spark catalog the same.",
+    )
+
+    @field_validator("catalog_warehouse")
+    @classmethod
+    def _check_warehouse(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and "://" not in value:
+            raise ValueError(
+                "must be a URI with a scheme: file:///abs/path, s3://bucket/prefix, ..."
+            )
+        return value
 
     @field_validator("database_url")
     @classmethod

@@ -4,6 +4,7 @@
       x InvalidRequest      422  a field broke a rule; fix the field named in `detail`
       x Unauthorized        401  no bearer token, or an unknown one
       x Forbidden           403  the token's role may not do this
+        + Fenced            403  a maintenance commit without a live lease and its token
       x NotFound            404  unknown lease id
       x Refused                  the protocol said no; nothing changed
         + Locked            423  no commit lease now: reason paused | maintenance | intent
@@ -12,6 +13,12 @@
         + ClaimHeld         409  another compactor has claimed the table; move on to the next
         + NotOwner          409  the lease belongs to another holder, or was revoked
         + StaleToken        412  the token sent is not the lease's; stop writing
+        + CommitHeld        429  a data commit meets a draining or held maintenance lease
+        + CommitConflict    409  the table changed since the commit's base; refresh, retry
+        + AlreadyExists     409  a table or namespace of that name exists
+        + NotEmpty          409  the namespace still holds tables
+      x NoSuchTable         404  no table of that name in the catalog
+      x NoSuchNamespace     404  no namespace of that name in the catalog
       x LeaseExpired        410  renewed too late, or already released; acquire again
       x Unavailable         503  the lock database cannot be reached; retry later
       x ServerError         500  a fault in the service; it is logged there
@@ -41,6 +48,13 @@ __all__ = [
     "ClaimHeld",
     "NotOwner",
     "StaleToken",
+    "Fenced",
+    "CommitHeld",
+    "CommitConflict",
+    "AlreadyExists",
+    "NotEmpty",
+    "NoSuchTable",
+    "NoSuchNamespace",
     "LeaseExpired",
     "Unavailable",
     "ServerError",
@@ -137,6 +151,52 @@ class StaleToken(Refused):
     """The fencing token is not the lease's; a newer holder exists. Stop writing."""
 
     status, slug, title = 412, "stale-token", "Stale fencing token"
+
+
+class Fenced(Forbidden):
+    """A maintenance commit (files replaced, delete files removed, snapshots removed) named no
+    live maintenance lease of the table with its current token (`reason` says which); the
+    table is unchanged. Acquire a maintenance lease and commit under it."""
+
+    status, slug, title = 403, "fenced", "Commit fenced"
+
+
+class CommitHeld(Refused):
+    """A data commit touches partitions a maintenance lease is draining or holds; nothing was
+    committed. Retry after `retry_after_s` (a client retries 429 by itself)."""
+
+    status, slug, title = 429, "commit-held", "Commit held for maintenance"
+
+
+class CommitConflict(Refused):
+    """The table's metadata changed since the commit's base, or a requirement failed; reload
+    the table and commit again (Iceberg clients do this by themselves)."""
+
+    status, slug, title = 409, "commit-conflict", "Commit conflict"
+
+
+class AlreadyExists(Refused):
+    """A table or namespace of that name exists; pick another name or load it."""
+
+    status, slug, title = 409, "already-exists", "Already exists"
+
+
+class NotEmpty(Refused):
+    """The namespace still holds tables; drop them first."""
+
+    status, slug, title = 409, "not-empty", "Namespace not empty"
+
+
+class NoSuchTable(LakelockError):
+    """No table of that name in the catalog; check the name or create it."""
+
+    status, slug, title = 404, "no-such-table", "No such table"
+
+
+class NoSuchNamespace(LakelockError):
+    """No namespace of that name in the catalog; create it first."""
+
+    status, slug, title = 404, "no-such-namespace", "No such namespace"
 
 
 class LeaseExpired(LakelockError):

@@ -1,0 +1,120 @@
+"""The table pointers: the JdbcCatalog's two tables in lakelock's database.
+
+    pointers = Pointers("lakelock", engine, warehouse="file:///data/warehouse")
+    pointers.load_table(("db", "events"))            # a pyiceberg Table (metadata cached)
+    swapped = pointers.swap(conn, ("db", "events"), old, new)   # in the caller's transaction
+
+pyiceberg's `SqlCatalog` reads and writes exactly the tables Iceberg's `JdbcCatalog` keeps
+(`iceberg_tables`, `iceberg_namespace_properties`, created by migration 0011); here it runs over
+the service's own engine, for namespaces, create, load, drop and rename. Commits do not go
+through it: `swap` is the compare-and-swap of the metadata pointer, run by service.lock.fence
+inside the transaction that checked the leases.
+
+Two differences from pyiceberg's defaults, both to match the JdbcCatalog a site may already
+have: a table's default location is `<warehouse>/<namespace levels>/<table>` (Iceberg's
+JdbcCatalog), not `<namespace>.db/<table>`; and parsed metadata files are cached by location
+(a metadata file is never rewritten), so a load or commit reads a file once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io import load_file_io
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Identifier
+from sqlalchemy import Engine, and_, insert, update
+from sqlalchemy.engine import Connection
+
+from service.lock.db import iceberg_tables_t
+
+__all__ = ["Pointers", "CACHED_METADATA"]
+
+CACHED_METADATA = 256
+
+
+class Pointers(SqlCatalog):
+    def __init__(self, name: str, engine: Engine, *, warehouse: str) -> None:
+        Catalog.__init__(
+            self, name, warehouse=warehouse.rstrip("/")
+        )  # not SqlCatalog's: no engine of its own
+        self.engine = engine
+        self._schema_version = "v1"  # migration 0011 made the tables with `iceberg_type`
+        self._cache: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
+        levels = "/".join(database_name.split("."))
+        return f"{self.properties['warehouse']}/{levels}/{table_name}"
+
+    def read_metadata(self, location: str) -> TableMetadata:
+        """The parsed metadata file at `location`, read once."""
+        with self._lock:
+            found = self._cache.get(location)
+            if found is not None:
+                self._cache.move_to_end(location)
+                return found
+        io = load_file_io(properties=self.properties, location=location)
+        metadata = FromInputFile.table_metadata(io.new_input(location))
+        with self._lock:
+            self._cache[location] = metadata
+            while len(self._cache) > CACHED_METADATA:
+                self._cache.popitem(last=False)
+        return metadata
+
+    def remember(self, location: str, metadata: TableMetadata) -> None:
+        """A metadata file this process just wrote: the next load needs no read."""
+        with self._lock:
+            self._cache[location] = metadata
+
+    def _convert_orm_to_iceberg(self, orm_table):  # type: ignore[no-untyped-def]
+        from pyiceberg.table import Table
+
+        location = orm_table.metadata_location
+        if not location:
+            return super()._convert_orm_to_iceberg(orm_table)  # raises NoSuchTableError
+        metadata = self.read_metadata(location)
+        return Table(
+            identifier=Catalog.identifier_to_tuple(orm_table.table_namespace)
+            + (orm_table.table_name,),
+            metadata=metadata,
+            metadata_location=location,
+            io=self._load_file_io(metadata.properties, location),
+            catalog=self,
+        )
+
+    def swap(self, conn: Connection, identifier: Identifier, old: str | None, new: str) -> bool:
+        """Point `identifier` at `new` if it still points at `old` (None: create its row);
+        False when it moved meanwhile (or, creating, a row exists)."""
+        namespace = Catalog.namespace_to_string(identifier[:-1])
+        t = iceberg_tables_t.c
+        key = and_(
+            t.catalog_name == self.name,
+            t.table_namespace == namespace,
+            t.table_name == identifier[-1],
+        )
+        if old is None:
+            exists = conn.execute(iceberg_tables_t.select().where(key)).first()
+            if exists is not None:
+                return False
+            conn.execute(
+                insert(iceberg_tables_t).values(
+                    catalog_name=self.name,
+                    table_namespace=namespace,
+                    table_name=identifier[-1],
+                    metadata_location=new,
+                    previous_metadata_location=None,
+                    iceberg_type="TABLE",
+                )
+            )
+            return True
+        changed = conn.execute(
+            update(iceberg_tables_t)
+            .where(key, t.metadata_location == old)
+            .values(metadata_location=new, previous_metadata_location=old)
+        )
+        return changed.rowcount == 1

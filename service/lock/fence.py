@@ -1,0 +1,207 @@
+"""Fencing at the commit: a catalog commit checked against the leases in the transaction that
+swaps the table's metadata pointer (docs/design.md §10).
+
+    change = Change(table="lakelock.db.events", kind="maintenance", lease_id=..., token=7,
+                    partitions=frozenset({"dt=2024-06-20"}), principal="compactor", ...)
+    commit(conn, change, swap=lambda conn: pointers.swap(conn, ...))   # or raises
+
+`commit` locks the table's row (as every lease transition does), so a revoke, a grant or an
+expiry cannot slip between the check and the swap; then decides:
+
+    maintenance  files replaced, delete files removed, snapshots removed: needs a live
+                 maintenance lease of this table, named with its current token, whose scope
+                 covers the partitions the commit touches, and maintenance enabled. Else
+                 Fenced (403, not retried by Iceberg clients: the writer cleans up).
+    data         appends, overwrites, deletes: a commit naming a live commit lease of the
+                 table is the protocol's own writer and passes. Any other (a foreign writer)
+                 that touches partitions a live maintenance lease or an open intent covers is
+                 held: CommitHeld (429 with a short Retry-After, which the client retries by
+                 itself), never a long wait. Else it passes.
+    table        schema, properties, refs and the like: passes.
+
+A refusal is recorded (`catalog.refused`) and nothing else changes. A commit that passes is
+recorded (`catalog.commit`: the principal, what it is, the lease it named or `foreign`, the
+partitions it touched) and a data commit adds what it wrote to the table's debt row, so
+operators see foreign writers and debt moves without a table scan. `swap` returns False when
+the pointer moved since the commit's base: CommitConflict (409, retried by Iceberg clients).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import update
+from sqlalchemy.engine import Connection
+
+from service.lock import audit, leases, store
+from service.lock.db import debt_t
+from service.lock.rows import LeaseRow, Live, TableRow
+from service.wire.errors import CommitConflict, CommitHeld, Fenced
+from service.wire.scope import Scope, covers, intersects
+
+__all__ = ["Change", "commit", "MAX_LISTED"]
+
+ChangeKind = Literal["maintenance", "data", "table"]
+
+# an event lists at most this many partition names (and says how many there were)
+MAX_LISTED = 100
+
+
+@dataclass(frozen=True)
+class Change:
+    """One catalog commit, as the front read it from the request and the new metadata."""
+
+    table: str  # lakelock's name: <catalog>.<namespace>.<table>
+    kind: ChangeKind
+    principal: str
+    operations: tuple[str, ...] = ()  # snapshot operations, and "remove-snapshots"
+    snapshot_id: int | None = None
+    lease_id: str | None = None
+    token: int | None = None
+    partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
+    # what the commit's snapshots added and removed (their summaries' totals)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], bool]) -> None:
+    """Check `change` against the table's leases and switch, then `swap` the pointer; one
+    transaction (the caller's), the table's row locked first.
+
+    Raises:
+        Fenced: a maintenance commit without a live lease, token and scope for it.
+        CommitHeld: a foreign data commit meets a draining or held maintenance lease.
+        CommitConflict: the pointer moved since the commit's base.
+    """
+    row, at, live = leases.live_on(conn, change.table)
+    lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
+    try:
+        if change.kind == "maintenance":
+            _check_maintenance(row, change, lease, at)
+        elif change.kind == "data":
+            _check_data(live, change, lease, at)
+    except (Fenced, CommitHeld) as refusal:
+        _record(conn, change, at, "catalog.refused", reason=refusal.extra.get("reason"))
+        raise
+    if not swap(conn):
+        raise CommitConflict(
+            f"{change.table} changed since this commit's base; reload the table and commit again"
+        )
+    foreign = lease is None or not lease.live(at)
+    _record(conn, change, at, "catalog.commit", foreign=foreign)
+    if change.kind == "data":
+        _add_debt(conn, change.table, change.counts, change.snapshot_id)
+
+
+def _fenced(change: Change, reason: str, detail: str) -> Fenced:
+    return Fenced(
+        f"{change.table}: maintenance commit refused ({reason}): {detail}; the table is "
+        "unchanged. Take a maintenance lease and commit with lakelock.lease-id and "
+        "lakelock.token in the snapshot summary (or the X-Lakelock-Lease-Id and "
+        "X-Lakelock-Token headers)",
+        reason=reason,
+        table=change.table,
+    )
+
+
+def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at: datetime) -> None:
+    if row.maintenance == "disabled":
+        raise _fenced(
+            change, "maintenance-off", f"an operator disabled maintenance ({row.switch_reason})"
+        )
+    if change.lease_id is None:
+        raise _fenced(change, "no-lease", "the commit names no lease")
+    if lease is None or lease.kind != "maintenance":
+        raise _fenced(change, "unknown-lease", f"{change.lease_id} is no maintenance lease")
+    if lease.table != change.table:
+        raise _fenced(change, "other-table", f"lease {lease.id} is on {lease.table}")
+    if not lease.live(at):
+        raise _fenced(
+            change, lease.end or "expired", f"lease {lease.id} is {lease.end or 'expired'}"
+        )
+    if change.token != lease.token:
+        raise _fenced(
+            change, "stale-token", f"token {change.token} is not lease {lease.id}'s ({lease.token})"
+        )
+    if not covers(lease.scope, change.partitions):
+        raise _fenced(
+            change,
+            "out-of-scope",
+            f"the commit touches partitions lease {lease.id} does not cover "
+            f"({_sample(change.partitions)})",
+        )
+
+
+def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime) -> None:
+    if (
+        lease is not None
+        and lease.kind == "commit"
+        and lease.live(at)
+        and lease.table == change.table
+    ):
+        return  # the gate granted it before any drain began: the protocol's own writer
+    blocking = [
+        hold
+        for hold in (*live.of_kind("maintenance"), *live.intents)
+        if intersects(hold.scope, change.partitions)
+    ]
+    if blocking:
+        first = blocking[0]
+        what = "held" if isinstance(first, LeaseRow) else "draining"
+        raise CommitHeld(
+            f"{change.table}: a maintenance lease of {first.holder} is {what} on partitions "
+            "this commit touches; retry shortly",
+            reason=what,
+            table=change.table,
+            retry_after_s=1.0,
+        )
+
+
+def _sample(partitions: Scope) -> str:
+    if partitions is None:
+        return "the whole table"
+    names = sorted(partitions)
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ", ".join(names[:3]) + more
+
+
+def _record(conn: Connection, change: Change, at: datetime, event: str, **detail: object) -> None:
+    names = None if change.partitions is None else sorted(change.partitions)
+    audit.record(
+        conn,
+        at=at,
+        table=change.table,
+        event=event,
+        lease_id=change.lease_id,
+        kind=change.kind,
+        token=change.token,
+        actor=change.principal,
+        operations=list(change.operations),
+        snapshot_id=change.snapshot_id,
+        partitions=None if names is None else names[:MAX_LISTED],
+        partition_count=None if names is None else len(names),
+        **change.counts,
+        **detail,
+    )
+
+
+def _add_debt(
+    conn: Connection, table: str, counts: dict[str, int], snapshot_id: int | None
+) -> None:
+    """A data commit's files on the table's debt row, where a compactor reported one: new data
+    files are small ones until the next report measures them."""
+    added, deleted = counts.get("added-data-files", 0), counts.get("deleted-data-files", 0)
+    deletes = counts.get("added-delete-files", 0) - counts.get("removed-delete-files", 0)
+    c = debt_t.c
+    conn.execute(
+        update(debt_t)
+        .where(c.table_name == table)
+        .values(
+            data_files=c.data_files + added - deleted,
+            small_files=c.small_files + added,
+            delete_files=c.delete_files + deletes,
+            snapshot_id=snapshot_id if snapshot_id is not None else c.snapshot_id,
+        )
+    )

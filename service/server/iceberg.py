@@ -1,0 +1,266 @@
+"""The Iceberg REST catalog at /iceberg (served when LAKELOCK_CATALOG_WAREHOUSE is set): parse,
+call service.catalog.front on a worker thread, translate (docs/design.md §10).
+
+Spark's `RESTCatalog` (`uri = http://host:8737/iceberg`) and pyiceberg's `RestCatalog` use it as
+they use any REST catalog. Roles: a reader loads tables and namespaces (and reports scan
+metrics); a job also creates namespaces and tables and commits; an operator also drops, renames
+and changes namespace properties. A refusal is a problem+json body that also carries Iceberg's
+`error` object, so both kinds of client read it (service.server.app).
+
+Namespaces with several levels come in the path joined by the unit separator (%1F), as the REST
+specification says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import anyio.to_thread
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import TypeAdapter, ValidationError
+from pyiceberg.catalog.rest import CreateTableRequest, TableResponse
+from pyiceberg.table import CommitTableResponse
+from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.typedef import Identifier
+
+from service.catalog.front import Front
+from service.server.auth import require
+from service.server.settings import ApiToken
+from service.wire.errors import InvalidRequest
+
+__all__ = ["router", "ENDPOINTS"]
+
+router = APIRouter(prefix="/iceberg", tags=["iceberg catalog"])
+T = TypeVar("T")
+
+Reader = Annotated[ApiToken, Depends(require("reader"))]
+Job = Annotated[ApiToken, Depends(require("job"))]
+Operator = Annotated[ApiToken, Depends(require("operator"))]
+
+ENDPOINTS = [
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/tables/rename",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}/metrics",
+]
+
+_REQUIREMENTS = TypeAdapter(list[TableRequirement])
+_UPDATES = TypeAdapter(list[TableUpdate])
+JSON = "application/json"
+
+
+def _front(request: Request) -> Front:
+    return request.app.state.catalog
+
+
+async def _call(request: Request, fn: Callable[[Front], T]) -> T:
+    front = _front(request)
+    return await anyio.to_thread.run_sync(fn, front, limiter=request.app.state.runtime.db_limiter)
+
+
+def _namespace(text: str) -> Identifier:
+    levels = tuple(text.split("\x1f"))
+    if not all(levels):
+        raise InvalidRequest(f"namespace {text!r} has an empty level")
+    return levels
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise InvalidRequest(f"the body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return body
+
+
+def _parse(parse: Callable[[Any], T], value: Any, what: str) -> T:
+    try:
+        return parse(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InvalidRequest(f"{what}: {where}: {first['msg']}") from exc
+
+
+def _json(model: Any, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type=JSON)
+
+
+# -- config and namespaces ---------------------------------------------------------------------
+
+
+@router.get("/v1/config")
+async def config(request: Request, caller: Reader, warehouse: str | None = None) -> dict[str, Any]:
+    """The catalog's configuration: no overrides, and the endpoints served."""
+    return {"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS}
+
+
+@router.get("/v1/namespaces")
+async def list_namespaces(
+    request: Request, caller: Reader, parent: str | None = None
+) -> dict[str, Any]:
+    under = _namespace(parent) if parent else ()
+    found = await _call(request, lambda f: f.list_namespaces(under))
+    return {"namespaces": [list(n) for n in found]}
+
+
+@router.post("/v1/namespaces")
+async def create_namespace(request: Request, caller: Job) -> dict[str, Any]:
+    body = await _body(request)
+    levels = body.get("namespace")
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(isinstance(x, str) and x for x in levels)
+    ):
+        raise InvalidRequest("namespace: a non-empty list of non-empty names")
+    properties = body.get("properties") or {}
+    if not isinstance(properties, dict):
+        raise InvalidRequest("properties: a JSON object of strings")
+    properties = {str(k): str(v) for k, v in properties.items()}
+    await _call(request, lambda f: f.create_namespace(tuple(levels), properties))
+    return {"namespace": levels, "properties": properties}
+
+
+@router.get("/v1/namespaces/{namespace}")
+async def load_namespace(request: Request, caller: Reader, namespace: str) -> dict[str, Any]:
+    levels = _namespace(namespace)
+    properties = await _call(request, lambda f: f.namespace_properties(levels))
+    return {"namespace": list(levels), "properties": properties}
+
+
+@router.head("/v1/namespaces/{namespace}", status_code=204)
+async def namespace_exists(request: Request, caller: Reader, namespace: str) -> Response:
+    levels = _namespace(namespace)
+    await _call(request, lambda f: f.namespace_properties(levels))
+    return Response(status_code=204)
+
+
+@router.delete("/v1/namespaces/{namespace}", status_code=204)
+async def drop_namespace(request: Request, caller: Operator, namespace: str) -> Response:
+    levels = _namespace(namespace)
+    await _call(request, lambda f: f.drop_namespace(levels))
+    return Response(status_code=204)
+
+
+@router.post("/v1/namespaces/{namespace}/properties")
+async def update_namespace(request: Request, caller: Operator, namespace: str) -> dict[str, Any]:
+    levels = _namespace(namespace)
+    body = await _body(request)
+    removals = {str(k) for k in body.get("removals") or []}
+    updates = {str(k): str(v) for k, v in (body.get("updates") or {}).items()}
+    return await _call(request, lambda f: f.update_namespace(levels, removals, updates))
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+@router.get("/v1/namespaces/{namespace}/tables")
+async def list_tables(request: Request, caller: Reader, namespace: str) -> dict[str, Any]:
+    levels = _namespace(namespace)
+    found = await _call(request, lambda f: f.list_tables(levels))
+    return {"identifiers": [{"namespace": list(t[:-1]), "name": t[-1]} for t in found]}
+
+
+@router.post("/v1/namespaces/{namespace}/tables")
+async def create_table(request: Request, caller: Job, namespace: str) -> Response:
+    """Create a table, or stage one (`stage-create`: committed by the client's first commit)."""
+    levels = _namespace(namespace)
+    fields = await _body(request)
+    for optional in ("location", "partition-spec", "write-order"):
+        fields.setdefault(optional, None)  # optional in the specification, not in the model
+    body = _parse(CreateTableRequest.model_validate, fields, "create table")
+    location, metadata = await _call(
+        request, lambda f: f.create(levels, body, principal=caller.name)
+    )
+    return _json(TableResponse(**{"metadata-location": location, "metadata": metadata}))
+
+
+@router.get("/v1/namespaces/{namespace}/tables/{table}")
+async def load_table(
+    request: Request,
+    caller: Reader,
+    namespace: str,
+    table: str,
+    snapshots: Annotated[str | None, Query(pattern="^(all|refs)$")] = None,
+) -> Response:
+    identifier = (*_namespace(namespace), table)
+    loaded = await _call(request, lambda f: f.load(identifier))
+    return _json(
+        TableResponse(
+            **{"metadata-location": loaded.metadata_location, "metadata": loaded.metadata}
+        )
+    )
+
+
+@router.head("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
+async def table_exists(request: Request, caller: Reader, namespace: str, table: str) -> Response:
+    identifier = (*_namespace(namespace), table)
+    await _call(request, lambda f: f.load(identifier))
+    return Response(status_code=204)
+
+
+@router.post("/v1/namespaces/{namespace}/tables/{table}")
+async def commit_table(request: Request, caller: Job, namespace: str, table: str) -> Response:
+    """Commit `{requirements, updates}`: fenced against lakelock's leases (docs/catalogs.md)."""
+    identifier = (*_namespace(namespace), table)
+    body = await _body(request)
+    requirements = _parse(
+        _REQUIREMENTS.validate_python, body.get("requirements", []), "requirements"
+    )
+    updates = _parse(_UPDATES.validate_python, body.get("updates", []), "updates")
+    headers = {
+        k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
+    }
+    location, metadata = await _call(
+        request,
+        lambda f: f.commit(
+            identifier, requirements, updates, principal=caller.name, headers=headers
+        ),
+    )
+    return _json(CommitTableResponse(**{"metadata-location": location, "metadata": metadata}))
+
+
+@router.delete("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
+async def drop_table(
+    request: Request,
+    caller: Operator,
+    namespace: str,
+    table: str,
+    purge: Annotated[bool, Query(alias="purgeRequested")] = False,
+) -> Response:
+    identifier = (*_namespace(namespace), table)
+    await _call(request, lambda f: f.drop(identifier, purge=purge))
+    return Response(status_code=204)
+
+
+@router.post("/v1/tables/rename", status_code=204)
+async def rename_table(request: Request, caller: Operator) -> Response:
+    body = await _body(request)
+    try:
+        source = (*body["source"]["namespace"], body["source"]["name"])
+        destination = (*body["destination"]["namespace"], body["destination"]["name"])
+    except (KeyError, TypeError) as exc:
+        raise InvalidRequest("source and destination: {namespace: [...], name: ...}") from exc
+    await _call(request, lambda f: f.rename(tuple(source), tuple(destination)))
+    return Response(status_code=204)
+
+
+@router.post("/v1/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
+async def report_metrics(request: Request, caller: Reader, namespace: str, table: str) -> Response:
+    """Scan and commit reports of the clients: accepted and not kept."""
+    await _body(request)
+    return Response(status_code=204)
