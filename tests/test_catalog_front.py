@@ -1,0 +1,324 @@
+"""The catalog front (docs/design.md §10) with pyiceberg's RestCatalog and raw REST commits,
+against a real service process on SQLite and on MariaDB.
+
+What a user of the front would notice: tables made and written through it are the JdbcCatalog's
+rows (read back with pyiceberg's SqlCatalog straight from the database); a maintenance commit
+without a live lease and its token is refused with 403 and leaves the table and its folder as
+they were; one under a lease passes; a foreign data commit that meets a held maintenance lease
+gets 429 with Retry-After, while the protocol's own writer (naming its commit lease) passes;
+every commit is on the audit trail with its principal; roles hold.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from datetime import date
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import ForbiddenError, RESTError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DateType, LongType, NestedField, StringType
+
+from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "dt", DateType(), required=False),
+    NestedField(3, "v", StringType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
+CATALOG = "lakelock"
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
+)
+def front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    folder = tmp_path_factory.mktemp(f"front-{request.param}")
+    if request.param == "sqlite":
+        from service.lock import migrate
+
+        db_url = f"sqlite:///{folder / 'lakelock.db'}"
+        migrate.upgrade(db_url)
+    else:
+        db_url = request.getfixturevalue("mariadb_session_url")
+        _empty_mariadb(db_url)
+    warehouse = folder / "warehouse"
+    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri())
+    server.db_url = db_url  # type: ignore[attr-defined]
+    server.warehouse = warehouse  # type: ignore[attr-defined]
+    yield server
+    server.stop()
+
+
+def rest(front: Any, role: str = "job") -> RestCatalog:
+    return RestCatalog(CATALOG, uri=f"{front.url}/iceberg", token=TOKENS[role])
+
+
+def service(front: Any, role: str = "operator") -> httpx.Client:
+    return httpx.Client(base_url=front.url, headers=auth(role), timeout=30)
+
+
+def rows(n: int, day: date, start: int = 0) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "dt": pa.array([day] * n),
+            "v": [f"v{i}" for i in range(n)],
+        }
+    )
+
+
+def new_table(front: Any, name: str) -> Any:
+    catalog = rest(front)
+    namespace = f"ns_{name}"
+    catalog.create_namespace(namespace)
+    table = catalog.create_table(f"{namespace}.t", SCHEMA, partition_spec=SPEC)
+    table.append(rows(3, date(2024, 6, 20)))
+    table.append(rows(3, date(2024, 6, 21), start=10))
+    return catalog.load_table(f"{namespace}.t")
+
+
+def lakelock_name(table: Any) -> str:
+    return ".".join((CATALOG, *table.name()))
+
+
+def events(front: Any, table: Any) -> list[dict[str, Any]]:
+    with service(front) as api:
+        found = api.get("/v1/events", params={"table": lakelock_name(table), "limit": 1000})
+    return found.json()["events"]
+
+
+def replace_commit(
+    front: Any,
+    table: Any,
+    *,
+    summary: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """A `replace` commit as a rewrite makes one: a new snapshot of the same rows (the
+    current manifest list: it adds and deletes nothing), sent as Spark sends it."""
+    meta = table.metadata
+    current = meta.current_snapshot()
+    snapshot_id = random.randrange(1, 2**62)
+    body = {
+        "requirements": [
+            {"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": current.snapshot_id}
+        ],
+        "updates": [
+            {
+                "action": "add-snapshot",
+                "snapshot": {
+                    "snapshot-id": snapshot_id,
+                    "parent-snapshot-id": current.snapshot_id,
+                    "sequence-number": meta.last_sequence_number + 1,
+                    "timestamp-ms": int(time.time() * 1000),
+                    "manifest-list": current.manifest_list,
+                    "summary": {"operation": "replace", **(summary or {})},
+                    "schema-id": current.schema_id,
+                },
+            },
+            {
+                "action": "set-snapshot-ref",
+                "ref-name": "main",
+                "type": "branch",
+                "snapshot-id": snapshot_id,
+            },
+        ],
+    }
+    namespace, name = table.name()
+    with httpx.Client(
+        base_url=f"{front.url}/iceberg", headers={**auth("job"), **(headers or {})}
+    ) as c:
+        return c.post(f"/v1/namespaces/{namespace}/tables/{name}", json=body)
+
+
+def maintenance_lease(front: Any, table: Any, **body: Any) -> dict[str, Any]:
+    with service(front, "job") as api:
+        granted = api.post(
+            f"/v1/tables/{lakelock_name(table)}/maintenance-lease",
+            json={"holder": "compactor-1", "ttl_s": 60, **body},
+        )
+    assert granted.status_code == 201, granted.text
+    return granted.json()
+
+
+def metadata_files(front: Any, table: Any) -> set[str]:
+    namespace, name = table.name()
+    return {
+        p.name for p in (front.warehouse / namespace / name / "metadata").glob("*.metadata.json")
+    }
+
+
+def test_tables_written_through_the_front_are_the_jdbc_catalogs_rows(front):
+    table = new_table(front, "rows")
+    table.overwrite(rows(2, date(2024, 6, 20), start=100), snapshot_properties={"app": "backfill"})
+    # an independent reader: pyiceberg's SQL catalog over the same database, no service
+    direct = SqlCatalog(CATALOG, uri=front.db_url, warehouse=front.warehouse.as_uri())
+    read = direct.load_table(table.name())
+    assert (
+        read.metadata_location == rest(front, "reader").load_table(table.name()).metadata_location
+    )
+    assert sorted(read.scan().to_arrow()["id"].to_pylist()) == [100, 101]
+    assert read.current_snapshot().summary["app"] == "backfill"
+    committed = [e for e in events(front, table) if e["event"] == "catalog.commit"]
+    assert len(committed) == 3  # two appends, one overwrite (its delete and append together)
+    last = committed[0]
+    assert last["actor"] == "job-client" and last["kind"] == "data"
+    assert last["detail"]["foreign"] is True
+    assert last["detail"]["operations"] == ["delete", "append"]
+    assert last["detail"]["partitions"] == ["dt=2024-06-20", "dt=2024-06-21"]
+
+
+def test_a_maintenance_commit_without_a_lease_is_refused_and_changes_nothing(front):
+    table = new_table(front, "nolease")
+    files = metadata_files(front, table)
+    refused = replace_commit(front, table)
+    assert refused.status_code == 403
+    body = refused.json()
+    assert body["type"] == "urn:lakelock:fenced" and body["reason"] == "no-lease"
+    assert body["error"]["type"] == "ForbiddenException" and body["error"]["code"] == 403
+    assert "Take a maintenance lease" in body["detail"]
+    after = rest(front).load_table(table.name())
+    assert after.metadata_location == table.metadata_location
+    assert metadata_files(front, table) == files  # the refused commit's metadata file is gone
+    assert events(front, table)[0]["event"] == "catalog.refused"
+
+
+def test_a_maintenance_commit_under_a_live_lease_passes_and_names_it(front):
+    table = new_table(front, "leased")
+    lease = maintenance_lease(front, table)
+    props = {"lakelock.lease-id": lease["lease_id"], "lakelock.token": str(lease["token"])}
+    passed = replace_commit(front, table, summary=props)
+    assert passed.status_code == 200, passed.text
+    after = rest(front).load_table(table.name())
+    assert after.metadata_location == passed.json()["metadata-location"]
+    assert after.current_snapshot().summary.operation.value == "replace"
+    event = events(front, table)[0]
+    assert (event["event"], event["lease_id"], event["token"]) == (
+        "catalog.commit",
+        lease["lease_id"],
+        lease["token"],
+    )
+    assert event["detail"]["foreign"] is False
+
+
+@pytest.mark.parametrize(
+    "case", ["revoked", "released", "stale-token", "other-table", "maintenance-off"]
+)
+def test_a_maintenance_commit_under_a_lease_that_no_longer_holds_is_refused(front, case):
+    table = new_table(front, case.replace("-", "_"))
+    lease = maintenance_lease(front, table)
+    token = lease["token"]
+    with service(front) as api:
+        if case == "revoked":
+            api.post(
+                f"/v1/leases/{lease['lease_id']}/revoke", json={"reason": "test"}
+            ).raise_for_status()
+        elif case == "released":
+            api.delete(
+                f"/v1/leases/{lease['lease_id']}", params={"holder": "compactor-1", "token": token}
+            ).raise_for_status()
+        elif case == "stale-token":
+            token += 1
+        elif case == "other-table":
+            other = new_table(front, "other_of_" + case.replace("-", "_"))
+            lease = maintenance_lease(front, other)
+            token = lease["token"]
+        else:
+            api.put(
+                f"/v1/tables/{lakelock_name(table)}/switch",
+                json={"maintenance": "disabled", "reason": "incident 42"},
+            ).raise_for_status()
+    headers = {"X-Lakelock-Lease-Id": lease["lease_id"], "X-Lakelock-Token": str(token)}
+    refused = replace_commit(front, table, headers=headers)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["reason"] == case
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
+
+
+def test_snapshot_removal_needs_a_lease_named_in_the_headers(front):
+    table = new_table(front, "expire")
+    oldest = table.metadata.snapshots[0].snapshot_id
+    body = {
+        "requirements": [],
+        "updates": [{"action": "remove-snapshots", "snapshot-ids": [oldest]}],
+    }
+    namespace, name = table.name()
+    path = f"/iceberg/v1/namespaces/{namespace}/tables/{name}"
+    with service(front, "job") as api:
+        assert api.post(path, json=body).json()["reason"] == "no-lease"
+        lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+        headers = {
+            "X-Lakelock-Lease-Id": lease["lease_id"],
+            "X-Lakelock-Token": str(lease["token"]),
+        }
+        assert api.post(path, json=body, headers=headers).status_code == 200
+    kept = [s.snapshot_id for s in rest(front).load_table(table.name()).metadata.snapshots]
+    assert oldest not in kept and len(kept) == 1
+
+
+def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_writer_passes(
+    front,
+):
+    table = new_table(front, "held")
+    maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    with pytest.raises(RESTError, match="TooManyRequestsException"):
+        table.append(rows(1, date(2024, 6, 20), start=50))
+    refused = events(front, table)[0]
+    assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "held")
+    # another partition is not held
+    table.append(rows(1, date(2024, 6, 22), start=60))
+    # the raw answer: 429 with a short Retry-After, which Iceberg's HTTP client retries itself
+    namespace, name = table.name()
+    loaded = rest(front).load_table(table.name())
+    with service(front, "job") as api:
+        ingest = api.post(
+            f"/v1/tables/{lakelock_name(table)}/commit-leases",
+            json={"holder": "ingest-1", "ttl_s": 30, "partitions": ["dt=2024-06-23"]},
+        ).json()
+    loaded.append(
+        rows(1, date(2024, 6, 23), start=70),
+        snapshot_properties={"lakelock.lease-id": ingest["lease_id"]},
+    )
+    assert events(front, table)[0]["lease_id"] == ingest["lease_id"]
+
+
+def test_the_catalog_answers_in_icebergs_error_shape_and_by_role(front):
+    table = new_table(front, "roles")
+    namespace, name = table.name()
+    with httpx.Client(base_url=f"{front.url}/iceberg", timeout=30) as c:
+        missing = c.get(f"/v1/namespaces/{namespace}/tables/nope", headers=auth("reader"))
+        assert (
+            missing.status_code == 404 and missing.json()["error"]["type"] == "NoSuchTableException"
+        )
+        no_ns = c.get("/v1/namespaces/nope/tables", headers=auth("reader"))
+        assert no_ns.json()["error"]["type"] == "NoSuchNamespaceException"
+        assert c.get("/v1/config").status_code == 401
+        assert (
+            c.head(f"/v1/namespaces/{namespace}/tables/{name}", headers=auth("reader")).status_code
+            == 204
+        )
+        again = c.post("/v1/namespaces", json={"namespace": [namespace]}, headers=auth("job"))
+        assert (
+            again.status_code == 409 and again.json()["error"]["type"] == "AlreadyExistsException"
+        )
+        assert (
+            c.delete(f"/v1/namespaces/{namespace}/tables/{name}", headers=auth("job")).status_code
+            == 403
+        )
+    with pytest.raises(ForbiddenError):
+        rest(front, "reader").load_table(table.name()).append(rows(1, date(2024, 6, 20)))
+    rest(front, "operator").drop_table(table.name())
+    assert table.name() not in rest(front, "reader").list_tables(namespace)
