@@ -344,6 +344,7 @@ class Fleet:
                 holder=self.holder,
                 before_step=claim.check if claim is not None else None,
                 on_stats=watch.saw,
+                claim=claim.lease if claim is not None else None,
             )
         finally:
             sc.setLocalProperty(_POOL, None)

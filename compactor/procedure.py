@@ -23,6 +23,11 @@ Iceberg 1.9.x, and how each is labelled:
     expire_snapshots, remove_orphan_files  commit no snapshot; their actions are used too, for
                             one code path and typed results
 
+In a REST catalog each step's table is loaded through a catalog whose requests carry the lease
+as headers (`X-Lakelock-Lease-Id`, `X-Lakelock-Token`, from the properties): lakelock's catalog
+front fences `expire_snapshots` by them, the one commit without a summary (jobkit.spark
+.fenced_table).
+
 A failed action raises ProcedureFailed carrying the Iceberg exception's message. Note that
 Iceberg's actions set their own Spark job group (`REWRITE-DATA-FILES-n`) around their jobs, so a
 caller that wants to cancel them must tag the thread (`SparkContext.addJobTag`) as well as set a
@@ -38,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from compactor.plan import REMOVE_DANGLING, Step
 from jobkit.partition import spec_of
 from jobkit.predicate import partition_predicate
-from jobkit.spark import error_message, load_table
+from jobkit.spark import error_message, fenced_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,18 +82,23 @@ def run_step(
     from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
+    headers = {header: properties[key] for key, header in _HEADERS.items() if properties.get(key)}
     try:
-        return runner(spark, table, step, properties)
+        with fenced_table(spark, table, headers) as jtable:
+            return runner(spark, table, jtable, step, properties)
     except Py4JJavaError as exc:
         raise ProcedureFailed(step.procedure, error_message(exc)) from exc
     except CapturedException as exc:
         raise ProcedureFailed(step.procedure, error_message(exc)) from exc
 
 
+# the snapshot properties a REST catalog's requests carry as headers too
+_HEADERS = {"lakelock.lease-id": "X-Lakelock-Lease-Id", "lakelock.token": "X-Lakelock-Token"}
+
+
 def _rewrite_data_files(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = load_table(spark, table)
     # Iceberg's own dangling-delete commit would carry none of `properties` (module docstring)
     options = {**step.options, REMOVE_DANGLING: "false"}
     action = _actions(spark).rewriteDataFiles(jtable)
@@ -111,18 +121,16 @@ def _rewrite_data_files(
 
 
 def _remove_dangling_deletes(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = load_table(spark, table)
     action = _with(_actions(spark).removeDanglingDeleteFiles(jtable), step.options, properties)
     result = action.execute()
     return {"removed_delete_files": _size(spark, result.removedDeleteFiles())}
 
 
 def _rewrite_position_delete_files(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = load_table(spark, table)
     action = _actions(spark).rewritePositionDeletes(jtable)
     action = _filtered(spark, jtable, action, table, step)
     result = _with(action, step.options, properties).execute()
@@ -135,9 +143,8 @@ def _rewrite_position_delete_files(
 
 
 def _rewrite_manifests(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
-    jtable = load_table(spark, table)
     result = _with(_actions(spark).rewriteManifests(jtable), step.options, properties).execute()
     return {
         "rewritten_manifests": _size(spark, result.rewrittenManifests()),
@@ -146,11 +153,10 @@ def _rewrite_manifests(
 
 
 def _expire_snapshots(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
     if step.older_than is None or step.retain_last is None:
         raise ValueError("expire_snapshots needs older_than and retain_last from the plan")
-    jtable = load_table(spark, table)
     action = (
         _actions(spark)
         .expireSnapshots(jtable)
@@ -176,11 +182,10 @@ def _expire_snapshots(
 
 
 def _remove_orphan_files(
-    spark: SparkSession, table: str, step: Step, properties: Mapping[str, str]
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
     if step.older_than is None:
         raise ValueError("remove_orphan_files needs older_than from the plan")
-    jtable = load_table(spark, table)
     action = (
         _actions(spark).deleteOrphanFiles(jtable).olderThan(int(step.older_than.timestamp() * 1000))
     )
@@ -190,7 +195,9 @@ def _remove_orphan_files(
     return {"orphan_files": _size(spark, result.orphanFileLocations())}
 
 
-PROCEDURES: Mapping[str, Callable[[SparkSession, str, Step, Mapping[str, str]], dict[str, Any]]] = {
+PROCEDURES: Mapping[
+    str, Callable[[SparkSession, str, Any, Step, Mapping[str, str]], dict[str, Any]]
+] = {
     "rewrite_data_files": _rewrite_data_files,
     "remove_dangling_deletes": _remove_dangling_deletes,
     "rewrite_position_delete_files": _rewrite_position_delete_files,

@@ -44,13 +44,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from compactor.claim import Held, take
 from compactor.config import RetentionRefused, TableConfig
 from compactor.lease import DrainTimeout, acquire_maintenance
 from compactor.plan import Group, Plan, Step, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
-from jobkit.spark import SparkJobGroups, error_message
+from jobkit.spark import SparkJobGroups, error_message, rest_catalog
 from service.client import Lease, LeaseClient, LeaseLost, Renewer
 from service.wire.errors import (
     LakelockError,
@@ -93,6 +94,7 @@ def run_table(
     clock: Callable[[], float] = time.monotonic,
     before_step: Callable[[Step], None] | None = None,
     on_stats: Callable[[TableStats, Plan | None], None] | None = None,
+    claim: Lease | None = None,
 ) -> RunReport:
     """Run maintenance on one table once; the report says how it ended.
 
@@ -101,7 +103,9 @@ def run_table(
     `before_step` is called with each step right before it runs (progress, tests; raising
     LeaseLost there stops the run before that step). `on_stats` hears the stats the run read
     and what it made of them: (stats, plan) once planned, (stats after the run, None) at the
-    end (compactor.fleet keeps them to rank the table at its next tick).
+    end (compactor.fleet keeps them to rank the table at its next tick). `claim` is the
+    caller's claim on the table, which a catalog front takes as the right to remove snapshots
+    (without one, a run in a REST catalog claims the table for those steps itself).
 
     Raises:
         BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
@@ -124,6 +128,7 @@ def run_table(
             clock=clock,
             before_step=before_step,
             on_stats=on_stats or _ignore,
+            claim=claim,
         )
     except Exception as exc:
         # a fault outside the steps (a bug, Spark gone): the run failed, say why
@@ -145,6 +150,7 @@ def _run(
     clock: Callable[[], float],
     before_step: Callable[[Step], None] | None,
     on_stats: Callable[[TableStats, Plan | None], None],
+    claim: Lease | None,
 ) -> None:
     stats = _stats(spark, config, report)
     if stats is None:
@@ -187,7 +193,9 @@ def _run(
 
     done = _groups(spark, client, config, the_plan, report, clock=clock, before_step=before_step)
     if done and the_plan.unleased:
-        done = _unleased(spark, config, the_plan, report, state, before_step=before_step)
+        done = _unleased(
+            spark, client, config, the_plan, report, state, claim=claim, before_step=before_step
+        )
     if done:
         _settle(report)
     after = _stats(spark, config, report, after=True)
@@ -290,11 +298,13 @@ def _groups(
 
 def _unleased(
     spark: SparkSession,
+    client: LeaseClient,
     config: TableConfig,
     the_plan: Plan,
     report: RunReport,
     state: dict[str, Any],
     *,
+    claim: Lease | None,
     before_step: Callable[[Step], None] | None,
 ) -> bool:
     """The steps that hold no writer (see compactor.plan), run without a lease; an operator's
@@ -308,6 +318,40 @@ def _unleased(
         report.outcome, report.reason = Outcome.SKIPPED, "maintenance_off"
         return False
     properties = {"lakelock.run-uid": report.run_uid, "lakelock.mode": str(the_plan.mode)}
+    if rest_catalog(spark, config.name) is None:
+        return _unfenced(spark, config, the_plan, report, properties, before_step=before_step)
+    # a catalog front fences snapshot removal by the table's claim (docs/design.md §10): the
+    # fleet's own, else one taken for these steps (it holds no writer)
+    if claim is not None:
+        properties["lakelock.lease-id"] = claim.lease_id
+        return _unfenced(spark, config, the_plan, report, properties, before_step=before_step)
+    got = take(client, config.name, holder=report.holder, ttl_s=_OWN_CLAIM_TTL_S)
+    if isinstance(got, Held):
+        log.info(
+            "%s: claimed by %s: no %s",
+            config.name,
+            got.holder,
+            "/".join(s.procedure for s in the_plan.unleased),
+        )
+        return True
+    with got:
+        properties["lakelock.lease-id"] = got.lease.lease_id
+        return _unfenced(spark, config, the_plan, report, properties, before_step=before_step)
+
+
+# the claim a run without one takes for its steps without a lease, renewed while they run
+_OWN_CLAIM_TTL_S = 60.0
+
+
+def _unfenced(
+    spark: SparkSession,
+    config: TableConfig,
+    the_plan: Plan,
+    report: RunReport,
+    properties: dict[str, str],
+    *,
+    before_step: Callable[[Step], None] | None,
+) -> bool:
     for step in the_plan.unleased:
         if before_step is not None:
             before_step(step)

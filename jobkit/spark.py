@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ __all__ = [
     "bundled_iceberg_jar",
     "build_session",
     "load_table",
+    "fenced_table",
+    "rest_catalog",
     "submitted_conf",
     "ConnectorMissing",
     "IcebergMissing",
@@ -379,6 +382,48 @@ def load_table(spark: SparkSession, table: str) -> Any:
     return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         spark._jsparkSession, table
     )
+
+
+@contextmanager
+def fenced_table(spark: SparkSession, table: str, headers: Mapping[str, str]) -> Iterator[Any]:
+    """`table` as `load_table` gives it, except in a REST catalog: there it is loaded through
+    a catalog of its own whose requests carry `headers` (Iceberg's `header.<name>` catalog
+    properties), so every commit made through it does, closed afterwards. lakelock's catalog
+    front reads a commit's lease from them where the commit has no snapshot summary
+    (`expire_snapshots`; docs/design.md §10); other REST catalogs ignore them."""
+    base = rest_catalog(spark, table) if headers else None
+    if base is None:
+        yield load_table(spark, table)
+        return
+    name, _, identifier = table.partition(".")
+    jvm = spark._jvm
+    properties = jvm.java.util.HashMap(base.properties())
+    for key, value in headers.items():
+        properties.put(f"header.{key}", str(value))
+    catalog = jvm.org.apache.iceberg.rest.RESTCatalog()
+    catalog.setConf(spark._jsc.hadoopConfiguration())
+    catalog.initialize(name, properties)
+    try:
+        yield catalog.loadTable(jvm.org.apache.iceberg.catalog.TableIdentifier.parse(identifier))
+    finally:
+        catalog.close()
+
+
+def rest_catalog(spark: SparkSession, table: str) -> Any | None:
+    """The Java `RESTCatalog` behind the Spark catalog of `table` (`catalog.namespace.table`),
+    or None when that catalog is of another kind."""
+    plugin = spark._jsparkSession.sessionState().catalogManager().catalog(table.split(".")[0])
+    if plugin.getClass().getName() not in _ICEBERG_PLUGINS:
+        return None
+    base = plugin.icebergCatalog()
+    return base if base.getClass().getName() == _REST_CATALOG else None
+
+
+_ICEBERG_PLUGINS = {
+    "org.apache.iceberg.spark.SparkCatalog",
+    "org.apache.iceberg.spark.SparkSessionCatalog",
+}
+_REST_CATALOG = "org.apache.iceberg.rest.RESTCatalog"
 
 
 def catalog_place(catalog: CatalogConfig) -> str:

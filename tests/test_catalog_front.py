@@ -248,25 +248,37 @@ def test_a_maintenance_commit_under_a_lease_that_no_longer_holds_is_refused(fron
     assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
 
 
-def test_snapshot_removal_needs_a_lease_named_in_the_headers(front):
+def test_snapshot_removal_needs_a_lease_or_the_claim_named_in_the_headers(front):
     table = new_table(front, "expire")
-    oldest = table.metadata.snapshots[0].snapshot_id
-    body = {
-        "requirements": [],
-        "updates": [{"action": "remove-snapshots", "snapshot-ids": [oldest]}],
-    }
+    first, second = (s.snapshot_id for s in table.metadata.snapshots)
     namespace, name = table.name()
     path = f"/iceberg/v1/namespaces/{namespace}/tables/{name}"
-    with service(front, "job") as api:
-        assert api.post(path, json=body).json()["reason"] == "no-lease"
-        lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
-        headers = {
-            "X-Lakelock-Lease-Id": lease["lease_id"],
-            "X-Lakelock-Token": str(lease["token"]),
+
+    def remove(snapshot_id: int) -> dict[str, Any]:
+        return {
+            "requirements": [],
+            "updates": [{"action": "remove-snapshots", "snapshot-ids": [snapshot_id]}],
         }
-        assert api.post(path, json=body, headers=headers).status_code == 200
+
+    def named(lease: dict[str, Any]) -> dict[str, str]:
+        return {"X-Lakelock-Lease-Id": lease["lease_id"], "X-Lakelock-Token": str(lease["token"])}
+
+    with service(front, "job") as api:
+        assert api.post(path, json=remove(first)).json()["reason"] == "no-lease"
+        lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+        assert api.post(path, json=remove(first), headers=named(lease)).status_code == 200
+        # the table's claim is enough to remove snapshots, and for nothing else
+        claim = api.post(
+            f"/v1/tables/{lakelock_name(table)}/claim", json={"holder": "compactor-2", "ttl_s": 60}
+        ).json()
+        header = {"X-Lakelock-Lease-Id": claim["lease_id"]}
+        assert replace_commit(front, table, headers=header).json()["reason"] == "unknown-lease"
+        table = rest(front).load_table(table.name())
+        table.append(rows(1, date(2024, 6, 22), start=40))
+        newest = table.current_snapshot().snapshot_id
+        assert api.post(path, json=remove(second), headers=header).status_code == 200
     kept = [s.snapshot_id for s in rest(front).load_table(table.name()).metadata.snapshots]
-    assert oldest not in kept and len(kept) == 1
+    assert kept == [newest]
 
 
 def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_writer_passes(

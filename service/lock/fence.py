@@ -10,8 +10,10 @@ expiry cannot slip between the check and the swap; then decides:
 
     maintenance  files replaced, delete files removed, snapshots removed: needs a live
                  maintenance lease of this table, named with its current token, whose scope
-                 covers the partitions the commit touches, and maintenance enabled. Else
-                 Fenced (403, not retried by Iceberg clients: the writer cleans up).
+                 covers the partitions the commit touches, and maintenance enabled. A commit
+                 that only removes snapshots may name the table's live claim instead (it
+                 touches no partition; expiry then drains no writer). Else Fenced (403, not
+                 retried by Iceberg clients: the writer cleans up).
     data         appends, overwrites, deletes: a commit naming a live commit lease of the
                  table is the protocol's own writer and passes. Any other (a foreign writer)
                  that touches partitions a live maintenance lease or an open intent covers is
@@ -113,15 +115,20 @@ def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at
         )
     if change.lease_id is None:
         raise _fenced(change, "no-lease", "the commit names no lease")
-    if lease is None or lease.kind != "maintenance":
-        raise _fenced(change, "unknown-lease", f"{change.lease_id} is no maintenance lease")
+    # removing snapshots touches no partition and holds no writer: the table's claim (who is
+    # its compactor now) is enough for it, so expiry never drains ingest
+    removal = set(change.operations) == {"remove-snapshots"}
+    kinds = ("maintenance", "claim") if removal else ("maintenance",)
+    if lease is None or lease.kind not in kinds:
+        what = "maintenance lease or claim" if removal else "maintenance lease"
+        raise _fenced(change, "unknown-lease", f"{change.lease_id} is no {what}")
     if lease.table != change.table:
         raise _fenced(change, "other-table", f"lease {lease.id} is on {lease.table}")
     if not lease.live(at):
         raise _fenced(
             change, lease.end or "expired", f"lease {lease.id} is {lease.end or 'expired'}"
         )
-    if change.token != lease.token:
+    if lease.kind == "maintenance" and change.token != lease.token:
         raise _fenced(
             change, "stale-token", f"token {change.token} is not lease {lease.id}'s ({lease.token})"
         )

@@ -1,0 +1,242 @@
+"""Spark 3.5 with Iceberg's RESTCatalog against lakelock's catalog front, and the jobs run
+against it (`type = "rest"`): writes pass, a compaction under its lease passes, one without a
+live lease gets 403 and leaves the table as it was (docs/design.md §10).
+
+What Iceberg wrote is read back with pyiceberg's SQL catalog straight from the service's
+database, not through the front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from compactor.config import ExpireSnapshotsConfig, LeaseConfig, TableConfig
+from compactor.plan import Step
+from compactor.procedure import ProcedureFailed, run_step
+from compactor.report import Outcome
+from compactor.run import run_table, utcnow
+from demo.generate import EventGenerator
+from ingest_gate.job import run as run_ingest
+from jobkit.spark import CatalogConfig, build_session
+from service.client import LeaseClient
+from tests.conftest import start_server
+from tests.spark.conftest import ingest_config
+
+pytestmark = pytest.mark.spark
+
+CATALOG = "lakelock"
+WAIT_S = 120
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    folder = tmp_path_factory.mktemp("front")
+    db_url = f"sqlite:///{folder / 'lakelock.db'}"
+    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=(folder / "wh").as_uri())
+    server.db_url = db_url  # type: ignore[attr-defined]
+    server.warehouse = folder / "wh"  # type: ignore[attr-defined]
+    yield server
+    server.stop()
+
+
+def rest_catalog(front: Any) -> CatalogConfig:
+    return CatalogConfig(
+        name=CATALOG,
+        type="rest",
+        warehouse=front.warehouse.as_uri(),
+        properties={"uri": f"{front.url}/iceberg", "token": front.token("job")},
+    )
+
+
+@pytest.fixture(scope="module")
+def spark(front: Any) -> Iterator[Any]:
+    session = build_session(
+        rest_catalog(front),
+        app_name="lakelock-catalog-front",
+        master="local[2]",
+        jar_sets=("spark-kafka",),  # the process's first session fixes the driver classpath
+        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.db")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def client(front: Any) -> Iterator[LeaseClient]:
+    with LeaseClient(front.url, token=front.token("job")) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def operator(front: Any) -> Iterator[LeaseClient]:
+    with LeaseClient(front.url, token=front.token("operator")) as c:
+        yield c
+
+
+def direct(front: Any, table: str) -> Any:
+    """The table as pyiceberg's SQL catalog reads it from the database, without the front."""
+    catalog = SqlCatalog(CATALOG, uri=front.db_url, warehouse=front.warehouse.as_uri())
+    return catalog.load_table(table.removeprefix(f"{CATALOG}."))
+
+
+def ids(table: Any) -> list[tuple[int, str]]:
+    return sorted(
+        zip(*table.scan().to_arrow().select(["id", "v"]).to_pydict().values(), strict=True)
+    )
+
+
+def small_files_table(spark: Any, name: str, commits: int = 6) -> str:
+    table = f"{CATALOG}.db.{name}"
+    spark.sql(
+        f"""CREATE TABLE {table} (id BIGINT, dt DATE, v STRING) USING iceberg
+        PARTITIONED BY (dt)
+        TBLPROPERTIES ('format-version' = '2', 'write.merge.mode' = 'merge-on-read',
+                       'write.update.mode' = 'merge-on-read', 'write.delete.mode' = 'merge-on-read',
+                       'write.distribution-mode' = 'none')"""
+    )
+    for i in range(commits):
+        spark.sql(
+            f"""INSERT INTO {table} SELECT id, date_add(DATE '2024-06-20', CAST(id % 2 AS INT)),
+            'v' || id FROM range({i * 40}, {(i + 1) * 40}, 1, 2)"""
+        )
+    return table
+
+
+def data_files(front: Any, table: str) -> set[str]:
+    folder = front.warehouse.joinpath(*table.split(".")[1:], "data")
+    return {str(p) for p in Path(folder).rglob("*.parquet")}
+
+
+def events(operator: LeaseClient, table: str) -> list[dict[str, Any]]:
+    return [e for e in operator.events(table=table, limit=500) if e["event"].startswith("catalog.")]
+
+
+def test_spark_creates_writes_merges_and_ctas_through_the_front(spark, front, operator):
+    table = small_files_table(spark, "writes", commits=2)
+    spark.sql(
+        f"""MERGE INTO {table} t USING (SELECT * FROM VALUES (1L, DATE '2024-06-21', 'new'),
+        (2L, DATE '2024-06-20', 'gone'), (999L, DATE '2024-06-20', 'ins') AS x(id, dt, v)) s
+        ON t.id = s.id
+        WHEN MATCHED AND s.v = 'gone' THEN DELETE
+        WHEN MATCHED THEN UPDATE SET v = s.v
+        WHEN NOT MATCHED THEN INSERT *"""
+    )
+    spark.sql(f"CREATE TABLE {CATALOG}.db.copied USING iceberg AS SELECT * FROM {table}")
+    expected = sorted((r.id, r.v) for r in spark.table(table).select("id", "v").collect())
+    assert len(expected) == 80 and (1, "new") in expected and (999, "ins") in expected
+    assert ids(direct(front, table)) == expected
+    assert ids(direct(front, f"{CATALOG}.db.copied")) == expected  # staged create, then commit
+    seen = events(operator, table)
+    assert [e["detail"]["operations"] for e in reversed(seen)] == [
+        ["append"],
+        ["append"],
+        ["overwrite"],
+    ]
+    assert all(e["kind"] == "data" and e["actor"] == "job-client" for e in seen)
+
+
+def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
+    spark, front, operator, client
+):
+    table = small_files_table(spark, "compacted")
+    before = ids(direct(front, table))
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=30))),
+        expire_snapshots=ExpireSnapshotsConfig(retain_last=5),
+    )
+    # six days on: every snapshot is past the 24 h floor, so the run expires all but five
+    report = run_table(
+        spark, client=client, config=config, now=lambda: utcnow() + timedelta(days=6)
+    )
+    assert report.outcome == Outcome.COMPACTED, report.error
+    procedures = {s["procedure"]: s for s in report.steps}
+    assert procedures["expire_snapshots"]["output"]["expired_snapshots"] >= 1
+    after = direct(front, table)
+    assert ids(after) == before
+    assert after.current_snapshot().summary.operation.value == "replace"
+    seen = events(operator, table)
+    replaced = [e for e in seen if "replace" in e["detail"]["operations"]]
+    assert replaced and all(e["lease_id"] == report.lease_id for e in replaced)
+    assert all(e["token"] == report.token for e in replaced)
+    removed = [e for e in seen if e["detail"]["operations"] == ["remove-snapshots"]]
+    assert len(removed) == 1 and removed[0]["event"] == "catalog.commit"
+    claims = [e for e in operator.events(table=table, limit=500) if e["kind"] == "claim"]
+    assert removed[0]["lease_id"] in {e["lease_id"] for e in claims}  # the run's own claim
+
+
+def _rewrite(spark: Any, table: str, properties: dict[str, str]) -> None:
+    step = Step("rewrite_data_files", "small files", options={"min-input-files": "2"})
+    run_step(spark, table=table, step=step, properties=properties)
+
+
+def test_a_rewrite_without_a_live_lease_is_refused_and_the_table_is_unchanged(
+    spark, front, client, operator
+):
+    table = small_files_table(spark, "fenced")
+    snapshot = direct(front, table).current_snapshot().snapshot_id
+    files = data_files(front, table)
+
+    def unchanged() -> None:
+        assert direct(front, table).current_snapshot().snapshot_id == snapshot
+        assert data_files(front, table) == files  # Spark deleted what it had written
+
+    with pytest.raises(Exception, match="ForbiddenException.*no-lease"):
+        spark.sql(f"CALL {CATALOG}.system.rewrite_data_files(table => 'db.fenced')").collect()
+    unchanged()
+
+    lease = client.acquire_maintenance(table, holder="paused-compactor", ttl_s=60)
+    named = {"lakelock.lease-id": lease.lease_id, "lakelock.token": str(lease.token)}
+    operator.revoke(lease.lease_id, reason="the compactor stopped renewing")
+    with pytest.raises(ProcedureFailed, match="revoked"):
+        _rewrite(spark, table, named)
+    unchanged()
+
+    lease = client.acquire_maintenance(table, holder="compactor", ttl_s=60)
+    named = {"lakelock.lease-id": lease.lease_id, "lakelock.token": str(lease.token)}
+    operator.set_switch(table, maintenance="disabled", reason="incident 7")
+    with pytest.raises(ProcedureFailed, match="maintenance-off"):
+        _rewrite(spark, table, named)
+    unchanged()
+    operator.set_switch(table, maintenance="enabled", reason="incident 7 over")
+    _rewrite(spark, table, named)
+    assert direct(front, table).current_snapshot().summary.operation.value == "replace"
+    refused = [
+        e["detail"]["reason"] for e in events(operator, table) if e["event"] == "catalog.refused"
+    ]
+    assert refused == ["maintenance-off", "revoked", "no-lease"]
+
+
+def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path):
+    config = ingest_config(
+        spark,
+        tmp_path,
+        front,
+        "ingested",
+        table=f"{CATALOG}.db.ingested",
+        catalog={
+            "name": CATALOG,
+            "type": "rest",
+            "warehouse": front.warehouse.as_uri(),
+            "properties": {"uri": f"{front.url}/iceberg", "token": front.token("job")},
+        },
+        available_now=True,
+    )
+    gen = EventGenerator(seed=5, update_ratio=0.3)
+    for _ in range(3):
+        gen.write_file(config.landing_path, 30)
+    records = run_ingest(config, spark=spark).wait(timeout=WAIT_S)
+    assert [r.outcome for r in records] == ["committed"] * 3
+    read = direct(front, config.table).scan().to_arrow().to_pylist()
+    assert len(read) == len(gen.expected_rows())
+    merged = [e for e in events(operator, config.table) if e["event"] == "catalog.commit"]
+    assert len(merged) == 3
+    assert all(e["lease_id"] and e["detail"]["foreign"] is False for e in merged)
