@@ -11,7 +11,11 @@ everything; the checker has its own `_overlap` for that, apart from the service'
 - inv4: no renew revives a lease past its TTL;
 - inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open;
 - inv6: never two live claims on one table (a claim covers the whole table; it is checked
-  against claims only, and commit and maintenance leases never against claims).
+  against claims only, and commit and maintenance leases never against claims);
+- inv7: no maintenance commit through the catalog front (docs/design.md §10) without a live
+  maintenance lease of its table, named with its token, whose scope covers the partitions the
+  commit touched, at the instant of the commit; a commit that only removes snapshots may name
+  the table's live claim instead.
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -259,5 +263,48 @@ def renewals(history: History, *, slack_s: float = 0.005) -> list[str]:
     ]
 
 
+def fenced(history: History) -> list[str]:
+    """Invariant 7, over the trail in commit order: the lease a `catalog.commit` of kind
+    maintenance names was granted before it and not ended by then (released, revoked or swept
+    as expired), and, unless a client renewed it, its TTL had not run out at the commit's
+    instant (database time)."""
+    violations: list[str] = []
+    live: dict[str, dict[str, Any]] = {}
+    renewed = {r.lease_id for r in history.renews}
+    for e in history.events:
+        if e["event"] == "lease.acquired" and e["kind"] in ("maintenance", "claim"):
+            live[e["lease_id"]] = e
+        elif e["event"] in ("lease.released", "lease.revoked", "lease.expired"):
+            live.pop(e["lease_id"], None)
+        elif e["event"] == "catalog.commit" and e["kind"] == "maintenance":
+            problem = _unfenced(e, live.get(e["lease_id"] or ""), renewed)
+            if problem:
+                violations.append(f"inv7: {e['table_name']} event {e['id']}: {problem}")
+    return violations
+
+
+def _unfenced(e: dict[str, Any], lease: dict[str, Any] | None, renewed: set[str]) -> str | None:
+    detail = e["detail"]
+    if lease is None or lease["table_name"] != e["table_name"]:
+        return (
+            f"{detail['operations']} committed under no live lease of the table ({e['lease_id']})"
+        )
+    if lease["kind"] == "claim":
+        removal = set(detail["operations"]) == {"remove-snapshots"}
+        return None if removal else f"{detail['operations']} committed under a claim"
+    if e["token"] != lease["token"]:
+        return f"token {e['token']} is not lease {lease['lease_id']}'s ({lease['token']})"
+    touched = _scope(detail.get("partitions"))
+    held = _scope(lease["detail"].get("partitions"))
+    if held is not None and (touched is None or not touched <= held):
+        return (
+            f"touched {sorted(touched or ['the whole table'])} outside lease scope {sorted(held)}"
+        )
+    expiry = lease["at"] + timedelta(seconds=lease["detail"]["ttl_s"])
+    if lease["lease_id"] not in renewed and e["at"] >= expiry:
+        return f"committed at {e['at']}, after lease {lease['lease_id']} expired at {expiry}"
+    return None
+
+
 def check(history: History) -> list[str]:
-    return replay(history) + intervals(history) + renewals(history)
+    return replay(history) + intervals(history) + renewals(history) + fenced(history)

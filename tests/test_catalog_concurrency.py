@@ -1,0 +1,318 @@
+"""Writers and compactors through the catalog front of two service processes on one MariaDB,
+an operator revoking leases meanwhile, and the invariants of docs/design.md §3.1 checked over
+the audit trail afterwards, inv7 among them: no maintenance commit without a live lease (its
+token, a scope covering what it touched) at the instant of its commit.
+
+The compactors here are what a paused or careless compactor looks like: each takes a short
+lease, sometimes sleeps past its TTL or is revoked meanwhile, sometimes sends a stale token or
+rewrites a partition its lease does not cover, and always commits anyway. Their rewrites are
+real: a partition's data files read and written again as one (pyiceberg writes the files and
+manifests; the commit is sent as a `replace`, as Spark's rewrite sends it).
+
+The run is driven by counts (commits that passed and were refused of each kind), with a time
+limit only against a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from datetime import date, timedelta
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, RESTError
+from pyiceberg.expressions import EqualTo
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DateType, LongType, NestedField, StringType
+
+from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
+from tests.helpers import HANG_GUARD_S
+from tests.invariants import History, check, fenced, load_history
+from tests.test_invariants_concurrency import _event
+
+pytestmark = pytest.mark.mariadb
+
+DAYS = [date(2024, 6, 20) + timedelta(days=n) for n in range(4)]
+TABLE = "lakelock.db.t"
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "dt", DateType(), required=False),
+    NestedField(3, "v", StringType(), required=False),
+)
+# what the run must have seen before it stops (counts, not seconds)
+ENOUGH = {"replace.passed": 4, "replace.refused": 4, "append.passed": 10, "append.held": 1}
+
+
+def partition(day: date) -> str:
+    return f"dt={day.isoformat()}"
+
+
+def rows(n: int, day: date) -> pa.Table:
+    start = random.randrange(10**9)
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "dt": pa.array([day] * n),
+            "v": ["x"] * n,
+        }
+    )
+
+
+class Workload:
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.errors: list[BaseException] = []
+
+    def count(self, what: str) -> None:
+        with self.lock:
+            self.counts[what] += 1
+            if all(self.counts[k] >= n for k, n in ENOUGH.items()):
+                self.done.set()
+
+    def catalog(self, rng: random.Random) -> RestCatalog:
+        return RestCatalog("lakelock", uri=f"{rng.choice(self.urls)}/iceberg", token=TOKENS["job"])
+
+    def service(self, rng: random.Random, role: str = "job") -> httpx.Client:
+        return httpx.Client(base_url=rng.choice(self.urls), headers=auth(role), timeout=30)
+
+    # -- the actors ------------------------------------------------------------------------
+
+    def writer(self, seed: int) -> None:
+        """A foreign writer: appends without asking lakelock."""
+        rng = random.Random(seed)
+        while not self.done.is_set():
+            table = self.catalog(rng).load_table("db.t")
+            try:
+                table.append(rows(rng.randint(1, 3), rng.choice(DAYS)))
+                self.count("append.passed")
+            except RESTError as exc:
+                assert "TooManyRequestsException" in str(exc), exc
+                self.count("append.held")
+            except CommitFailedException:
+                self.count("append.conflict")
+
+    def ingest(self, seed: int) -> None:
+        """The protocol's own writer: a commit lease, then an append naming it."""
+        rng = random.Random(seed)
+        with self.service(rng) as api:
+            while not self.done.is_set():
+                day = rng.choice(DAYS)
+                granted = api.post(
+                    f"/v1/tables/{TABLE}/commit-leases",
+                    json={"holder": f"ingest-{seed}", "ttl_s": 5, "partitions": [partition(day)]},
+                )
+                if granted.status_code != 201:
+                    time.sleep(0.05)
+                    continue
+                lease = granted.json()
+                table = self.catalog(rng).load_table("db.t")
+                try:
+                    table.append(
+                        rows(2, day), snapshot_properties={"lakelock.lease-id": lease["lease_id"]}
+                    )
+                    self.count("ingest.passed")
+                except CommitFailedException:
+                    self.count("ingest.conflict")
+                api.delete(f"/v1/leases/{lease['lease_id']}", params={"holder": f"ingest-{seed}"})
+
+    def compactor(self, seed: int) -> None:
+        rng = random.Random(seed)
+        holder = f"compactor-{seed}"
+        with self.service(rng) as api:
+            while not self.done.is_set():
+                day = rng.choice(DAYS)
+                scope = None if rng.random() < 0.3 else [partition(day)]
+                granted = api.post(
+                    f"/v1/tables/{TABLE}/maintenance-lease",
+                    json={"holder": holder, "ttl_s": 1.0, "partitions": scope},
+                )
+                if granted.status_code != 201:
+                    time.sleep(0.05)
+                    continue
+                lease = granted.json()
+                token = lease["token"]
+                mischief = rng.random()
+                if mischief < 0.25:
+                    time.sleep(rng.uniform(0.9, 1.4))  # paused past (or near) its TTL
+                elif mischief < 0.35:
+                    token -= 1  # a stale token
+                elif mischief < 0.45 and scope is not None:
+                    day = rng.choice([d for d in DAYS if d != day])  # outside its scope
+                status = self.rewrite(rng, day, lease["lease_id"], token)
+                if status == 200:
+                    self.count("replace.passed")
+                elif status == 403:
+                    self.count("replace.refused")
+                else:
+                    assert status in (409, 429), status
+                    self.count(f"replace.{status}")
+                api.delete(
+                    f"/v1/leases/{lease['lease_id']}",
+                    params={"holder": holder, "token": lease["token"]},
+                )
+
+    def operator(self, seed: int) -> None:
+        rng = random.Random(seed)
+        with self.service(rng, "operator") as api:
+            while not self.done.is_set():
+                time.sleep(rng.uniform(0.1, 0.4))
+                live = [
+                    x
+                    for x in api.get(f"/v1/tables/{TABLE}").json().get("leases", [])
+                    if x["kind"] == "maintenance"
+                ]
+                if live and rng.random() < 0.3:
+                    api.post(
+                        f"/v1/leases/{rng.choice(live)['lease_id']}/revoke", json={"reason": "test"}
+                    )
+
+    def rewrite(self, rng: random.Random, day: date, lease_id: str, token: int) -> int | None:
+        """One partition's data files rewritten as one file, committed as a `replace`."""
+        table = self.catalog(rng).load_table("db.t")
+        where = EqualTo("dt", day.isoformat())
+        files = [task.file for task in table.scan(row_filter=where).plan_files()]
+        if not files:
+            return None
+        data = table.scan(row_filter=where).to_arrow()
+        producer = _OverwriteFiles(
+            operation=Operation.OVERWRITE,
+            transaction=table.transaction(),
+            io=table.io,
+            snapshot_properties={"lakelock.lease-id": lease_id, "lakelock.token": str(token)},
+        )
+        for f in files:
+            producer.delete_data_file(f)
+        written = _dataframe_to_data_files(
+            table.metadata, data, table.io, write_uuid=producer.commit_uuid
+        )
+        for f in written:
+            producer.append_data_file(f)
+        updates, requirements = producer._commit()
+        body = {
+            "requirements": [json.loads(r.model_dump_json()) for r in requirements],
+            "updates": [json.loads(u.model_dump_json()) for u in updates],
+        }
+        for update in body["updates"]:
+            if update["action"] == "add-snapshot":  # pyiceberg writes no `replace` itself
+                update["snapshot"]["summary"]["operation"] = "replace"
+        with self.service(rng) as api:
+            return api.post("/iceberg/v1/namespaces/db/tables/t", json=body).status_code
+
+    def run(self) -> None:
+        actors = [
+            *(lambda s=s: self.writer(s) for s in range(2)),
+            lambda: self.ingest(10),
+            *(lambda s=s: self.compactor(s) for s in (20, 21)),
+            lambda: self.operator(30),
+        ]
+        threads = [threading.Thread(target=self.guarded(a), daemon=True) for a in actors]
+        for t in threads:
+            t.start()
+        finished = self.done.wait(timeout=HANG_GUARD_S)
+        self.done.set()
+        for t in threads:
+            t.join(timeout=60)
+        if self.errors:
+            raise self.errors[0]
+        assert finished, f"the workload did not reach {ENOUGH}: {dict(self.counts)}"
+
+    def guarded(self, actor: Any) -> Any:
+        def target() -> None:
+            try:
+                actor()
+            except BaseException as exc:  # surfaced by run()
+                self.errors.append(exc)
+                self.done.set()
+
+        return target
+
+
+@pytest.fixture
+def two_fronts(mariadb_session_url, tmp_path):
+    _empty_mariadb(mariadb_session_url)
+    warehouse = (tmp_path / "warehouse").as_uri()
+    servers = [
+        start_server(mariadb_session_url, tmp_path, LAKELOCK_CATALOG_WAREHOUSE=warehouse)
+        for _ in range(2)
+    ]
+    yield servers, warehouse
+    for server in servers:
+        server.stop()
+
+
+def test_no_maintenance_commit_lands_without_a_live_lease_under_concurrency(
+    two_fronts, mariadb_session_url
+):
+    servers, warehouse = two_fronts
+    catalog = RestCatalog("lakelock", uri=f"{servers[0].url}/iceberg", token=TOKENS["job"])
+    catalog.create_namespace("db")
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
+    table = catalog.create_table("db.t", SCHEMA, partition_spec=spec)
+    for day in DAYS:
+        table.append(rows(3, day))
+
+    workload = Workload([s.url for s in servers])
+    workload.run()
+
+    history = load_history(mariadb_session_url, [])
+    assert check(history) == []
+    # and nothing bypassed the front: every replace snapshot of the table is an audited commit
+    committed = {
+        e["detail"]["snapshot_id"]
+        for e in history.events
+        if e["event"] == "catalog.commit" and e["kind"] == "maintenance"
+    }
+    read = SqlCatalog("lakelock", uri=mariadb_session_url, warehouse=warehouse).load_table("db.t")
+    replaced = {s.snapshot_id for s in read.snapshots() if s.summary.operation == Operation.REPLACE}
+    assert replaced == committed
+    assert len(replaced) == workload.counts["replace.passed"]
+    reasons = Counter(
+        e["detail"]["reason"] for e in history.events if e["event"] == "catalog.refused"
+    )
+    assert reasons["held"] + reasons["draining"] == workload.counts["append.held"]
+
+
+def test_the_checker_flags_a_maintenance_commit_under_an_ended_expired_or_narrower_lease():
+    def commit(id_, lease_id, token, at, partitions=("dt=a",), operations=("replace",)):
+        return _event(
+            id_,
+            "catalog.commit",
+            lease_id,
+            "maintenance",
+            token,
+            at=at,
+            operations=list(operations),
+            partitions=list(partitions),
+        )
+
+    events = [
+        _event(1, "lease.acquired", "m1", "maintenance", 1, at=0, ttl_s=10, partitions=["dt=a"]),
+        commit(2, "m1", 1, at=1),  # fine
+        commit(3, "m1", 2, at=2),  # stale token
+        commit(4, "m1", 1, at=3, partitions=("dt=b",)),  # outside its scope
+        commit(5, "m1", 1, at=11),  # past its TTL, not yet swept
+        _event(6, "lease.revoked", "m1", "maintenance", at=12, held_s=12),
+        commit(7, "m1", 1, at=12.5),  # after its revoke
+        _event(8, "lease.acquired", "c1", "claim", at=13, ttl_s=10, partitions=None),
+        commit(9, "c1", None, at=14, partitions=(), operations=("remove-snapshots",)),  # fine
+        commit(10, "c1", None, at=15),  # a rewrite under a claim
+        commit(11, None, None, at=16),  # no lease at all
+    ]
+    found = fenced(History(events=events, commit_leases=[]))
+    assert [v.split(":")[1].split()[-1] for v in found] == ["3", "4", "5", "7", "10", "11"]
