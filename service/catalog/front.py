@@ -51,7 +51,9 @@ __all__ = ["Front", "Loaded"]
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
-Loaded = tuple[str | None, TableMetadata]  # (metadata location: None when staged, metadata)
+# a table as the catalog answers it: its metadata location (None when staged), the metadata,
+# and the metadata's JSON text (the file's, when there is one)
+Loaded = tuple[str | None, TableMetadata, str]
 
 
 class Front:
@@ -111,11 +113,13 @@ class Front:
         except NoSuchNamespaceError as exc:
             raise _no_namespace(namespace) from exc
 
-    def load(self, identifier: Identifier) -> Table:
+    def load(self, identifier: Identifier) -> Loaded:
         try:
-            return self.pointers.load_table(identifier)
+            table = self.pointers.load_table(identifier)
         except NoSuchTableError as exc:
             raise NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}") from exc
+        metadata, text = self.pointers.read_metadata(table.metadata_location)
+        return table.metadata_location, metadata, text
 
     def create(
         self, namespace: Identifier, request: CreateTableRequest, *, principal: str
@@ -134,7 +138,7 @@ class Front:
                 request.write_order or _unsorted(),
                 request.properties,
             )
-            return None, staged.metadata
+            return None, staged.metadata, staged.metadata.model_dump_json(exclude_none=True)
         try:
             table = self.pointers.create_table(
                 identifier,
@@ -147,7 +151,8 @@ class Front:
         except TableAlreadyExistsError as exc:
             raise AlreadyExists(f"table {'.'.join(identifier)} exists") from exc
         log.info("table created", extra={"table": self.table_name(identifier), "actor": principal})
-        return table.metadata_location, table.metadata
+        metadata, text = self.pointers.read_metadata(table.metadata_location)
+        return table.metadata_location, metadata, text
 
     def commit(
         self,
@@ -158,7 +163,7 @@ class Front:
         principal: str,
         headers: Mapping[str, str],
     ) -> Loaded:
-        """Apply `updates` if `requirements` hold, fenced; the new metadata and its location.
+        """Apply `updates` if `requirements` hold, fenced; the table as it is now.
 
         Raises:
             NoSuchTable: no such table, and the commit does not create it.
@@ -190,7 +195,7 @@ class Front:
             headers=headers,
         )
         try:
-            self.pointers._write_metadata(staged.metadata, staged.io, new)
+            text = self.pointers.write_metadata(staged.metadata, staged.io, new)
         except FileExistsError as exc:
             raise CommitConflict(f"{'.'.join(identifier)}: {new} exists; commit again") from exc
         try:
@@ -202,8 +207,7 @@ class Front:
         except BaseException:
             self._delete(staged.io, new)
             raise
-        self.pointers.remember(new, staged.metadata)
-        return new, staged.metadata
+        return new, staged.metadata, text
 
     def drop(self, identifier: Identifier, *, purge: bool) -> None:
         """Forget the table's pointer; with `purge`, its files too where the catalog can."""

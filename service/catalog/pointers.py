@@ -12,8 +12,9 @@ inside the transaction that checked the leases.
 
 Two differences from pyiceberg's defaults, both to match the JdbcCatalog a site may already
 have: a table's default location is `<warehouse>/<namespace levels>/<table>` (Iceberg's
-JdbcCatalog), not `<namespace>.db/<table>`; and parsed metadata files are cached by location
-(a metadata file is never rewritten), so a load or commit reads a file once.
+JdbcCatalog), not `<namespace>.db/<table>`; and metadata files are cached by location, parsed
+and as their JSON text (a metadata file is never rewritten), so a load or a commit reads a file
+once and answers with the text it read or wrote, serialized once.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from collections import OrderedDict
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.io import load_file_io
-from pyiceberg.serializers import FromInputFile
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.serializers import Compressor
+from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.typedef import Identifier
 from sqlalchemy import Engine, and_, insert, update
 from sqlalchemy.engine import Connection
@@ -44,32 +45,48 @@ class Pointers(SqlCatalog):
         )  # not SqlCatalog's: no engine of its own
         self.engine = engine
         self._schema_version = "v1"  # migration 0011 made the tables with `iceberg_type`
-        self._cache: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[TableMetadata, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
         levels = "/".join(database_name.split("."))
         return f"{self.properties['warehouse']}/{levels}/{table_name}"
 
-    def read_metadata(self, location: str) -> TableMetadata:
-        """The parsed metadata file at `location`, read once."""
+    def read_metadata(self, location: str) -> tuple[TableMetadata, str]:
+        """The metadata file at `location`, parsed and as its JSON text; read once."""
         with self._lock:
             found = self._cache.get(location)
             if found is not None:
                 self._cache.move_to_end(location)
                 return found
         io = load_file_io(properties=self.properties, location=location)
-        metadata = FromInputFile.table_metadata(io.new_input(location))
+        with io.new_input(location).open() as stream:
+            raw = Compressor.get_compressor(location).stream_decompressor(stream).read()
+        text = raw.decode("utf-8")
+        metadata = TableMetadataUtil.parse_raw(text)
+        self._remember(location, metadata, text)
+        return metadata, text
+
+    def write_metadata(self, metadata: TableMetadata, io: FileIO, location: str) -> str:
+        """Write `metadata` to a new file at `location`; its JSON text, serialized once for
+        the file and the client's answer.
+
+        Raises:
+            FileExistsError: a file is at `location` already.
+        """
+        text = metadata.model_dump_json(exclude_none=True)
+        data = Compressor.get_compressor(location).bytes_compressor()(text.encode("utf-8"))
+        with io.new_output(location).create(overwrite=False) as stream:
+            stream.write(data)
+        self._remember(location, metadata, text)
+        return text
+
+    def _remember(self, location: str, metadata: TableMetadata, text: str) -> None:
         with self._lock:
-            self._cache[location] = metadata
+            self._cache[location] = (metadata, text)
+            self._cache.move_to_end(location)
             while len(self._cache) > CACHED_METADATA:
                 self._cache.popitem(last=False)
-        return metadata
-
-    def remember(self, location: str, metadata: TableMetadata) -> None:
-        """A metadata file this process just wrote: the next load needs no read."""
-        with self._lock:
-            self._cache[location] = metadata
 
     def _convert_orm_to_iceberg(self, orm_table):  # type: ignore[no-untyped-def]
         from pyiceberg.table import Table
@@ -77,7 +94,7 @@ class Pointers(SqlCatalog):
         location = orm_table.metadata_location
         if not location:
             return super()._convert_orm_to_iceberg(orm_table)  # raises NoSuchTableError
-        metadata = self.read_metadata(location)
+        metadata, _ = self.read_metadata(location)
         return Table(
             identifier=Catalog.identifier_to_tuple(orm_table.table_namespace)
             + (orm_table.table_name,),

@@ -525,11 +525,11 @@ def sweep(conn: Connection, *, table: str) -> None:
 
 
 def live_on(conn: Connection, table: str) -> tuple[TableRow, datetime, Live]:
-    """The locked row of `table` (created on first use), the clock, and what is live on it,
-    commit leases included; what expired is ended and audited on the way, as in every
-    transition. The catalog front's commit check reads this (service.lock.fence)."""
+    """The locked row of `table` (created on first use), the clock, and its live maintenance
+    leases and intents (not its commit leases); what expired is ended and audited on the way,
+    as in every transition. The catalog front's commit check reads this (service.lock.fence)."""
     row, at = _locked_table(conn, table)
-    row, live = _live(conn, row, at, commits=True)
+    row, live = _live(conn, row, at)
     return row, at, live
 
 

@@ -13,18 +13,18 @@ specification says.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
-from pyiceberg.catalog.rest import CreateTableRequest, TableResponse
-from pyiceberg.table import CommitTableResponse
+from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
-from service.catalog.front import Front
+from service.catalog.front import Front, Loaded
 from service.server.auth import require
 from service.server.settings import ApiToken
 from service.wire.errors import InvalidRequest
@@ -95,8 +95,14 @@ def _parse(parse: Callable[[Any], T], value: Any, what: str) -> T:
         raise InvalidRequest(f"{what}: {where}: {first['msg']}") from exc
 
 
-def _json(model: Any, status: int = 200) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type=JSON)
+def _table(loaded: Loaded) -> Response:
+    """A LoadTableResult (or a commit's answer): the metadata's JSON text as the catalog read or
+    wrote it, not serialized again."""
+    location, _, text = loaded
+    return Response(
+        f'{{"metadata-location":{json.dumps(location)},"metadata":{text},"config":{{}}}}',
+        media_type=JSON,
+    )
 
 
 # -- config and namespaces ---------------------------------------------------------------------
@@ -183,10 +189,7 @@ async def create_table(request: Request, caller: Job, namespace: str) -> Respons
     for optional in ("location", "partition-spec", "write-order"):
         fields.setdefault(optional, None)  # optional in the specification, not in the model
     body = _parse(CreateTableRequest.model_validate, fields, "create table")
-    location, metadata = await _call(
-        request, lambda f: f.create(levels, body, principal=caller.name)
-    )
-    return _json(TableResponse(**{"metadata-location": location, "metadata": metadata}))
+    return _table(await _call(request, lambda f: f.create(levels, body, principal=caller.name)))
 
 
 @router.get("/v1/namespaces/{namespace}/tables/{table}")
@@ -198,12 +201,7 @@ async def load_table(
     snapshots: Annotated[str | None, Query(pattern="^(all|refs)$")] = None,
 ) -> Response:
     identifier = (*_namespace(namespace), table)
-    loaded = await _call(request, lambda f: f.load(identifier))
-    return _json(
-        TableResponse(
-            **{"metadata-location": loaded.metadata_location, "metadata": loaded.metadata}
-        )
-    )
+    return _table(await _call(request, lambda f: f.load(identifier)))
 
 
 @router.head("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
@@ -225,13 +223,14 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
     headers = {
         k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
     }
-    location, metadata = await _call(
-        request,
-        lambda f: f.commit(
-            identifier, requirements, updates, principal=caller.name, headers=headers
-        ),
+    return _table(
+        await _call(
+            request,
+            lambda f: f.commit(
+                identifier, requirements, updates, principal=caller.name, headers=headers
+            ),
+        )
     )
-    return _json(CommitTableResponse(**{"metadata-location": location, "metadata": metadata}))
 
 
 @router.delete("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
