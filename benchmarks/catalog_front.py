@@ -207,9 +207,8 @@ def main(argv: list[str] | None = None) -> int:
             _catalog("front", db_url, service_url, warehouse).create_namespace("bench")
             measured = latencies(db_name, db_url, service_url, warehouse, args.commits)
             for r in measured:
-                print(
-                    f"{r.database:9} {r.kind:11} {r.path:7} {r.commits:7} {r.p50_ms:8.1f} {r.p95_ms:8.1f}"
-                )
+                figures = f"{r.commits:7} {r.p50_ms:8.1f} {r.p95_ms:8.1f}"
+                print(f"{r.database:9} {r.kind:11} {r.path:7} {figures}")
             for kind in KINDS:
                 by_path = {r.path: r for r in measured if r.kind == kind}
                 extra = by_path["front"].p50_ms - by_path["direct"].p50_ms

@@ -77,3 +77,24 @@ def test_long_poll_load_answers_every_parked_request_and_times_the_dead_compacto
     assert result["failures"] == 0, result["first_failure"]
     assert len(result["healthz_ms"]) == len(result["acquire_ms"]) == 3
     assert len(result["drain_hold_s"]) == 1
+
+
+def test_catalog_front_prints_both_paths_for_both_commits_and_the_writers_rows(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "catalog_front.json"
+    stdout = run_module(
+        "benchmarks.catalog_front",
+        *("--commits", "4", "--writers", "2", "--seconds", "1", "--databases", "sqlite"),
+        *("--json", str(out)),
+    )
+    figures = json.loads(out.read_text())
+    latencies = [r for r in figures["results"] if "kind" in r]
+    assert {(r["kind"], r["path"]) for r in latencies} == {
+        (k, p) for k in ("append", "properties") for p in ("direct", "front")
+    }
+    assert all(r["commits"] >= 3 for r in latencies)
+    loads = [r for r in figures["results"] if "commits_per_s" in r]
+    assert {r["path"] for r in loads} == {"direct", "front"}
+    assert all(r["commits"] > 0 for r in loads)
+    assert "front - direct at p50" in stdout

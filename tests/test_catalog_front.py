@@ -334,3 +334,38 @@ def test_the_catalog_answers_in_icebergs_error_shape_and_by_role(front):
         rest(front, "reader").load_table(table.name()).append(rows(1, date(2024, 6, 20)))
     rest(front, "operator").drop_table(table.name())
     assert table.name() not in rest(front, "reader").list_tables(namespace)
+
+
+def test_the_openapi_document_lists_the_catalog_routes_only_where_the_catalog_is_served(
+    db_url, tmp_path
+):
+    from starlette.testclient import TestClient
+
+    from service.server.app import create_app
+    from tests.conftest import make_settings
+
+    served = make_settings(db_url, catalog_warehouse=(tmp_path / "wh").as_uri())
+    with TestClient(create_app(served), headers=auth("reader")) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+        assert "/iceberg/v1/namespaces/{namespace}/tables/{table}" in paths
+        assert set(paths["/iceberg/v1/namespaces/{namespace}/tables/{table}"]) >= {
+            "get",
+            "post",
+            "delete",
+            "head",
+        }
+        assert client.get("/iceberg/v1/config").json()["endpoints"]
+    with TestClient(create_app(make_settings(db_url)), headers=auth("reader")) as client:
+        assert not [
+            p for p in client.get("/openapi.json").json()["paths"] if p.startswith("/iceberg")
+        ]
+        assert client.get("/iceberg/v1/config").status_code == 404
+
+
+def test_a_warehouse_without_a_scheme_stops_start_up_with_what_to_write():
+    from service.server.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="LAKELOCK_CATALOG_WAREHOUSE: must be a URI"):
+        load_settings(auth="off", catalog_warehouse="/data/warehouse")
+    with pytest.raises(SettingsError, match="LAKELOCK_CATALOG_NAME"):
+        load_settings(auth="off", catalog_warehouse="file:///w", catalog_name="lake-house")
