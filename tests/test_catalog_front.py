@@ -29,6 +29,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
+from tests.helpers import metric
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -290,6 +291,9 @@ def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_
         table.append(rows(1, date(2024, 6, 20), start=50))
     refused = events(front, table)[0]
     assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "held")
+    with service(front, "reader") as api:
+        assert metric(api, "lakelock_catalog_refusals_total", reason="held") >= 1
+        assert metric(api, "lakelock_catalog_commits_total", kind="data", writer="foreign") >= 2
     # another partition is not held
     table.append(rows(1, date(2024, 6, 22), start=60))
     # the raw answer: 429 with a short Retry-After, which Iceberg's HTTP client retries itself

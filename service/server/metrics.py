@@ -92,6 +92,20 @@ class Metrics:
             ["table"],
             registry=own,
         )
+        # the catalog front (docs/design.md §10): `writer` leased (named a live lease or
+        # claim) or foreign (named none)
+        self.catalog_commits = Counter(
+            "lakelock_catalog_commits",
+            "Commits through the catalog front",
+            ["kind", "writer"],
+            registry=own,
+        )
+        self.catalog_refusals = Counter(
+            "lakelock_catalog_refusals",
+            "Commits the catalog front refused (403) or held back (429), by reason",
+            ["reason"],
+            registry=own,
+        )
         self.hold = Histogram(
             "lakelock_lease_hold_seconds",
             "How long leases were held, from grant to release, expiry or revoke",
@@ -128,6 +142,11 @@ class Metrics:
             scope = label(detail.get("partitions"))
             if name == "lease.acquired":
                 self.grants.labels(kind, scope).inc()
+            elif name == "catalog.commit":
+                writer = "foreign" if detail.get("foreign") else "leased"
+                self.catalog_commits.labels(kind, writer).inc()
+            elif name == "catalog.refused":
+                self.catalog_refusals.labels(detail.get("reason") or "unknown").inc()
             elif name == "intent.opened":
                 self.intents.labels(scope).inc()
             elif name == "lease.renew_failed":
