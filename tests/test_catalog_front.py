@@ -373,3 +373,19 @@ def test_a_warehouse_without_a_scheme_stops_start_up_with_what_to_write():
         load_settings(auth="off", catalog_warehouse="/data/warehouse")
     with pytest.raises(SettingsError, match="LAKELOCK_CATALOG_NAME"):
         load_settings(auth="off", catalog_warehouse="file:///w", catalog_name="lake-house")
+
+
+def test_a_foreign_writers_files_move_the_reported_debt_without_a_table_scan(front):
+    table = new_table(front, "debt")
+    name = lakelock_name(table)
+    with service(front, "job") as api:
+        reported = {"data_files": 2, "small_files": 2, "delete_files": 0}
+        api.put(
+            f"/v1/tables/{name}/debt", json={**reported, "partitions_over_target": 0}
+        ).raise_for_status()
+        table.append(rows(2, date(2024, 6, 20), start=200))  # no lakelock client: foreign
+        table.append(rows(2, date(2024, 6, 24), start=300))
+        debt = api.get(f"/v1/tables/{name}").json()["debt"]
+    current = rest(front).load_table(table.name()).current_snapshot().snapshot_id
+    assert (debt["data_files"], debt["small_files"], debt["delete_files"]) == (4, 4, 0)
+    assert debt["snapshot_id"] == current
