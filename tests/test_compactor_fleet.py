@@ -52,6 +52,7 @@ class FakeClaim:
     def __init__(self, table: str) -> None:
         self.table = table
         self.released = False
+        self.lease = f"the lease of the claim on {table}"  # what the run is given
 
     def check(self, step) -> None:
         pass
@@ -77,8 +78,10 @@ def lake(monkeypatch):
         Lake.claims.append(claim)
         return claim
 
-    def run_table(spark, *, client, config, **_):
+    def run_table(spark, *, client, config, claim=None, **_):
         Lake.runs.append(config.name)
+        # the table's claim goes with its run (a catalog front fences snapshot removal by it)
+        assert claim == f"the lease of the claim on {config.name}"
         return RunReport(config.name, "r1", "h", outcome=Outcome.COMPACTED)
 
     monkeypatch.setattr(compactor.fleet, "spark_jobs", lambda spark: 0)

@@ -57,7 +57,16 @@ NEEDS = {
 # top-level modules each install must have, and must not have
 HAS = {
     "base": ({"httpx", "pydantic"}, {"fastapi", "sqlalchemy", "pyspark", "typer", "pyiceberg"}),
-    "service": ({"fastapi", "uvicorn", "sqlalchemy", "alembic"}, {"pyspark", "typer", "pyiceberg"}),
+    "service": (
+        {
+            "fastapi",
+            "uvicorn",
+            "sqlalchemy",
+            "alembic",
+            "pyiceberg",
+        },  # pyiceberg: the catalog front
+        {"pyspark", "typer", "pyarrow"},
+    ),
     "ops": ({"typer", "rich", "pyiceberg"}, {"fastapi", "uvicorn", "alembic", "pyspark"}),
     "spark": ({"pyspark"}, {"fastapi", "uvicorn", "sqlalchemy", "alembic", "typer", "pyiceberg"}),
     "demo": ({"pyspark", "fastapi", "pyiceberg"}, {"typer"}),

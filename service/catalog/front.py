@@ -30,8 +30,10 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 from sqlalchemy.engine import Connection
@@ -129,25 +131,19 @@ class Front:
         identifier = (*namespace, request.name)
         if not self.pointers.namespace_exists(namespace):
             raise _no_namespace(namespace)
+        table_spec = (
+            identifier,
+            request.table_schema,
+            request.location,
+            request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+            request.write_order or UNSORTED_SORT_ORDER,
+            request.properties,
+        )
         if request.stage_create:
-            staged = self.pointers._create_staged_table(
-                identifier,
-                request.table_schema,
-                request.location,
-                request.partition_spec or _unpartitioned(),
-                request.write_order or _unsorted(),
-                request.properties,
-            )
+            staged = self.pointers._create_staged_table(*table_spec)
             return None, staged.metadata, staged.metadata.model_dump_json(exclude_none=True)
         try:
-            table = self.pointers.create_table(
-                identifier,
-                request.table_schema,
-                request.location,
-                request.partition_spec or _unpartitioned(),
-                request.write_order or _unsorted(),
-                request.properties,
-            )
+            table = self.pointers.create_table(*table_spec)
         except TableAlreadyExistsError as exc:
             raise AlreadyExists(f"table {'.'.join(identifier)} exists") from exc
         log.info("table created", extra={"table": self.table_name(identifier), "actor": principal})
@@ -241,15 +237,3 @@ class Front:
 
 def _no_namespace(namespace: Identifier) -> NoSuchNamespace:
     return NoSuchNamespace(f"no namespace {'.'.join(namespace)}; create it first")
-
-
-def _unpartitioned() -> Any:
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-
-    return UNPARTITIONED_PARTITION_SPEC
-
-
-def _unsorted() -> Any:
-    from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-
-    return UNSORTED_SORT_ORDER

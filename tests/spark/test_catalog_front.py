@@ -25,7 +25,6 @@ from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
 from ingest_gate.job import run as run_ingest
 from jobkit.spark import CatalogConfig, build_session
-from service.client import LeaseClient
 from tests.conftest import start_server
 from tests.spark.conftest import ingest_config
 
@@ -71,15 +70,9 @@ def spark(front: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def client(front: Any) -> Iterator[LeaseClient]:
-    with LeaseClient(front.url, token=front.token("job")) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def operator(front: Any) -> Iterator[LeaseClient]:
-    with LeaseClient(front.url, token=front.token("operator")) as c:
-        yield c
+def lakelock_server(front: Any) -> Any:
+    """The front is the module's service: conftest's job_client and operator talk to it."""
+    return front
 
 
 def direct(front: Any, table: str) -> Any:
@@ -116,7 +109,7 @@ def data_files(front: Any, table: str) -> set[str]:
     return {str(p) for p in Path(folder).rglob("*.parquet")}
 
 
-def events(operator: LeaseClient, table: str) -> list[dict[str, Any]]:
+def events(operator: Any, table: str) -> list[dict[str, Any]]:
     return [e for e in operator.events(table=table, limit=500) if e["event"].startswith("catalog.")]
 
 
@@ -145,7 +138,7 @@ def test_spark_creates_writes_merges_and_ctas_through_the_front(spark, front, op
 
 
 def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
-    spark, front, operator, client
+    spark, front, operator, job_client
 ):
     table = small_files_table(spark, "compacted")
     before = ids(direct(front, table))
@@ -155,7 +148,7 @@ def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
     )
     # six days on: every snapshot is past the 24 h floor, so the run expires all but five
     report = run_table(
-        spark, client=client, config=config, now=lambda: utcnow() + timedelta(days=6)
+        spark, client=job_client, config=config, now=lambda: utcnow() + timedelta(days=6)
     )
     assert report.outcome == Outcome.COMPACTED, report.error
     procedures = {s["procedure"]: s for s in report.steps}
@@ -179,7 +172,7 @@ def _rewrite(spark: Any, table: str, properties: dict[str, str]) -> None:
 
 
 def test_a_rewrite_without_a_live_lease_is_refused_and_the_table_is_unchanged(
-    spark, front, client, operator
+    spark, front, job_client, operator
 ):
     table = small_files_table(spark, "fenced")
     snapshot = direct(front, table).current_snapshot().snapshot_id
@@ -193,14 +186,14 @@ def test_a_rewrite_without_a_live_lease_is_refused_and_the_table_is_unchanged(
         spark.sql(f"CALL {CATALOG}.system.rewrite_data_files(table => 'db.fenced')").collect()
     unchanged()
 
-    lease = client.acquire_maintenance(table, holder="paused-compactor", ttl_s=60)
+    lease = job_client.acquire_maintenance(table, holder="paused-compactor", ttl_s=60)
     named = {"lakelock.lease-id": lease.lease_id, "lakelock.token": str(lease.token)}
     operator.revoke(lease.lease_id, reason="the compactor stopped renewing")
     with pytest.raises(ProcedureFailed, match="revoked"):
         _rewrite(spark, table, named)
     unchanged()
 
-    lease = client.acquire_maintenance(table, holder="compactor", ttl_s=60)
+    lease = job_client.acquire_maintenance(table, holder="compactor", ttl_s=60)
     named = {"lakelock.lease-id": lease.lease_id, "lakelock.token": str(lease.token)}
     operator.set_switch(table, maintenance="disabled", reason="incident 7")
     with pytest.raises(ProcedureFailed, match="maintenance-off"):
