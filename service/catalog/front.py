@@ -1,6 +1,6 @@
 """The catalog's operations over the pointers, each commit fenced (service.lock.fence).
 
-    front = Front(pointers, transact=runtime.transact_sync)
+    front = Front(pointers, transact=runtime.transact_sync, read=runtime.read_sync)
     front.commit(("db", "events"), requirements, updates, principal="ingest", headers={})
 
 A commit: load the table's current metadata (cached by location), check the commit's
@@ -60,10 +60,15 @@ Loaded = tuple[str | None, TableMetadata, str]
 
 class Front:
     def __init__(
-        self, pointers: Pointers, *, transact: Callable[[Callable[[Connection], T]], T]
+        self,
+        pointers: Pointers,
+        *,
+        transact: Callable[[Callable[[Connection], T]], T],
+        read: Callable[[Callable[[Connection], T]], T],
     ) -> None:
         self.pointers = pointers
         self._transact = transact
+        self._read = read
 
     @property
     def name(self) -> str:
@@ -182,13 +187,15 @@ class Front:
             raise CommitConflict(f"{'.'.join(identifier)}: {exc}") from exc
         old = current.metadata_location if current is not None else None
         new = staged.metadata_location
+        table = self.table_name(identifier)
         change = read_change(
-            self.table_name(identifier),
+            table,
             staged.metadata,
             updates,
             staged.io,
             principal=principal,
             headers=headers,
+            held=lambda: self._read(lambda conn: fence.may_be_held(conn, table)),
         )
         try:
             text = self.pointers.write_metadata(staged.metadata, staged.io, new)

@@ -35,16 +35,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, leases, store
-from service.lock.db import debt_t
+from service.lock.db import debt_t, tables_t
 from service.lock.rows import LeaseRow, Live, TableRow
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
-__all__ = ["Change", "commit", "MAX_LISTED"]
+__all__ = ["Change", "commit", "may_be_held", "MAX_LISTED"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -64,6 +64,7 @@ class Change:
     lease_id: str | None = None
     token: int | None = None
     partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
+    named: bool = True  # False: the partitions were not read (see service.catalog.changes)
     # what the commit's snapshots added and removed (their summaries' totals)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -95,6 +96,14 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
     _record(conn, change, at, "catalog.commit", foreign=foreign)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
+
+
+def may_be_held(conn: Connection, table: str) -> bool:
+    """Whether a maintenance lease or intent may be live on `table` (unlocked, one read): its
+    row's `holds_until` is set. False is only a hint: one granted after this read meets a
+    commit whose partitions were not named, which the check takes as the whole table."""
+    found = conn.execute(select(tables_t.c.holds_until).where(tables_t.c.name == table)).first()
+    return found is not None and found.holds_until is not None
 
 
 def _fenced(change: Change, reason: str, detail: str) -> Fenced:
@@ -175,7 +184,7 @@ def _sample(partitions: Scope) -> str:
 
 
 def _record(conn: Connection, change: Change, at: datetime, event: str, **detail: object) -> None:
-    names = None if change.partitions is None else sorted(change.partitions)
+    names = None if change.partitions is None or not change.named else sorted(change.partitions)
     audit.record(
         conn,
         at=at,
@@ -188,7 +197,9 @@ def _record(conn: Connection, change: Change, at: datetime, event: str, **detail
         operations=list(change.operations),
         snapshot_id=change.snapshot_id,
         partitions=None if names is None else names[:MAX_LISTED],
-        partition_count=None if names is None else len(names),
+        partition_count=len(names)
+        if names is not None
+        else change.counts.get("changed-partition-count"),
         **change.counts,
         **detail,
     )

@@ -357,7 +357,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from service.catalog.pointers import Pointers
 
             pointers = Pointers(settings.catalog_name, engine, warehouse=settings.catalog_warehouse)
-            app.state.catalog = Front(pointers, transact=runtime.transact_sync)
+            app.state.catalog = Front(
+                pointers, transact=runtime.transact_sync, read=runtime.read_sync
+            )
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
         stop = threading.Event()
