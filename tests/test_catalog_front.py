@@ -11,6 +11,7 @@ every commit is on the audit trail with its principal; roles hold.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
 from tests.helpers import metric
+from tests.iceberg_commits import rewrite_body
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -395,3 +397,65 @@ def test_a_foreign_writers_files_move_the_reported_debt_without_a_table_scan(fro
     current = rest(front).load_table(table.name()).current_snapshot().snapshot_id
     assert (debt["data_files"], debt["small_files"], debt["delete_files"]) == (4, 4, 0)
     assert debt["snapshot_id"] == current
+
+
+def _post_commit(front: Any, table: Any, body: dict[str, Any]) -> httpx.Response:
+    namespace, name = table.name()
+    with service(front, "job") as api:
+        return api.post(f"/iceberg/v1/namespaces/{namespace}/tables/{name}", json=body)
+
+
+def test_a_rewrite_outside_its_leases_partitions_is_refused_and_one_inside_passes(front):
+    table = new_table(front, "scoped")
+    table.append(rows(2, date(2024, 6, 20), start=20))  # two files in each partition
+    table.append(rows(2, date(2024, 6, 21), start=30))
+    table = rest(front).load_table(table.name())
+    lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    named = {"lakelock.lease-id": lease["lease_id"], "lakelock.token": str(lease["token"])}
+    outside = _post_commit(front, table, rewrite_body(table, date(2024, 6, 21), named))
+    assert outside.status_code == 403 and outside.json()["reason"] == "out-of-scope"
+    assert "dt=2024-06-21" in outside.json()["detail"]
+    inside = _post_commit(front, table, rewrite_body(table, date(2024, 6, 20), named))
+    assert inside.status_code == 200, inside.text
+    event = events(front, table)[0]
+    assert (event["event"], event["detail"]["partitions"]) == ("catalog.commit", ["dt=2024-06-20"])
+
+
+def test_a_commit_lease_lets_its_writer_through_only_where_it_covers(front):
+    table = new_table(front, "ingest_scope")
+    maintenance_lease(front, table, partitions=["dt=2024-06-21"])
+    with service(front, "job") as api:
+        ingest = api.post(
+            f"/v1/tables/{lakelock_name(table)}/commit-leases",
+            json={"holder": "ingest-1", "ttl_s": 30, "partitions": ["dt=2024-06-20"]},
+        ).json()
+    named = {"lakelock.lease-id": ingest["lease_id"]}
+    with pytest.raises(RESTError, match="TooManyRequestsException"):
+        table.append(rows(1, date(2024, 6, 21), start=80), snapshot_properties=named)
+    table.append(rows(1, date(2024, 6, 20), start=90), snapshot_properties=named)
+    assert events(front, table)[0]["detail"]["foreign"] is False
+
+
+def test_client_mistakes_are_400s_and_404s_that_say_what_to_fix_and_change_nothing(front):
+    table = new_table(front, "mistakes")
+    before = metadata_files(front, table)
+    bad = replace_commit(front, table, headers={"X-Lakelock-Lease-Id": "not-a-lease"})
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "BadRequestException"
+    assert "a UUID" in bad.json()["detail"]
+    assert metadata_files(front, table) == before
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        dotted = c.post("/v1/namespaces", json={"namespace": ["a.b"]})
+        assert dotted.status_code == 400 and "without dots" in dotted.json()["detail"]
+        assert c.get("/v1/namespaces", params={"parent": "nope"}).status_code == 404
+        namespace, name = table.name()
+        staged = c.post(
+            f"/v1/namespaces/{namespace}/tables",
+            json={
+                "name": name,
+                "schema": json.loads(SCHEMA.model_dump_json()),
+                "stage-create": True,
+            },
+        )
+        assert (
+            staged.status_code == 409 and staged.json()["error"]["type"] == "AlreadyExistsException"
+        )

@@ -20,6 +20,7 @@ mapped back here.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 
 from pyiceberg.io import FileIO
@@ -29,6 +30,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AddSnapshotUpdate, RemoveSnapshotsUpdate, TableUpdate
 
 from service.lock.fence import Change, ChangeKind
+from service.wire.errors import InvalidRequest
 from service.wire.scope import Scope
 
 __all__ = ["read_change", "LEASE_HEADER", "TOKEN_HEADER", "LEASE_ID", "TOKEN"]
@@ -73,7 +75,7 @@ def read_change(
     summary = {}
     for snapshot in snapshots:
         summary.update(snapshot.summary.additional_properties if snapshot.summary else {})
-    lease_id = summary.get(LEASE_ID) or headers.get(LEASE_HEADER)
+    lease_id = _lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER))
     token_text = summary.get(TOKEN) or headers.get(TOKEN_HEADER)
     counts: dict[str, int] = {}
     for name in _COUNTED:
@@ -94,12 +96,30 @@ def read_change(
         principal=principal,
         operations=tuple(operations),
         snapshot_id=snapshots[-1].snapshot_id if snapshots else None,
-        lease_id=None if lease_id in (None, "", "none") else lease_id,
+        lease_id=lease_id,
         token=_int(token_text),
         partitions=partitions,
         named=named,
         counts=counts,
     )
+
+
+def _lease_id(text: str | None) -> str | None:
+    """The lease a commit names: None for none (the ingest job writes `none` when it committed
+    without one); anything else must be a lease id.
+
+    Raises:
+        InvalidRequest: not a lease id (a UUID).
+    """
+    if text in (None, "", "none"):
+        return None
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise InvalidRequest(
+            f"{LEASE_ID} (or {LEASE_HEADER}) is {text[:60]!r}: send the lease_id lakelock "
+            "granted (a UUID), or none"
+        ) from None
 
 
 def summary_of(snapshot: Snapshot) -> dict[str, str]:

@@ -44,12 +44,16 @@ from service.lock import fence
 from service.wire.errors import (
     AlreadyExists,
     CommitConflict,
+    InvalidRequest,
+    LakelockError,
     NoSuchNamespace,
     NoSuchTable,
     NotEmpty,
 )
 
-__all__ = ["Front", "Loaded"]
+__all__ = ["Front", "Loaded", "MAX_TABLE_NAME"]
+
+MAX_TABLE_NAME = 255  # lakelock's table names (service.lock.db.NAME)
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
@@ -81,7 +85,10 @@ class Front:
     # -- namespaces -------------------------------------------------------------------------
 
     def list_namespaces(self, parent: Identifier = ()) -> list[Identifier]:
-        return self.pointers.list_namespaces(parent)
+        try:
+            return self.pointers.list_namespaces(parent)
+        except NoSuchNamespaceError as exc:
+            raise _no_namespace(parent) from exc
 
     def create_namespace(self, namespace: Identifier, properties: Mapping[str, str]) -> None:
         try:
@@ -114,6 +121,15 @@ class Front:
 
     # -- tables -----------------------------------------------------------------------------
 
+    def _check_name(self, identifier: Identifier) -> None:
+        """lakelock's name of the table must fit its leases and events (255 characters)."""
+        name = self.table_name(identifier)
+        if len(name) > MAX_TABLE_NAME:
+            raise InvalidRequest(
+                f"{name[:60]}...: lakelock names this table with {len(name)} characters, "
+                f"more than {MAX_TABLE_NAME}; use a shorter namespace or table name"
+            )
+
     def list_tables(self, namespace: Identifier) -> list[Identifier]:
         try:
             return self.pointers.list_tables(namespace)
@@ -134,8 +150,11 @@ class Front:
         """A new table; staged (`stage-create`): its metadata only, nothing stored, and the
         client's commit with `assert-create` creates it."""
         identifier = (*namespace, request.name)
+        self._check_name(identifier)
         if not self.pointers.namespace_exists(namespace):
             raise _no_namespace(namespace)
+        if self.pointers.table_exists(identifier):
+            raise AlreadyExists(f"table {'.'.join(identifier)} exists")
         table_spec = (
             identifier,
             request.table_schema,
@@ -171,6 +190,7 @@ class Front:
             CommitConflict: a requirement failed, or the table moved meanwhile.
             Fenced, CommitHeld: service.lock.fence refused it.
         """
+        self._check_name(identifier)
         try:
             current: Table | None = self.pointers.load_table(identifier)
         except NoSuchTableError:
@@ -185,6 +205,8 @@ class Front:
             )
         except CommitFailedException as exc:
             raise CommitConflict(f"{'.'.join(identifier)}: {exc}") from exc
+        except ValueError as exc:  # pyiceberg's word for an update that cannot apply
+            raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
         old = current.metadata_location if current is not None else None
         new = staged.metadata_location
         table = self.table_name(identifier)
@@ -207,9 +229,12 @@ class Front:
                     conn, change, swap=lambda c: self.pointers.swap(c, identifier, old, new)
                 )
             )
-        except BaseException:
+        except LakelockError:
+            # refused or lost: the transaction did not swap; the file is no one's
             self._delete(staged.io, new)
             raise
+        # any other failure (a connection lost during the commit) leaves the outcome unknown:
+        # the pointer may name the file, so it stays (an orphan at worst)
         return new, staged.metadata, text
 
     def drop(self, identifier: Identifier, *, purge: bool) -> None:

@@ -47,7 +47,10 @@ from service.lock.db import iceberg_tables_t
 
 __all__ = ["Pointers", "CACHED_METADATA", "applied"]
 
-CACHED_METADATA = 256
+CACHED_METADATA = 256  # metadata files kept parsed, the latest used
+CACHED_CHARS = (
+    64 * 1024 * 1024
+)  # and their JSON text, at most (the parsed form is a few times more)
 
 
 class Pointers(SqlCatalog):
@@ -58,6 +61,7 @@ class Pointers(SqlCatalog):
         self.engine = engine
         self._schema_version = "v1"  # migration 0011 made the tables with `iceberg_type`
         self._cache: OrderedDict[str, tuple[TableMetadata, str]] = OrderedDict()
+        self._cached_chars = 0
         self._lock = threading.Lock()
 
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
@@ -95,10 +99,16 @@ class Pointers(SqlCatalog):
 
     def _remember(self, location: str, metadata: TableMetadata, text: str) -> None:
         with self._lock:
+            if location not in self._cache:
+                self._cached_chars += len(text)
             self._cache[location] = (metadata, text)
             self._cache.move_to_end(location)
-            while len(self._cache) > CACHED_METADATA:
-                self._cache.popitem(last=False)
+            # bounded by count and by size: a large table's metadata runs to megabytes
+            while len(self._cache) > 1 and (
+                len(self._cache) > CACHED_METADATA or self._cached_chars > CACHED_CHARS
+            ):
+                _, (_, dropped) = self._cache.popitem(last=False)
+                self._cached_chars -= len(dropped)
 
     def _update_and_stage_table(  # type: ignore[override]
         self,

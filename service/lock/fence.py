@@ -15,7 +15,8 @@ expiry cannot slip between the check and the swap; then decides:
                  touches no partition; expiry then drains no writer). Else Fenced (403, not
                  retried by Iceberg clients: the writer cleans up).
     data         appends, overwrites, deletes: a commit naming a live commit lease of the
-                 table is the protocol's own writer and passes. Any other (a foreign writer)
+                 table whose scope covers what it touched is the protocol's own writer and
+                 passes. Any other (a foreign writer)
                  that touches partitions a live maintenance lease or an open intent covers is
                  held: CommitHeld (429 with a short Retry-After, which the client retries by
                  itself), never a long wait. Else it passes.
@@ -156,6 +157,7 @@ def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime
         and lease.kind == "commit"
         and lease.live(at)
         and lease.table == change.table
+        and covers(lease.scope, change.partitions)
     ):
         return  # the gate granted it before any drain began: the protocol's own writer
     blocking = [

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -65,13 +66,20 @@ def problem_response(
         headers["Retry-After"] = str(max(1, math.ceil(seconds)))
         exc.extra.setdefault("retry_after_s", seconds)
     body = to_problem(exc, instance=request.url.path)
+    status = exc.status
     if request.url.path.startswith(CATALOG_PREFIX):
+        # the REST catalog's bad request is a 400 (Iceberg maps 422 to no exception of its own)
+        status = body["status"] = 400 if status == 422 else status
         # Iceberg's clients read `error` (ErrorResponse); the problem members stay beside it
-        body["error"] = {"message": exc.detail, "type": _iceberg_type(exc), "code": exc.status}
-    return JSONResponse(body, status_code=exc.status, media_type=PROBLEM, headers=headers)
+        body["error"] = {"message": exc.detail, "type": _iceberg_type(exc), "code": status}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM, headers=headers)
 
 
 CATALOG_PREFIX = "/iceberg/"
+UNKNOWN_OUTCOME = (
+    "the lock database did not answer: whether this call took effect is unknown; reload the "
+    "table (or namespace) to see"
+)
 # Iceberg's exception names for the REST `error.type`: Spark tells a missing namespace from a
 # missing table by it
 _ICEBERG_TYPES = {
@@ -136,7 +144,19 @@ def _allowed_methods(request: Request) -> str:
     return ", ".join(allowed)
 
 
+def _unknown_outcome(request: Request) -> bool:
+    """A catalog call that may write (a commit above all): a database failure leaves its
+    outcome unknown, which Iceberg clients hear from a 500 (never a 503: from 1.10 they read
+    it the same way, and they retry a 503 before that)."""
+    return request.url.path.startswith(CATALOG_PREFIX) and request.method != "GET"
+
+
 def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:
+    if is_unavailable(exc) and _unknown_outcome(request):
+        log.warning(
+            "database unavailable during %s %s: %s", request.method, request.url.path, _reason(exc)
+        )
+        return problem_response(request, ServerError(UNKNOWN_OUTCOME))
     if is_unavailable(exc):
         log.warning("database unavailable: %s", _reason(exc))
         return problem_response(
@@ -147,6 +167,8 @@ def _database_problem(request: Request, exc: DBAPIError) -> JSONResponse:
 
 def _pool_exhausted(request: Request, exc: PoolTimeout) -> JSONResponse:
     log.warning("no database connection free within the pool timeout: %s", exc)
+    if _unknown_outcome(request):
+        return problem_response(request, ServerError(UNKNOWN_OUTCOME))
     return problem_response(
         request, Unavailable("the lock database is not answering in time; retry later")
     )
@@ -357,6 +379,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             from service.catalog.pointers import Pointers
 
             pointers = Pointers(settings.catalog_name, engine, warehouse=settings.catalog_warehouse)
+            # its own worker threads: metadata and manifest reads on object storage must not
+            # take the slots the lease calls run in
+            app.state.catalog_limiter = anyio.CapacityLimiter(settings.db_pool_size)
             app.state.catalog = Front(
                 pointers, transact=runtime.transact_sync, read=runtime.read_sync
             )

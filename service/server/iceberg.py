@@ -66,14 +66,25 @@ def _front(request: Request) -> Front:
 
 async def _call(request: Request, fn: Callable[[Front], T]) -> T:
     front = _front(request)
-    return await anyio.to_thread.run_sync(fn, front, limiter=request.app.state.runtime.db_limiter)
+    return await anyio.to_thread.run_sync(fn, front, limiter=request.app.state.catalog_limiter)
 
 
 def _namespace(text: str) -> Identifier:
-    levels = tuple(text.split("\x1f"))
-    if not all(levels):
-        raise InvalidRequest(f"namespace {text!r} has an empty level")
-    return levels
+    return _levels(text.split("\x1f"))
+
+
+def _levels(levels: Any) -> Identifier:
+    """A namespace's levels: non-empty names without dots (the JdbcCatalog joins levels with
+    dots, so a dot in one would name another namespace)."""
+    if not isinstance(levels, list | tuple) or not levels:
+        raise InvalidRequest("a namespace is a non-empty list of names")
+    for level in levels:
+        if not isinstance(level, str) or not level or "." in level:
+            raise InvalidRequest(
+                f"namespace level {level!r}: a non-empty name without dots (levels of a "
+                "nested namespace are separate list items, or %1F in a path)"
+            )
+    return tuple(levels)
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -126,19 +137,13 @@ async def list_namespaces(
 @router.post("/v1/namespaces")
 async def create_namespace(request: Request, caller: Job) -> dict[str, Any]:
     body = await _body(request)
-    levels = body.get("namespace")
-    if (
-        not isinstance(levels, list)
-        or not levels
-        or not all(isinstance(x, str) and x for x in levels)
-    ):
-        raise InvalidRequest("namespace: a non-empty list of non-empty names")
+    levels = _levels(body.get("namespace"))
     properties = body.get("properties") or {}
     if not isinstance(properties, dict):
         raise InvalidRequest("properties: a JSON object of strings")
     properties = {str(k): str(v) for k, v in properties.items()}
-    await _call(request, lambda f: f.create_namespace(tuple(levels), properties))
-    return {"namespace": levels, "properties": properties}
+    await _call(request, lambda f: f.create_namespace(levels, properties))
+    return {"namespace": list(levels), "properties": properties}
 
 
 @router.get("/v1/namespaces/{namespace}")
@@ -250,8 +255,11 @@ async def drop_table(
 async def rename_table(request: Request, caller: Operator) -> Response:
     body = await _body(request)
     try:
-        source = (*body["source"]["namespace"], body["source"]["name"])
-        destination = (*body["destination"]["namespace"], body["destination"]["name"])
+        source = (*_levels(body["source"]["namespace"]), str(body["source"]["name"]))
+        destination = (
+            *_levels(body["destination"]["namespace"]),
+            str(body["destination"]["name"]),
+        )
     except (KeyError, TypeError) as exc:
         raise InvalidRequest("source and destination: {namespace: [...], name: ...}") from exc
     await _call(request, lambda f: f.rename(tuple(source), tuple(destination)))
