@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Iterator
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -459,3 +460,65 @@ def test_client_mistakes_are_400s_and_404s_that_say_what_to_fix_and_change_nothi
         assert (
             staged.status_code == 409 and staged.json()["error"]["type"] == "AlreadyExistsException"
         )
+
+
+def test_nested_namespaces_are_served_but_lakelock_leases_only_tables_it_can_name(front):
+    catalog = rest(front)
+    catalog.create_namespace(("lake", "raw"))
+    assert ("lake", "raw") in catalog.list_namespaces(("lake",))
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        assert c.head("/v1/namespaces/lake%1Fraw").status_code == 204
+        assert c.head("/v1/namespaces/lake%1Fnope").status_code == 404
+        assert c.head("/v1/namespaces/lake%1Fraw/tables/nope").status_code == 404
+        nested = c.post(
+            "/v1/namespaces/lake%1Fraw/tables",
+            json={"name": "clicks", "schema": json.loads(SCHEMA.model_dump_json())},
+        )
+    assert nested.status_code == 400
+    assert "one namespace level" in nested.json()["detail"]
+
+
+def test_a_table_named_in_capitals_is_leased_by_its_lower_case_name(front):
+    catalog = rest(front)
+    catalog.create_namespace("Caps")
+    table = catalog.create_table(("Caps", "Events"), SCHEMA, partition_spec=SPEC)
+    table.append(rows(2, date(2024, 6, 20)))
+    table = catalog.load_table(("Caps", "Events"))
+    lease = maintenance_lease(front, table)  # the lease API answers in lower case
+    assert lease["table"] == "lakelock.caps.events"
+    named = {"lakelock.lease-id": lease["lease_id"], "lakelock.token": str(lease["token"])}
+    assert replace_commit(front, table, summary=named).status_code == 200
+
+
+def test_a_commit_whose_outcome_is_unknown_keeps_its_metadata_file(tmp_path):
+    from sqlalchemy.exc import OperationalError
+
+    from service.catalog.front import Front
+    from service.catalog.pointers import Pointers
+    from service.lock import migrate
+    from service.lock.db import make_engine, run_transaction
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    pointers = Pointers(CATALOG, engine, warehouse=(tmp_path / "wh").as_uri())
+    lost = {"now": False}
+
+    def transact(fn):
+        result = run_transaction(engine, fn)
+        if lost["now"]:  # committed, and then the connection went: the client cannot know
+            raise OperationalError("COMMIT", {}, Exception("lost connection during commit"))
+        return result
+
+    front = Front(pointers, transact=transact, read=lambda fn: run_transaction(engine, fn))
+    pointers.create_namespace("db")
+    table = pointers.create_table("db.t", SCHEMA, partition_spec=SPEC)
+    tx = table.transaction()
+    tx.set_properties({"k": "v"})
+    lost["now"] = True
+    with pytest.raises(OperationalError):
+        front.commit(("db", "t"), tx._requirements, tx._updates, principal="p", headers={})
+    moved = pointers.load_table("db.t")
+    assert moved.metadata_location != table.metadata_location
+    assert Path(moved.metadata_location.removeprefix("file://")).exists()
+    engine.dispose()

@@ -18,6 +18,7 @@ switch and events, the names the jobs use when their Spark catalog has the same 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from sqlalchemy.engine import Connection
 from service.catalog.changes import read_change
 from service.catalog.pointers import Pointers
 from service.lock import fence
+from service.wire import TABLE_PATTERN
 from service.wire.errors import (
     AlreadyExists,
     CommitConflict,
@@ -51,9 +53,7 @@ from service.wire.errors import (
     NotEmpty,
 )
 
-__all__ = ["Front", "Loaded", "MAX_TABLE_NAME"]
-
-MAX_TABLE_NAME = 255  # lakelock's table names (service.lock.db.NAME)
+__all__ = ["Front", "Loaded"]
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
@@ -79,8 +79,9 @@ class Front:
         return self.pointers.name
 
     def table_name(self, identifier: Identifier) -> str:
-        """lakelock's name of a table served here."""
-        return ".".join((self.name, *identifier))
+        """lakelock's name of a table served here: lower case, as every lakelock name (Spark
+        resolves Iceberg identifiers case-insensitively)."""
+        return ".".join((self.name, *identifier)).lower()
 
     # -- namespaces -------------------------------------------------------------------------
 
@@ -122,12 +123,14 @@ class Front:
     # -- tables -----------------------------------------------------------------------------
 
     def _check_name(self, identifier: Identifier) -> None:
-        """lakelock's name of the table must fit its leases and events (255 characters)."""
-        name = self.table_name(identifier)
-        if len(name) > MAX_TABLE_NAME:
+        """A table lakelock can lease: its name fits lakelock's table names (one namespace
+        level, identifiers of at most 64 characters), so its leases, switch and events name
+        it. Other tables are loaded, listed and dropped, never created or committed here."""
+        if not re.fullmatch(TABLE_PATTERN, self.table_name(identifier)):
             raise InvalidRequest(
-                f"{name[:60]}...: lakelock names this table with {len(name)} characters, "
-                f"more than {MAX_TABLE_NAME}; use a shorter namespace or table name"
+                f"{'.'.join(identifier)[:200]}: lakelock serves tables it can lease, named "
+                f"{self.name}.<namespace>.<table> with one namespace level, each a letter or _ "
+                "then letters, digits or _ (at most 64); pick such a name"
             )
 
     def list_tables(self, namespace: Identifier) -> list[Identifier]:

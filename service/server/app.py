@@ -396,6 +396,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pruner.start()
         restore_signals = _wake_long_polls_on_exit_signal(runtime.changes)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
+        if settings.catalog_warehouse:
+            log.info(
+                "serving the Iceberg REST catalog %r at /iceberg, warehouse %s",
+                settings.catalog_name,
+                settings.catalog_warehouse,
+            )
         try:
             yield
         finally:
