@@ -143,6 +143,7 @@ def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
     table = small_files_table(spark, "compacted")
     # merge-on-read deletes: position delete files for the run to rewrite away too
     spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")
+    assert spark.sql(f"SELECT count(*) FROM {table}.delete_files").first()[0] >= 1
     before = ids(direct(front, table))
     config = replace(
         TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=30))),
@@ -155,7 +156,8 @@ def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
     assert report.outcome == Outcome.COMPACTED, report.error
     procedures = {s["procedure"]: s for s in report.steps}
     assert procedures["expire_snapshots"]["output"]["expired_snapshots"] >= 1
-    assert procedures["rewrite_data_files"]["output"]["removed_delete_files"] >= 1
+    assert procedures["rewrite_position_delete_files"]["output"]["rewritten_delete_files"] >= 1
+    assert spark.sql(f"SELECT count(*) FROM {table}.delete_files").first()[0] == 0
     after = direct(front, table)
     assert ids(after) == before
     assert after.current_snapshot().summary.operation.value == "replace"
