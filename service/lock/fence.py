@@ -16,10 +16,10 @@ expiry cannot slip between the check and the swap; then decides:
                  retried by Iceberg clients: the writer cleans up).
     data         appends, overwrites, deletes: a commit naming a live commit lease of the
                  table whose scope covers what it touched is the protocol's own writer and
-                 passes. Any other (a foreign writer)
-                 that touches partitions a live maintenance lease or an open intent covers is
-                 held: CommitHeld (429 with a short Retry-After, which the client retries by
-                 itself), never a long wait. Else it passes.
+                 passes. Any other (a foreign writer) that touches partitions a live
+                 maintenance lease or an open intent covers is held: CommitHeld (429 with a
+                 short Retry-After, which the client retries by itself), never a long wait.
+                 Else it passes.
     table        schema, properties, refs and the like: passes.
 
 A refusal is recorded (`catalog.refused`) and nothing else changes. A commit that passes is
@@ -93,8 +93,7 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    foreign = lease is None or not lease.live(at)
-    _record(conn, change, at, "catalog.commit", foreign=foreign)
+    _record(conn, change, at, "catalog.commit", foreign=not _leased(change, lease, at))
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
 
@@ -151,15 +150,23 @@ def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at
         )
 
 
-def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime) -> None:
-    if (
+def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
+    """The commit names a live lease of its table that covers what it touched (a checked
+    maintenance commit always does): not a foreign writer's."""
+    return (
         lease is not None
-        and lease.kind == "commit"
         and lease.live(at)
         and lease.table == change.table
         and covers(lease.scope, change.partitions)
-    ):
-        return  # the gate granted it before any drain began: the protocol's own writer
+    )
+
+
+def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime) -> None:
+    if lease is not None and _leased(change, lease, at):
+        if lease.kind == "commit":
+            return  # the gate granted it before any drain began: the protocol's own writer
+        if lease.kind == "maintenance" and change.token == lease.token:
+            return  # the holder of the maintenance lease writes under it
     blocking = [
         hold
         for hold in (*live.of_kind("maintenance"), *live.intents)
