@@ -93,7 +93,9 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    _record(conn, change, at, "catalog.commit", foreign=not _leased(change, lease, at))
+    # a commit whose partitions were not read (no hold was live) is its lease's when it names one
+    leased = _leased(change, lease, at) or (not change.named and _live_here(change, lease, at))
+    _record(conn, change, at, "catalog.commit", foreign=not leased)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
 
@@ -150,15 +152,14 @@ def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at
         )
 
 
+def _live_here(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
+    return lease is not None and lease.live(at) and lease.table == change.table
+
+
 def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
     """The commit names a live lease of its table that covers what it touched (a checked
     maintenance commit always does): not a foreign writer's."""
-    return (
-        lease is not None
-        and lease.live(at)
-        and lease.table == change.table
-        and covers(lease.scope, change.partitions)
-    )
+    return _live_here(change, lease, at) and covers(lease.scope, change.partitions)  # type: ignore[union-attr]
 
 
 def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime) -> None:
