@@ -4,12 +4,12 @@
     front.commit(("db", "events"), requirements, updates, principal="ingest", headers={})
 
 A commit: load the table's current metadata (cached by location), check the commit's
-requirements against it, apply its updates (pyiceberg's `update_table_metadata`, as its SQL
-catalog does), read what the commit is (service.catalog.changes), write the new metadata file,
-then in one transaction check the leases and swap the pointer. A refused or lost swap deletes
-the metadata file it wrote, so a refusal leaves nothing behind but its audit event. The data
-and manifest files a refused writer wrote are the writer's to clean up (Iceberg clients do on
-403 and on 409 after their retries).
+requirements against it, apply its updates (service.catalog.pointers.applied), read what the
+commit is (service.catalog.changes), write the new metadata file, then in one transaction check
+the leases and swap the pointer. A refused commit or a moved pointer deletes the metadata file
+it wrote, so a refusal leaves nothing behind but its audit event; an unknown outcome keeps it.
+The data and manifest files a refused writer wrote are the writer's to clean up (Iceberg
+clients do on 403 and on 409 after their retries).
 
 Names: a table served here is `<catalog name>.<namespace>.<table>` in lakelock's leases,
 switch and events, the names the jobs use when their Spark catalog has the same name.
@@ -143,7 +143,7 @@ class Front:
         try:
             table = self.pointers.load_table(identifier)
         except NoSuchTableError as exc:
-            raise NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}") from exc
+            raise self._no_table(identifier) from exc
         metadata, text = self.pointers.read_metadata(table.metadata_location)
         return table.metadata_location, metadata, text
 
@@ -198,9 +198,7 @@ class Front:
             current: Table | None = self.pointers.load_table(identifier)
         except NoSuchTableError:
             if not any(isinstance(r, AssertCreate) for r in requirements):
-                raise NoSuchTable(
-                    f"no table {'.'.join(identifier)} in catalog {self.name}"
-                ) from None
+                raise self._no_table(identifier) from None
             current = None
         try:
             staged = self.pointers._update_and_stage_table(
@@ -248,17 +246,20 @@ class Front:
             else:
                 self.pointers.drop_table(identifier)
         except NoSuchTableError as exc:
-            raise NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}") from exc
+            raise self._no_table(identifier) from exc
 
     def rename(self, source: Identifier, destination: Identifier) -> None:
         try:
             self.pointers.rename_table(source, destination)
         except NoSuchTableError as exc:
-            raise NoSuchTable(f"no table {'.'.join(source)} in catalog {self.name}") from exc
+            raise self._no_table(source) from exc
         except NoSuchNamespaceError as exc:
             raise _no_namespace(destination[:-1]) from exc
         except TableAlreadyExistsError as exc:
             raise AlreadyExists(f"table {'.'.join(destination)} exists") from exc
+
+    def _no_table(self, identifier: Identifier) -> NoSuchTable:
+        return NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}")
 
     @staticmethod
     def _delete(io: Any, location: str) -> None:

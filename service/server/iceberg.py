@@ -18,15 +18,14 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import TypeAdapter, ValidationError
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
 from service.catalog.front import Front, Loaded
-from service.server.auth import require
-from service.server.settings import ApiToken
+from service.server.auth import JobDep, OperatorDep, ReaderDep
 from service.wire.errors import InvalidRequest
 
 __all__ = ["router", "ENDPOINTS"]
@@ -34,9 +33,7 @@ __all__ = ["router", "ENDPOINTS"]
 router = APIRouter(prefix="/iceberg", tags=["iceberg catalog"])
 T = TypeVar("T")
 
-Reader = Annotated[ApiToken, Depends(require("reader"))]
-Job = Annotated[ApiToken, Depends(require("job"))]
-Operator = Annotated[ApiToken, Depends(require("operator"))]
+Reader, Job, Operator = ReaderDep, JobDep, OperatorDep
 
 ENDPOINTS = [
     "GET /v1/{prefix}/namespaces",
