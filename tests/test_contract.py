@@ -73,13 +73,24 @@ def test_a_snapshot_ids_bounds_are_the_exact_64_bit_ones(api):
 
 
 @pytest.mark.parametrize(
-    "body", [{"reason": "r"}, {"ingest": None, "reason": "r"}, {"maintenance": None, "reason": "r"}]
+    "body",
+    [
+        {"reason": "r"},
+        {"ingest": None, "reason": "r"},
+        {"maintenance": None, "reason": "r"},
+        {"backpressure": None, "reason": "r"},
+    ],
 )
 def test_a_switch_without_a_setting_is_refused_as_the_schema_says(api, body):
     assert switch(api, **body).status_code == 422
     schema = api.get("/openapi.json").json()["components"]["schemas"]["SwitchBody"]
-    assert schema["anyOf"] == [{"required": ["ingest"]}, {"required": ["maintenance"]}]
-    assert schema["properties"]["ingest"]["type"] == "string"  # null is not a setting
+    assert schema["anyOf"] == [
+        {"required": ["ingest"]},
+        {"required": ["maintenance"]},
+        {"required": ["backpressure"]},
+    ]
+    for field in ("ingest", "maintenance", "backpressure"):
+        assert schema["properties"][field]["type"] == "string"  # null is not a setting
 
 
 def test_a_holder_is_taken_as_sent(api):

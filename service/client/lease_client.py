@@ -42,6 +42,7 @@ import httpx
 from pydantic import BaseModel
 
 from service.wire import (
+    Backpressure,
     DebtBody,
     Draining,
     GapsRecorded,
@@ -441,6 +442,33 @@ class LeaseClient:
         )
         return Withdrawn.model_validate_json(answer.content).withdrawn
 
+    def hold_back(
+        self, table: str, *, claim_id: str, holder: str, partitions: Sequence[str], reason: str
+    ) -> Backpressure:
+        """Hold the commits that touch `partitions` of `table` until `holder` compacts them
+        (backpressure, under the live claim `claim_id`); asking again keeps them held.
+
+        Raises:
+            NotFound: `claim_id` is no claim of the table. LeaseExpired: it is not live.
+            InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        body = {
+            "claim_id": claim_id,
+            "holder": holder,
+            "partitions": list(partitions),
+            "reason": reason,
+        }
+        answer = self._call("POST", f"/v1/tables/{table}/backpressure", json=body)
+        return Backpressure.model_validate_json(answer.content)
+
+    def let_go(self, table: str, *, holder: str) -> list[str]:
+        """End `holder`'s backpressure on `table`; the partitions let go.
+
+        Raises: OutcomeUnknown, Unavailable, ServerError.
+        """
+        answer = self._call("DELETE", f"/v1/tables/{table}/backpressure", params={"holder": holder})
+        return Backpressure.model_validate_json(answer.content).partitions
+
     def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:
         """Force-release a lease (operator); its holder learns it at its next renew.
 
@@ -459,8 +487,10 @@ class LeaseClient:
         reason: str,
         ingest: str | None = None,
         maintenance: str | None = None,
+        backpressure: str | None = None,
     ) -> dict[str, Any]:
-        """Set the operator switch (`ingest` running|paused, `maintenance` enabled|disabled).
+        """Set the operator switch (`ingest` running|paused, `maintenance` enabled|disabled,
+        `backpressure` enabled|disabled).
 
         Returns the table state. Raises: InvalidRequest, Forbidden, OutcomeUnknown,
         Unavailable, ServerError.
@@ -470,6 +500,8 @@ class LeaseClient:
             body["ingest"] = ingest
         if maintenance is not None:
             body["maintenance"] = maintenance
+        if backpressure is not None:
+            body["backpressure"] = backpressure
         return self._call("PUT", f"/v1/tables/{table}/switch", json=body).json()
 
     def state(self, table: str, *, wait_s: float = 0.0, since: int | None = None) -> dict[str, Any]:

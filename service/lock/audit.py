@@ -28,6 +28,7 @@ EVENTS = (
     "lease.expired",
     "lease.revoked",
     "intent.opened",
+    "backpressure.on",
     "intent.expired",
     "intent.withdrawn",
     "intent.fulfilled",

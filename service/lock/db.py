@@ -82,6 +82,8 @@ tables_t = Table(
     Column("name", String(NAME), primary_key=True),
     Column("ingest", String(16), nullable=False),  # running | paused
     Column("maintenance", String(16), nullable=False),  # enabled | disabled
+    # enabled | disabled: whether a compactor's backpressure holds commits (docs/design.md §11)
+    Column("backpressure", String(16), nullable=False, server_default="enabled"),
     Column("switch_reason", String(1024)),
     Column("switch_by", String(255)),
     Column("switch_at", Instant),
@@ -140,6 +142,9 @@ intents_t = Table(
     Column("partitions", Scope),
     Column("opened_at", Instant, nullable=False),
     Column("expires_at", Instant, nullable=False),
+    # drain: a maintenance request's writer preference; backpressure: a compactor holding the
+    # writers of a partition whose debt passed its hard bound (docs/design.md §11)
+    Column("cause", String(16), nullable=False, server_default="drain"),
     Index("ix_lakelock_intents_expires", "expires_at"),
 )
 

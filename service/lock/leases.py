@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -96,8 +97,8 @@ from service.lock.rules import (
     WithdrawAsk,
 )
 from service.lock.state import lease_view, state_of
-from service.wire import Draining, IntentRef, Lease, TableState
-from service.wire.errors import NotFound
+from service.wire import Backpressure, Draining, IntentRef, Lease, TableState
+from service.wire.errors import LeaseExpired, NotFound
 
 __all__ = [
     "acquire_commit",
@@ -108,6 +109,8 @@ __all__ = [
     "revoke",
     "set_switch",
     "withdraw_intent",
+    "hold_back",
+    "let_go",
     "hold_table",
     "sweep",
     "live_on",
@@ -438,6 +441,10 @@ def _ended(
         _holds_ended(conn, lease.table)
     detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
     _audit_end(conn, lease, at, f"lease.{end}", actor=actor, **detail)
+    if lease.kind == "claim":
+        # no compactor holds the table now: nothing may hold its writers back
+        _, intents = store.holds(conn, lease.table)
+        _end_backpressure(conn, lease.table, at, intents)
     return lease_view(lease, at)
 
 
@@ -472,6 +479,111 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
     return True
 
 
+# -- backpressure ----------------------------------------------------------------------------
+
+
+def hold_back(
+    conn: Connection,
+    *,
+    table: str,
+    claim_id: str,
+    holder: str,
+    partitions: Sequence[str],
+    reason: str,
+    intent_ttl: timedelta,
+) -> Backpressure:
+    """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
+    intent of cause `backpressure` per partition, opened or kept open (docs/design.md §11).
+
+    Only a compactor alive on the table may: `claim_id` must be the table's live claim, and
+    no intent outlives it (each expires `intent_ttl` from now, or with the claim if sooner),
+    so a compactor that dies holds no writer past its claim. Each intent ends as a drain's
+    does: fulfilled by `holder`'s maintenance grant covering its partition, withdrawn, or
+    expired. With the table's backpressure switched off nothing is opened (the answer says so).
+
+    Raises:
+        NotFound: the claim is not one of the table's.
+        LeaseExpired: the claim is no longer live.
+    """
+    row, at = _locked_table(conn, table)
+    row, live = _live(conn, row, at)
+    claim = next((x for x in store.unended_claims(conn, table) if x.id == claim_id), None)
+    if claim is None:
+        raise NotFound(
+            f"no unended claim {claim_id} on {table}; claim the table before holding its writers",
+            lease_id=claim_id,
+        )
+    if not claim.live(at):
+        raise LeaseExpired(
+            f"the claim {claim_id} on {table} has expired; claim the table again",
+            lease_id=claim_id,
+            state="expired",
+        )
+    if row.backpressure == "disabled":
+        return Backpressure(table=table, partitions=[], switch="disabled", remaining_s=0.0)
+    expires = min(at + intent_ttl, claim.expires_at)
+    opened: list[str] = []
+    for name in dict.fromkeys(partitions):
+        request_id = f"backpressure-{uuid.uuid5(uuid.NAMESPACE_URL, holder + chr(0) + name)}"
+        intent = live.intent(request_id)
+        if intent is not None:
+            store.keep_intent(conn, intent, expires)
+            continue
+        store.insert_intent(
+            conn, IntentRow(table, request_id, holder, (name,), at, expires, cause="backpressure")
+        )
+        opened.append(name)
+    if opened:
+        audit.record(
+            conn,
+            at=at,
+            table=table,
+            event="backpressure.on",
+            kind="intent",
+            holder=holder,
+            partitions=opened,
+            lease_id=claim_id,
+            reason=reason,
+        )
+    _hold_until(conn, row.name, row.holds_until, expires)
+    return Backpressure(
+        table=table,
+        partitions=list(dict.fromkeys(partitions)),
+        switch="enabled",
+        remaining_s=seconds(expires - at),
+    )
+
+
+def let_go(conn: Connection, *, table: str, holder: str) -> list[str]:
+    """End `holder`'s backpressure on `table` (a run that ends without compacting every
+    partition it held): each intent `intent.withdrawn`; the partitions let go."""
+    locked = store.lock_table(conn, table, create=False)
+    if locked is None:
+        return []
+    row, at = locked
+    row, live = _live(conn, row, at)
+    return _end_backpressure(conn, table, at, [x for x in live.intents if x.holder == holder])
+
+
+def _end_backpressure(
+    conn: Connection, table: str, at: datetime, intents: Sequence[IntentRow]
+) -> list[str]:
+    """End the backpressure intents among `intents` (`intent.withdrawn`); their partitions."""
+    ended = [x for x in intents if x.cause == "backpressure"]
+    for intent in ended:
+        _end_intent(
+            conn,
+            intent,
+            at,
+            "intent.withdrawn",
+            kind="intent",
+            open_s=seconds(at - intent.opened_at),
+        )
+    if ended:
+        _holds_ended(conn, table)
+    return [name for x in ended for name in x.partitions or ()]
+
+
 # -- switch, run reports, sweep --------------------------------------------------------------
 
 
@@ -483,12 +595,16 @@ def set_switch(
     actor: str,
     ingest: str | None = None,
     maintenance: str | None = None,
+    backpressure: str | None = None,
 ) -> TableState:
-    """Set the operator switch; either field may be None (unchanged). Always audited."""
+    """Set the operator switch; any field may be None (unchanged). Always audited."""
     row, at = _locked_table(conn, table)
     row, _ = _live(conn, row, at)
     before = {"ingest": row.ingest, "maintenance": row.maintenance}
     after = {"ingest": ingest or row.ingest, "maintenance": maintenance or row.maintenance}
+    if backpressure is not None or row.backpressure != "enabled":
+        before["backpressure"] = row.backpressure
+        after["backpressure"] = backpressure or row.backpressure
     store.update_table(conn, table, **after, switch_reason=reason, switch_by=actor, switch_at=at)
     audit.record(
         conn,
@@ -631,8 +747,10 @@ def _end_intent(
     lease_id: str | None = None,
     **detail: Any,
 ) -> None:
-    """Delete an intent that ended, with its event."""
+    """Delete an intent that ended, with its event (which names a backpressure intent's cause)."""
     store.delete_intent(conn, intent)
+    if intent.cause != "drain":
+        detail["cause"] = intent.cause
     audit.record(
         conn,
         at=at,

@@ -25,11 +25,13 @@ __all__ = [
     "TableRow",
     "LeaseRow",
     "IntentRow",
+    "IntentCause",
     "Live",
     "seconds",
 ]
 
 LeaseEnd = Literal["released", "expired", "revoked"]
+IntentCause = Literal["drain", "backpressure"]
 """How a lease ended: by its holder, by its TTL, by an operator."""
 
 
@@ -53,6 +55,7 @@ class TableRow:
     # no maintenance lease nor intent of the table is unended after this instant (None: none)
     holds_until: datetime | None
     next_token: int
+    backpressure: Literal["enabled", "disabled"] = "enabled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,8 @@ class IntentRow:
     partitions: tuple[str, ...] | None
     opened_at: datetime
     expires_at: datetime
+    # drain (a maintenance request's) | backpressure (a compactor's, on a partition in debt)
+    cause: IntentCause = "drain"
 
     kind = "intent"  # for service.wire.scope.conflicts
 

@@ -113,6 +113,7 @@ Reason = Literal[
     "paused",
     "maintenance",
     "intent",
+    "backpressure",
     # no maintenance lease now
     "maintenance_off",
     "maintenance_held",
@@ -196,16 +197,22 @@ def _first(ask: Ask, rows: tuple[LeaseRow, ...] | tuple[IntentRow, ...]) -> Bloc
 
 def decide_commit(table: TableRow, live: Live, ask: Ask) -> Grant | Refuse:
     """A shared commit lease: refused while ingest is paused, then while a live maintenance lease
-    intersects its scope, then while an open intent does; else granted. Commit leases never
-    exclude each other."""
+    intersects its scope, then while a draining intent does, then while a compactor's
+    backpressure does (unless the table's backpressure switch is off); else granted. Commit
+    leases never exclude each other."""
     if table.ingest == "paused":
         return Refuse("paused", table)
     lease = _first(ask, live.of_kind("maintenance"))
     if lease is not None:
         return Refuse("maintenance", lease)
-    intent = _first(ask, live.intents)
+    drains = tuple(x for x in live.intents if x.cause == "drain")
+    intent = _first(ask, drains)
     if intent is not None:
         return Refuse("intent", intent)
+    if table.backpressure == "enabled":
+        held = _first(ask, tuple(x for x in live.intents if x.cause == "backpressure"))
+        if held is not None:
+            return Refuse("backpressure", held)
     return Grant()
 
 
@@ -393,6 +400,15 @@ def _acquire_refused(
             return Locked(
                 f"{where} is draining for maintenance by {blocking.holder}",
                 reason="intent",
+                blocking_holder=blocking.holder,
+                blocking_partitions=partitions,
+                retry_after_s=None,
+            )
+        case "backpressure":
+            return Locked(
+                f"{where} is over its compaction debt bound: {blocking.holder} compacts it "
+                "before more commits land there",
+                reason="backpressure",
                 blocking_holder=blocking.holder,
                 blocking_partitions=partitions,
                 retry_after_s=None,

@@ -62,6 +62,7 @@ def intent_view(intent: IntentRow, at: datetime) -> Intent:
         partitions=intent.partitions,
         remaining_s=seconds(intent.expires_at - at),
         open_s=seconds(at - intent.opened_at),
+        cause=intent.cause,
     )
 
 
@@ -76,6 +77,7 @@ def state_of(conn: Connection, row: TableRow, at: datetime) -> TableState:
         switch=Switch(
             ingest=row.ingest,
             maintenance=row.maintenance,
+            backpressure=row.backpressure,
             reason=row.switch_reason,
             by=row.switch_by,
             changed_s_ago=seconds(at - row.switch_at) if row.switch_at else None,

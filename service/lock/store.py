@@ -86,6 +86,7 @@ def _table(row: Any) -> TableRow:
         switch_at=row.switch_at,
         holds_until=row.holds_until,
         next_token=row.next_token,
+        backpressure=row.backpressure,
     )
 
 
@@ -115,6 +116,7 @@ def _intent(row: Any) -> IntentRow:
         partitions=_partitions(row.partitions),
         opened_at=row.opened_at,
         expires_at=row.expires_at,
+        cause=row.cause,
     )
 
 
@@ -406,6 +408,7 @@ def insert_intent(conn: Connection, intent: IntentRow) -> None:
             partitions=encode(None if intent.partitions is None else list(intent.partitions)),
             opened_at=intent.opened_at,
             expires_at=intent.expires_at,
+            cause=intent.cause,
         )
     )
 

@@ -210,6 +210,14 @@ class StateCollector(Collector):
         yield GaugeMetricFamily(
             "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
         )
+        held = GaugeMetricFamily(
+            "lakelock_backpressure_partitions",
+            "Partitions whose commits a compactor's backpressure holds (debt over its hard bound)",
+            labels=["table"],
+        )
+        for table, partitions in state["backpressure"]:
+            held.add_metric([table], partitions)
+        yield held
         yield GaugeMetricFamily(
             "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
         )
@@ -246,10 +254,11 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
         yield family
 
 
-def read_state(conn: Connection) -> dict[str, int]:
-    """Counts of live leases of each kind, open intents and paused tables."""
+def read_state(conn: Connection) -> dict[str, Any]:
+    """Counts of live leases of each kind, open intents and paused tables; (table, partitions)
+    of the tables whose writers a compactor's backpressure holds."""
     at = now(conn)
-    counts: dict[str, int] = {}
+    counts: dict[str, Any] = {}
     kinds = (
         ("commit", commit_leases_t),
         ("maintenance", maintenance_leases_t),
@@ -263,6 +272,11 @@ def read_state(conn: Connection) -> dict[str, int]:
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
+    counts["backpressure"] = conn.execute(
+        select(intents_t.c.table_name, func.count())
+        .where(intents_t.c.expires_at > at, intents_t.c.cause == "backpressure")
+        .group_by(intents_t.c.table_name)
+    ).all()
     counts["paused"] = conn.execute(
         select(func.count()).where(tables_t.c.ingest == "paused")
     ).scalar_one()

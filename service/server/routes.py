@@ -34,6 +34,8 @@ from service.wire import (
     REQUEST_ID_PATTERN,
     TABLE_PATTERN,
     AcquireBody,
+    Backpressure,
+    BackpressureBody,
     ClaimBody,
     DebtBody,
     Draining,
@@ -249,6 +251,7 @@ async def set_switch(
             actor=who.name,
             ingest=body.ingest,
             maintenance=body.maintenance,
+            backpressure=body.backpressure,
         )
     )
     return changed
@@ -570,6 +573,49 @@ async def withdraw_intent(
         lambda conn: leases.withdraw_intent(conn, table=table, request_id=request_id, holder=holder)
     )
     return Withdrawn(table=table, request_id=request_id, withdrawn=withdrawn)
+
+
+@router.post(
+    "/v1/tables/{table}/backpressure",
+    tags=["leases"],
+    responses={**_WRITE, **problems(404, 410)},
+)
+async def hold_back(
+    table: TableName, body: BackpressureBody, rt: RuntimeDep, _: JobDep
+) -> Backpressure:
+    """Hold the commits that touch `partitions` until `holder` compacts them (docs/design.md
+    §11): a compactor whose plan found them over their debt bound, under its live claim on the
+    table. Asking again keeps them held; each ends with `holder`'s maintenance grant covering
+    it, a `DELETE`, the intent TTL (LAKELOCK_INTENT_TTL_S) or the claim's expiry, whichever
+    comes first. With the table's `backpressure` switch disabled, nothing is held."""
+    check_acquire(rt, AcquireBody(holder=body.holder, ttl_s=1.0, partitions=body.partitions))
+    return await rt.transact(
+        lambda conn: leases.hold_back(
+            conn,
+            table=table,
+            claim_id=body.claim_id,
+            holder=body.holder,
+            partitions=body.partitions,
+            reason=body.reason,
+            intent_ttl=timedelta(seconds=rt.settings.intent_ttl_s),
+        )
+    )
+
+
+@router.delete("/v1/tables/{table}/backpressure", tags=["leases"], responses=_WRITE)
+async def let_go(
+    table: TableName,
+    holder: Annotated[
+        str,
+        Query(pattern=HOLDER_PATTERN, max_length=255, description="the holder that asked for it"),
+    ],
+    rt: RuntimeDep,
+    _: JobDep,
+) -> Backpressure:
+    """End `holder`'s backpressure on the table (a run that leaves a partition it held
+    uncompacted): its commits are granted again at once. Answers the partitions let go."""
+    names = await rt.transact(lambda conn: leases.let_go(conn, table=table, holder=holder))
+    return Backpressure(table=table, partitions=names, switch="enabled", remaining_s=0.0)
 
 
 @router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})

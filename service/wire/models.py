@@ -50,6 +50,8 @@ __all__ = [
     "SwitchBody",
     "RunBody",
     "DebtBody",
+    "BackpressureBody",
+    "Backpressure",
     "LagBody",
     "ReaderBody",
     "GapsBody",
@@ -165,25 +167,29 @@ class AcquireBody(_Body):
     @field_validator("partitions")
     @classmethod
     def _distinct_names(cls, names: list[str] | None) -> list[str] | None:
-        if names is None:
-            return None
-        if not names:
-            raise ValueError(
-                "partitions is empty; send at least one partition name, or leave the field out "
-                "(or send null) for the whole table"
-            )
-        bad = next((name for name in names if not is_name(name)), None)
-        if bad is not None:
-            raise ValueError(
-                f"{bad[:80]!r} is not a partition name; send Iceberg partition paths "
-                "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
-                f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
-            )
-        seen: set[str] = set()
-        repeated = next((name for name in names if name in seen or seen.add(name)), None)
-        if repeated is not None:
-            raise ValueError(f"partition {repeated!r} is listed twice; send each name once")
-        return names
+        return None if names is None else _partition_names(names)
+
+
+def _partition_names(names: list[str]) -> list[str]:
+    """`names` when each is a partition name and none repeats, else a ValueError that says
+    what to send."""
+    if not names:
+        raise ValueError(
+            "partitions is empty; send at least one partition name, or leave the field out "
+            "(or send null) for the whole table"
+        )
+    bad = next((name for name in names if not is_name(name)), None)
+    if bad is not None:
+        raise ValueError(
+            f"{bad[:80]!r} is not a partition name; send Iceberg partition paths "
+            "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
+            f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
+        )
+    seen: set[str] = set()
+    repeated = next((name for name in names if name in seen or seen.add(name)), None)
+    if repeated is not None:
+        raise ValueError(f"partition {repeated!r} is listed twice; send each name once")
+    return names
 
 
 class ClaimBody(AcquireBody):
@@ -209,6 +215,27 @@ class ClaimBody(AcquireBody):
         return value
 
 
+class BackpressureBody(_Body):
+    """A compactor holding the writers of partitions whose debt passed their hard bound, until
+    it compacts them (docs/design.md §11): under its live claim on the table."""
+
+    claim_id: str = Field(min_length=1, max_length=64, description="the table's live claim")
+    holder: Holder = Field(
+        description="who will compact them: the holder of the maintenance leases to come, "
+        "whose grant covering a partition ends its backpressure"
+    )
+    partitions: list[PartitionName] = Field(
+        description="the partitions over their bound, each named by its Iceberg partition path",
+        examples=[["dt=2024-06-20/hr=13"]],
+    )
+    reason: str = Field(min_length=1, max_length=1024, description="the debt, for the audit")
+
+    @field_validator("partitions")
+    @classmethod
+    def _distinct_names(cls, names: list[str]) -> list[str]:
+        return _partition_names(names)
+
+
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
@@ -224,14 +251,25 @@ class SwitchBody(_Body):
     keep its value."""
 
     model_config = ConfigDict(
-        json_schema_extra={"anyOf": [{"required": ["ingest"]}, {"required": ["maintenance"]}]}
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["ingest"]},
+                {"required": ["maintenance"]},
+                {"required": ["backpressure"]},
+            ]
+        }
     )
 
     ingest: Literal["running", "paused"] | SkipJsonSchema[None] = None
     maintenance: Literal["enabled", "disabled"] | SkipJsonSchema[None] = None
+    backpressure: Literal["enabled", "disabled"] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="whether a compactor's backpressure holds commits to partitions over their "
+        "debt bound (disabled: it is recorded, not enforced)",
+    )
     reason: str = Field(min_length=1, max_length=1024)
 
-    @field_validator("ingest", "maintenance", mode="before")
+    @field_validator("ingest", "maintenance", "backpressure", mode="before")
     @classmethod
     def _not_null(cls, value: Any) -> Any:
         if value is None:
@@ -240,8 +278,8 @@ class SwitchBody(_Body):
 
     @model_validator(mode="after")
     def _something_to_set(self) -> SwitchBody:
-        if self.ingest is None and self.maintenance is None:
-            raise ValueError("send ingest and/or maintenance with the reason")
+        if self.ingest is None and self.maintenance is None and self.backpressure is None:
+            raise ValueError("send ingest, maintenance and/or backpressure with the reason")
         return self
 
 
@@ -430,6 +468,7 @@ class Intent(_Answer):
     partitions: Partitions | None = None
     remaining_s: float
     open_s: float
+    cause: Literal["drain", "backpressure"] = "drain"
 
 
 class IntentRef(_Answer):
@@ -461,9 +500,20 @@ class Draining(_Answer):
 class Switch(_Answer):
     ingest: Literal["running", "paused"]
     maintenance: Literal["enabled", "disabled"]
+    backpressure: Literal["enabled", "disabled"] = "enabled"
     reason: str | None
     by: str | None
     changed_s_ago: float | None
+
+
+class Backpressure(_Answer):
+    """What a backpressure request holds: `partitions` (none while the table's switch says
+    `disabled`) for `remaining_s` unless asked again."""
+
+    table: str
+    partitions: list[str]
+    switch: Literal["enabled", "disabled"]
+    remaining_s: float
 
 
 class TableDebt(_Answer):

@@ -1,0 +1,156 @@
+"""Backpressure (docs/design.md §11): a compactor under its live claim holds the commits that
+touch a partition over its debt bound until its maintenance grant covers that partition; never
+without a live claim, never with the table's switch off."""
+
+from __future__ import annotations
+
+from tests.helpers import (
+    backdate,
+    backdate_intent,
+    claim,
+    commit,
+    events,
+    maintenance,
+    metric,
+    release,
+    state,
+    switch,
+)
+
+TABLE = "lake.db.events"
+HOT, OTHER = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"
+RUN = "compactor-1/run-1"
+
+
+def hold_back(api, lease, partitions=(HOT,), holder=RUN, **body):
+    return api.post(
+        f"/v1/tables/{TABLE}/backpressure",
+        json={
+            "claim_id": lease["lease_id"],
+            "holder": holder,
+            "partitions": list(partitions),
+            "reason": "14 small files, hard bound 24",
+            **body,
+        },
+    )
+
+
+def test_backpressure_holds_the_partitions_writers_until_the_compactor_takes_it(api):
+    held = claim(api).json()
+    answer = hold_back(api, held)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["partitions"] == [HOT] and answer.json()["switch"] == "enabled"
+    refused = commit(api, partitions=[HOT])
+    assert refused.status_code == 423
+    assert refused.json()["reason"] == "backpressure"
+    assert refused.json()["blocking_holder"] == RUN
+    assert "debt bound" in refused.json()["detail"]
+    # other partitions are not held
+    other = commit(api, partitions=[OTHER])
+    assert other.status_code == 201
+    release(api, other.json())
+    (intent,) = state(api)["intents"]
+    assert intent["cause"] == "backpressure" and intent["partitions"] == [HOT]
+    assert metric(api, "lakelock_backpressure_partitions", table=TABLE) == 1
+    # the run's maintenance lease on a group that covers it ends the backpressure
+    lease = maintenance(api, holder=RUN, partitions=[HOT, OTHER])
+    assert lease.status_code == 201
+    assert state(api)["intents"] == []
+    fulfilled = [e for e in events(api) if e["event"] == "intent.fulfilled"]
+    assert fulfilled[-1]["detail"]["cause"] == "backpressure"
+    release(api, lease.json())
+    assert commit(api, partitions=[HOT]).status_code == 201
+    on = [e for e in events(api) if e["event"] == "backpressure.on"]
+    assert on[0]["detail"]["partitions"] == [HOT] and on[0]["lease_id"] == held["lease_id"]
+
+
+def test_another_holders_grant_does_not_end_it(api):
+    held = claim(api).json()
+    hold_back(api, held)
+    other = maintenance(api, holder="compactor-2", partitions=[HOT])
+    assert other.status_code == 201
+    release(api, other.json())
+    assert commit(api, partitions=[HOT]).json()["reason"] == "backpressure"
+
+
+def test_no_backpressure_without_a_live_claim(api, db_url):
+    held = claim(api).json()
+    backdate(db_url, held)
+    answer = hold_back(api, held)
+    assert answer.status_code == 410, answer.text
+    assert commit(api, partitions=[HOT]).status_code == 201
+    missing = hold_back(api, {"lease_id": "00000000-0000-0000-0000-000000000000"})
+    assert missing.status_code == 404
+    assert "claim the table" in missing.json()["detail"]
+
+
+def test_backpressure_ends_with_the_claim(api, db_url):
+    """A compactor that dies holds no writer past its claim's expiry."""
+    held = claim(api).json()
+    answer = hold_back(api, held).json()
+    assert answer["remaining_s"] <= 60  # never past the claim's expiry
+    assert commit(api, partitions=[HOT]).status_code == 423
+    # the claim's TTL passes unrenewed: the backpressure, which never outlives it, too
+    backdate(db_url, held)
+    backdate_intent(db_url, TABLE)
+    assert commit(api, partitions=[HOT]).status_code == 201
+    assert [e["event"] for e in events(api)].count("intent.expired") == 1
+
+
+def test_backpressure_ends_when_the_claim_is_released_or_revoked(api):
+    for end in ("release", "revoke"):
+        held = claim(api).json()
+        hold_back(api, held)
+        assert commit(api, partitions=[HOT]).status_code == 423
+        if end == "release":
+            release(api, held)
+        else:
+            api.post(f"/v1/leases/{held['lease_id']}/revoke", json={"reason": "stuck"})
+        granted = commit(api, partitions=[HOT])
+        assert granted.status_code == 201, end
+        release(api, granted.json())
+
+
+def test_the_switch_turns_it_off(api):
+    held = claim(api).json()
+    hold_back(api, held)
+    switch(api, backpressure="disabled", reason="ingest first during the sale")
+    assert state(api)["switch"]["backpressure"] == "disabled"
+    assert commit(api, partitions=[HOT]).status_code == 201
+    answer = hold_back(api, held, partitions=(OTHER,))
+    assert answer.json() == {
+        "table": TABLE,
+        "partitions": [],
+        "switch": "disabled",
+        "remaining_s": 0.0,
+    }
+    switch(api, backpressure="enabled")
+    assert commit(api, partitions=[HOT]).status_code == 423
+    assert commit(api, partitions=[OTHER]).status_code == 201
+
+
+def test_let_go_ends_the_holders_backpressure(api):
+    held = claim(api).json()
+    hold_back(api, held, partitions=(HOT, OTHER))
+    answer = api.delete(f"/v1/tables/{TABLE}/backpressure", params={"holder": RUN})
+    assert answer.status_code == 200
+    assert sorted(answer.json()["partitions"]) == sorted([HOT, OTHER])
+    assert commit(api, partitions=[HOT, OTHER]).status_code == 201
+    withdrawn = [e for e in events(api) if e["event"] == "intent.withdrawn"]
+    assert len(withdrawn) == 2 and {e["detail"]["cause"] for e in withdrawn} == {"backpressure"}
+
+
+def test_asking_again_keeps_one_intent_per_partition(api):
+    held = claim(api).json()
+    hold_back(api, held)
+    hold_back(api, held, partitions=(HOT, OTHER))
+    assert sorted(tuple(x["partitions"]) for x in state(api)["intents"]) == [(HOT,), (OTHER,)]
+    assert [e["event"] for e in events(api)].count("backpressure.on") == 2
+
+
+def test_a_bad_request_changes_nothing(api):
+    held = claim(api).json()
+    for bad in ({"partitions": []}, {"partitions": [HOT, HOT]}, {"partitions": ["not a name"]}):
+        answer = hold_back(api, held, **bad)
+        assert answer.status_code == 422, (bad, answer.text)
+    assert state(api)["intents"] == []
