@@ -32,9 +32,16 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     recent_days = 3                     # rewrite `recent_column >= today - 3 days` only
     recent_column = "dt"
     full_rewrite_at = "03:00"           # UTC; rewrite-all once a day at or after it
+    trigger_small_files = 12            # a partition is due at this many small files,
+    trigger_delete_files = 12           # or delete files,
+    trigger_deleted_rows = 0.1          # or this share of its rows position-deleted,
+    trigger_equality_deletes = 1        # or equality delete files
+    stop_small_files = 24               # the hard bound: past it (small or delete files) the
+    stop_delete_files = 24              # gate holds the partition's writers until compacted
+    backpressure = true                 # (only while a compactor holds the table's claim)
+    run_budget = "5m"                   # no group starts after this much of a run
     hot_window = "15m"                  # a partition updated within it is hot (default 0: off)
-    hot_min_small_files = 50            # a hot partition is rewritten, alone, only above these
-    hot_min_delete_files = 50
+    hot_partitions_per_group = 2        # hot partitions (due ones only) rewritten under one lease
     max_partitions_per_group = 10       # cold partitions rewritten under one lease
     [defaults.rewrite_data_files]
     strategy = "binpack"                # or "sort" (sort_order = "event_id ASC NULLS LAST")
@@ -195,14 +202,65 @@ class PlanConfig:
         str, rule(lambda v: re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v), "must be a column name")
     ] = "dt"
     full_rewrite_at: Annotated[time | None, BeforeValidator(_time_of_day)] = None
+    # a partition is due (compacted whether hot or cold) at any of these (compactor.plan)
+    trigger_small_files: _Positive = 12
+    trigger_delete_files: _Positive = 12
+    trigger_deleted_rows: Annotated[float, Field(gt=0, le=1)] = 0.1
+    trigger_equality_deletes: _Positive = 1
+    # the hard bound: a partition at either holds its writers until compacted (backpressure,
+    # only while a compactor holds the table's claim)
+    stop_small_files: _Positive = 24
+    stop_delete_files: _Positive = 24
+    backpressure: Bool = True
+    # no group of a run starts after this much of it (0: no budget); the rest waits for the
+    # next run, which takes the largest debt first again
+    run_budget: Annotated[Duration, rule(lambda v: v >= timedelta(0), "must not be negative")] = (
+        timedelta(minutes=5)
+    )
     # a partition a commit touched within this window is hot (0: only a live commit lease on
-    # it makes it hot); hot partitions are rewritten only above the hot thresholds, alone
+    # it makes it hot); hot partitions are rewritten only when due, in small groups
     hot_window: Annotated[Duration, rule(lambda v: v >= timedelta(0), "must not be negative")] = (
         timedelta(0)
     )
-    hot_min_small_files: int = 50
-    hot_min_delete_files: int = 50
+    hot_partitions_per_group: _Positive = 2
     max_partitions_per_group: _Positive = 10
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_hot_thresholds(cls, values: Any) -> Any:
+        if isinstance(values, Mapping):
+            gone = [key for key in ("hot_min_small_files", "hot_min_delete_files") if key in values]
+            if gone:
+                raise ConfigError(
+                    [
+                        (
+                            key,
+                            "was removed: a hot partition is compacted when it is due, as any "
+                            "other (trigger_small_files, trigger_delete_files, "
+                            "trigger_deleted_rows, trigger_equality_deletes)",
+                        )
+                        for key in gone
+                    ]
+                )
+        return values
+
+    @model_validator(mode="after")
+    def _stops_above_triggers(self) -> PlanConfig:
+        errors = [
+            (
+                stop,
+                f"must be at least {trigger} ({getattr(self, trigger)}): the hard bound is "
+                "where backpressure starts, past the trigger where compaction does",
+            )
+            for stop, trigger in (
+                ("stop_small_files", "trigger_small_files"),
+                ("stop_delete_files", "trigger_delete_files"),
+            )
+            if getattr(self, stop) < getattr(self, trigger)
+        ]
+        if errors:
+            raise ConfigError(errors)
+        return self
 
 
 def _rewrite_options(value: Mapping[str, str]) -> Mapping[str, str]:

@@ -191,6 +191,8 @@ class PartitionPlan:
     hot: str | None  # why it is hot; None: cold
     group: int | None
     stats: PartitionStats
+    due: tuple[str, ...] = ()  # the triggers it reached; empty: not due
+    over_bound: str | None = None  # why it is past the hard bound; None: within it
 
     def as_dict(self) -> dict[str, Any]:
         p = self.stats
@@ -199,6 +201,8 @@ class PartitionPlan:
             "name": self.name,
             "hot": self.hot is not None,
             "why_hot": self.hot,
+            "due": list(self.due),
+            "over_bound": self.over_bound,
             "group": self.group,
             "data_files": p.data_files,
             "small_files": p.small_files,
@@ -211,9 +215,12 @@ class PartitionPlan:
         p = self.stats
         state = f"hot ({self.hot})" if self.hot else "cold"
         where = f"group {self.group + 1}" if self.group is not None else "left alone"
+        due = f", due: {'; '.join(self.due)}" if self.due else ""
+        bound = f", OVER THE HARD BOUND ({self.over_bound})" if self.over_bound else ""
         return (
             f"{self.name}: {state}, {p.data_files} data files ({p.small_files} small), "
-            f"{p.delete_files} delete files ({p.dangling_delete_files} dangling): {where}"
+            f"{p.delete_files} delete files ({p.dangling_delete_files} dangling){due}{bound}: "
+            f"{where}"
         )
 
 
@@ -238,6 +245,9 @@ class Plan:
     whole_table: str | None = None
     unleased: tuple[Step, ...] = ()
     partitions: tuple[PartitionPlan, ...] = ()
+    # the partitions past the hard bound, most debt first, with why: the run asks the service
+    # to hold their writers until it compacts them (backpressure, when configured)
+    over_bound: tuple[tuple[str, str], ...] = ()
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -257,6 +267,7 @@ class Plan:
             "groups": [g.as_dict() for g in self.groups],
             "unleased": [s.as_dict() for s in self.unleased],
             "partitions": [p.as_dict() for p in self.partitions],
+            "over_bound": [{"partition": n, "why": why} for n, why in self.over_bound],
             "scope": self.scope.as_dict(),
             "total": self.total.as_dict(),
         }
@@ -277,6 +288,7 @@ class Plan:
             f"{s.dangling_delete_files} more dangling)"
         )
         lines += [f"  because: {r}" for r in self.reasons]
+        lines += [f"  over the hard bound: {n} ({why})" for n, why in self.over_bound]
         lines += [f"  partition {p.describe()}" for p in self.partitions if _shown(p)]
         quiet = sum(1 for p in self.partitions if not _shown(p))
         if quiet:
@@ -291,7 +303,7 @@ class Plan:
 
 
 def _shown(p: PartitionPlan) -> bool:
-    return p.hot is not None or p.group is not None
+    return p.hot is not None or p.group is not None or bool(p.due)
 
 
 def _step_line(step: Step, indent: str) -> str:
@@ -425,11 +437,18 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     config = frame.config
     scope = Totals.of(frame.in_scope)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
+    due = {str(p.name): why for p in frame.in_scope if (why := _due(p, config))}
+    data_run += _due_text(due)
+    over = _over_bound(frame.in_scope, config)
     reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
     if not reasons:
         idle = tuple(data_idle + frame.table_idle)
         return frame.made(run=False, reasons=idle, scope=scope, whole_table=whole_table)
-    small_ok = frame.everything or _small_files_pay_off(scope, config)
+    small_ok = (
+        frame.everything
+        or _small_files_pay_off(scope, config)
+        or _small_input([p for p in frame.in_scope if str(p.name) in due], config)
+    )
     data = _data_steps(config, frame.mode, scope, small_ok=small_ok, where=frame.where)
     unleased = frame.unleased
     if config.lease.scope == "table":
@@ -445,39 +464,47 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
         scope=scope,
         whole_table=whole_table,
         unleased=unleased,
+        over_bound=over,
     )
 
 
 def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Plan:
-    """Cold partitions with debt in groups of `max_partitions_per_group`, then each hot partition
-    whose debt pays off on its own, each group under a lease on its partitions."""
+    """Every due partition, hot or cold, and, when the cold scope pays off, every cold one with
+    debt; most debt first, in groups of `hot_partitions_per_group` (hot) or
+    `max_partitions_per_group` (cold), each group under a lease on its partitions."""
     config, in_scope = frame.config, frame.in_scope
     cold_at = now - config.plan.hot_window
     hot = {p.name: why for p in in_scope if (why := _why_hot(p, leased, cold_at, config))}
+    due = {str(p.name): why for p in in_scope if (why := _due(p, config))}
     cold = [p for p in in_scope if p.name not in hot]
     scope = Totals.of(cold)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
-    hot_debt = sorted(
-        (p for p in in_scope if p.name in hot and _hot_debt_pays_off(p, config)),
-        key=_coldest_first,
-    )
-    hot_run = [_hot_text(p, hot[p.name], config) for p in hot_debt]
-    hot_idle = _hot_idle(len(hot) - len(hot_debt), config)
-    reasons = frame.reasons + ([] if frame.everything else data_run) + hot_run + frame.table_run
+    due_run = _due_text(due, hot)
+    waiting = [p for p in in_scope if p.name in hot and p.name not in due and p.debt]
+    hot_idle = _hot_idle(len(waiting), config)
+    reasons = frame.reasons + ([] if frame.everything else data_run) + due_run + frame.table_run
+    over = _over_bound(in_scope, config)
     if not reasons:
         idle = tuple(data_idle + hot_idle + frame.table_idle)
-        parts = _partition_plans(in_scope, hot, ())
+        parts = _partition_plans(in_scope, hot, due, (), config)
         return frame.made(run=False, reasons=idle, scope=scope, partitions=parts)
-    picked = (
-        sorted(
-            (p for p in cold if _has_debt(p, config, everything=frame.everything)),
-            key=_coldest_first,
-        )
-        if frame.everything or data_run
-        else []
+    sweep = frame.everything or bool(data_run)
+    picked_cold = sorted(
+        (
+            p
+            for p in cold
+            if p.name in due or (sweep and _has_debt(p, config, everything=frame.everything))
+        ),
+        key=_most_debt_first,
     )
-    size = config.plan.max_partitions_per_group
-    chunks = [picked[i : i + size] for i in range(0, len(picked), size)] + [[p] for p in hot_debt]
+    picked_hot = sorted(
+        (p for p in in_scope if p.name in hot and p.name in due), key=_most_debt_first
+    )
+    chunks = _chunks(picked_cold, config.plan.max_partitions_per_group) + _chunks(
+        picked_hot, config.plan.hot_partitions_per_group
+    )
+    # the group holding the most indebted partition first, so a time budget leaves the least
+    chunks.sort(key=lambda chunk: _most_debt_first(chunk[0]))
     groups = _groups(
         *(
             Group(
@@ -501,19 +528,90 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
         groups=groups,
         scope=scope,
         unleased=frame.unleased,
-        partitions=_partition_plans(in_scope, hot, groups),
+        partitions=_partition_plans(in_scope, hot, due, groups, config),
+        over_bound=over,
     )
 
 
+def _chunks(parts: list[PartitionStats], size: int) -> list[list[PartitionStats]]:
+    return [parts[i : i + size] for i in range(0, len(parts), size)]
+
+
 def _hot_idle(left: int, config: TableConfig) -> list[str]:
-    """Why `left` hot partitions are not compacted, or nothing."""
+    """Why `left` hot partitions with some debt are not compacted, or nothing."""
     if not left:
         return []
     return [
-        f"{left} hot partitions left alone, below the hot thresholds "
-        f"({config.plan.hot_min_small_files} small files, "
-        f"{config.plan.hot_min_delete_files} delete files)"
+        f"{left} hot partitions with debt left alone: none is due yet (triggers: "
+        f"{_triggers_text(config)})"
     ]
+
+
+def _triggers_text(config: TableConfig) -> str:
+    th = config.plan
+    return (
+        f"{th.trigger_small_files} small files, {th.trigger_delete_files} delete files, "
+        f"{th.trigger_deleted_rows:.0%} of rows position-deleted, "
+        f"{th.trigger_equality_deletes} equality delete files"
+    )
+
+
+def _due(p: PartitionStats, config: TableConfig) -> tuple[str, ...]:
+    """The triggers partition `p` reached (Amoro's minor and major triggers in kind): empty
+    when it is not due."""
+    th = config.plan
+    why: list[str] = []
+    if p.small_files >= th.trigger_small_files:
+        why.append(f"{p.small_files} small files (trigger {th.trigger_small_files})")
+    if p.all_delete_files >= th.trigger_delete_files:
+        why.append(f"{p.all_delete_files} delete files (trigger {th.trigger_delete_files})")
+    if p.position_delete_records and p.deleted_rows_share >= th.trigger_deleted_rows:
+        why.append(
+            f"{p.deleted_rows_share:.0%} of its rows position-deleted "
+            f"(trigger {th.trigger_deleted_rows:.0%})"
+        )
+    equality = p.equality_delete_files + p.dangling_equality_delete_files
+    if equality >= th.trigger_equality_deletes:
+        why.append(f"{equality} equality delete files (trigger {th.trigger_equality_deletes})")
+    return tuple(why)
+
+
+def _due_text(due: Mapping[str, Sequence[str]], hot: Mapping[Any, str] | None = None) -> list[str]:
+    """One reason naming the due partitions (the first five), or nothing."""
+    if not due:
+        return []
+    shown = [
+        f"{name}{' (hot)' if hot and name in hot else ''}: {', '.join(why)}"
+        for name, why in list(due.items())[:5]
+    ]
+    more = f"; and {len(due) - 5} more" if len(due) > 5 else ""
+    return [f"{len(due)} partitions due: " + "; ".join(shown) + more]
+
+
+def _over_bound(
+    partitions: Iterable[PartitionStats], config: TableConfig
+) -> tuple[tuple[str, str], ...]:
+    """(name, why) of the named partitions at or past the hard bound, most debt first."""
+    th = config.plan
+    out: list[tuple[str, str]] = []
+    for p in sorted(partitions, key=_most_debt_first):
+        why = [
+            text
+            for reached, text in (
+                (
+                    p.small_files >= th.stop_small_files,
+                    f"{p.small_files} small files (bound {th.stop_small_files})",
+                ),
+                (
+                    p.all_delete_files >= th.stop_delete_files,
+                    f"{p.all_delete_files} delete files (bound {th.stop_delete_files})",
+                ),
+            )
+            if reached
+        ]
+        if why and p.name is not None:
+            out.append((str(p.name), ", ".join(why)))
+    return tuple(out)
 
 
 def recent_where(config: PlanConfig, *, now: datetime) -> tuple[str, date] | None:
@@ -673,21 +771,6 @@ def _why_hot(
     return None
 
 
-def _hot_debt_pays_off(p: PartitionStats, config: TableConfig) -> bool:
-    th = config.plan
-    deletes = p.delete_files + p.dangling_delete_files
-    return p.small_files >= th.hot_min_small_files or deletes >= th.hot_min_delete_files
-
-
-def _hot_text(p: PartitionStats, why: str, config: TableConfig) -> str:
-    return (
-        f"hot partition {p.name} ({why}): {p.small_files} small files, "
-        f"{p.delete_files + p.dangling_delete_files} delete files (hot thresholds: "
-        f"{config.plan.hot_min_small_files} small files or {config.plan.hot_min_delete_files} "
-        "delete files): rewritten alone"
-    )
-
-
 def _has_debt(p: PartitionStats, config: TableConfig, *, everything: bool) -> bool:
     """Whether a data or delete rewrite would change partition `p`."""
     if p.delete_files > 0 or p.dangling_delete_files > 0:
@@ -710,18 +793,35 @@ def _coldest_first(p: PartitionStats) -> tuple[datetime, str]:
     return (p.last_updated_at or _LONG_AGO, str(p.name))
 
 
+def _most_debt_first(p: PartitionStats) -> tuple[int, datetime, str]:
+    return (-p.debt, *_coldest_first(p))
+
+
 def _groups(*groups: Group) -> tuple[Group, ...]:
     """The groups that have a step: a lease without work would hold ingest for nothing."""
     return tuple(g for g in groups if g.steps)
 
 
 def _partition_plans(
-    partitions: Iterable[PartitionStats], hot: Mapping[str, str], groups: Sequence[Group]
+    partitions: Iterable[PartitionStats],
+    hot: Mapping[Any, str],
+    due: Mapping[str, tuple[str, ...]],
+    groups: Sequence[Group],
+    config: TableConfig,
 ) -> tuple[PartitionPlan, ...]:
     group_of = {name: i for i, g in enumerate(groups) for name in g.partitions or ()}
+    parts = list(partitions)
+    over = dict(_over_bound(parts, config))
     return tuple(
-        PartitionPlan(str(p.name), hot.get(str(p.name)), group_of.get(str(p.name)), p)
-        for p in sorted(partitions, key=_coldest_first)
+        PartitionPlan(
+            str(p.name),
+            hot.get(p.name),
+            group_of.get(str(p.name)),
+            p,
+            due=due.get(str(p.name), ()),
+            over_bound=over.get(str(p.name)),
+        )
+        for p in sorted(parts, key=_coldest_first)
     )
 
 

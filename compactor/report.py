@@ -92,6 +92,12 @@ class RunReport:
     started_at: str | None = None
     snapshot_before: int | None = None
     snapshot_after: int | None = None
+    # seconds each partition's writers were held by this run's leases (its group's hold)
+    partition_hold_s: dict[str, float] = field(default_factory=dict)
+    # the partitions past the hard bound whose writers the run held back (backpressure), and
+    # the groups left for the next run when `plan.run_budget` ran out
+    backpressure: list[str] = field(default_factory=list)
+    left_for_next_run: list[list[str] | None] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -99,6 +105,7 @@ class RunReport:
         for key in ("lease_wait_s", "hold_s", "duration_s"):
             if out[key] is not None:
                 out[key] = round(out[key], 3)
+        out["partition_hold_s"] = {k: round(v, 3) for k, v in self.partition_hold_s.items()}
         for group in out["groups"]:
             for key in ("lease_wait_s", "held_s"):
                 if group.get(key) is not None:

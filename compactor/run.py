@@ -152,6 +152,7 @@ def _run(
     on_stats: Callable[[TableStats, Plan | None], None],
     claim: Lease | None,
 ) -> None:
+    budget_from = clock()
     stats = _stats(spark, config, report)
     if stats is None:
         return
@@ -191,7 +192,21 @@ def _run(
         report.outcome, report.reason = Outcome.SKIPPED, "below_thresholds"
         return
 
-    done = _groups(spark, client, config, the_plan, report, clock=clock, before_step=before_step)
+    pressure = _Backpressure(client, config, report, the_plan, claim)
+    try:
+        done = _groups(
+            spark,
+            client,
+            config,
+            the_plan,
+            report,
+            clock=clock,
+            before_step=before_step,
+            budget_from=budget_from,
+            before_group=pressure.hold,
+        )
+    finally:
+        pressure.let_go()
     if done and the_plan.unleased:
         done = _unleased(
             spark, client, config, the_plan, report, state, claim=claim, before_step=before_step
@@ -211,6 +226,66 @@ def _run(
 
 def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
     pass
+
+
+class _Backpressure:
+    """The run's backpressure (docs/design.md §11): the partitions its plan found past the hard
+    bound have their writers held from before the first group until the group that compacts
+    each one is granted its lease; asked again before every group (an intent lives
+    LAKELOCK_INTENT_TTL_S), let go when the groups end. Only under a claim (a live compactor)
+    and with `plan.backpressure`; a service that refuses it is logged, the run goes on."""
+
+    def __init__(
+        self,
+        client: LeaseClient,
+        config: TableConfig,
+        report: RunReport,
+        the_plan: Plan,
+        claim: Lease | None,
+    ) -> None:
+        self.client, self.config, self.report, self.claim = client, config, report, claim
+        self.left = dict(the_plan.over_bound) if claim and config.plan.backpressure else {}
+        self.asked = False
+
+    def hold(self, group: Group) -> None:
+        if self.left and self.claim is not None:
+            reason = "; ".join(f"{name}: {why}" for name, why in self.left.items())
+            try:
+                got = self.client.hold_back(
+                    self.config.name,
+                    claim_id=self.claim.lease_id,
+                    holder=self.report.holder,
+                    partitions=list(self.left),
+                    reason=reason[:1024],
+                )
+            except LakelockError as exc:
+                log.warning("%s: backpressure not applied: %s", self.config.name, exc)
+                self.left = {}
+                return
+            self.asked = True
+            if got.switch == "disabled":
+                log.info("%s: backpressure is switched off: writers not held", self.config.name)
+                self.left = {}
+            elif not self.report.backpressure:
+                self.report.backpressure = list(got.partitions)
+                log.warning(
+                    "%s: backpressure: holding the writers of %s until compacted (%s)",
+                    self.config.name,
+                    ", ".join(got.partitions),
+                    reason,
+                )
+        # the lease this group takes ends the backpressure on its partitions
+        covered = set(self.left) if group.partitions is None else set(group.partitions)
+        self.left = {k: v for k, v in self.left.items() if k not in covered}
+
+    def let_go(self) -> None:
+        if not self.asked:
+            return
+        try:
+            self.client.let_go(self.config.name, holder=self.report.holder)
+        except LakelockError as exc:
+            # each intent expires on its own, with the claim at the latest
+            log.warning("%s: backpressure not let go: %s", self.config.name, exc)
 
 
 def _settle(report: RunReport) -> None:
@@ -240,11 +315,28 @@ def _groups(
     *,
     clock: Callable[[], float],
     before_step: Callable[[Step], None] | None,
+    budget_from: float,
+    before_group: Callable[[Group], None],
 ) -> bool:
     """Each group of the plan under its own lease, released before the next is asked for;
-    True when the run may go on (every group compacted or was skipped)."""
+    True when the run may go on (every group compacted, was skipped, or was left for the next
+    run because `plan.run_budget` ran out since `budget_from`)."""
+    budget = config.plan.run_budget.total_seconds()
     try:
         for i, group in enumerate(the_plan.groups):
+            if i and budget and clock() - budget_from >= budget:
+                report.left_for_next_run = [
+                    None if g.partitions is None else list(g.partitions)
+                    for g in the_plan.groups[i:]
+                ]
+                log.info(
+                    "%s: run budget of %.0fs spent: %d groups left for the next run",
+                    config.name,
+                    budget,
+                    len(the_plan.groups) - i,
+                )
+                break
+            before_group(group)
             entry: dict[str, Any] = {
                 "partitions": None if group.partitions is None else list(group.partitions),
                 "hot": group.hot,
@@ -278,6 +370,8 @@ def _groups(
                 held = clock() - held_at
                 report.hold_s = (report.hold_s or 0.0) + held
                 entry["held_s"] = round(held, 3)
+                for name in group.partitions or ("*",):
+                    report.partition_hold_s[name] = report.partition_hold_s.get(name, 0.0) + held
             steps = report.steps[first:]
             for step in steps:
                 step["lease_id"] = lease.lease_id

@@ -63,6 +63,8 @@ class FileCounts:
     equality_delete_files: int = 0
     delete_bytes: int = 0
     delete_records: int = 0
+    # rows the position delete files that still apply delete (of `delete_records`)
+    position_delete_records: int = 0
     # delete files that no longer apply to any live data file (see the module docstring)
     dangling_position_delete_files: int = 0
     dangling_equality_delete_files: int = 0
@@ -75,6 +77,22 @@ class FileCounts:
     @property
     def dangling_delete_files(self) -> int:
         return self.dangling_position_delete_files + self.dangling_equality_delete_files
+
+    @property
+    def all_delete_files(self) -> int:
+        """Delete files, applying or dangling: what a reader opens and the plan's triggers
+        and bounds count."""
+        return self.delete_files + self.dangling_delete_files
+
+    @property
+    def deleted_rows_share(self) -> float:
+        """The share of data rows position deletes remove (0 without data rows)."""
+        return self.position_delete_records / self.data_records if self.data_records else 0.0
+
+    @property
+    def debt(self) -> int:
+        """Small files plus delete files: what the plan orders partitions by, most first."""
+        return self.small_files + self.all_delete_files
 
 
 _COUNTED = tuple(FileCounts.__dataclass_fields__)
@@ -344,6 +362,8 @@ def _partitions(
                 continue
             if applies:
                 added = {kind: files, "delete_bytes": size, "delete_records": records}
+                if content == 1:
+                    added["position_delete_records"] = records
             else:
                 added = {f"dangling_{kind}": files}
         for name, value in added.items():

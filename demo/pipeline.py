@@ -59,6 +59,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from compactor.claim import Held, take
 from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
 from compactor.report import RunReport, publish
 from compactor.run import run_table
@@ -506,7 +507,7 @@ class Pipeline:
         config = self._table_config()
         while not self.stop.wait(self.options.compact_every_s):
             started = time.time()
-            report = run_table(spark, client=client, config=config, holder="demo-compactor")
+            report = self._compact_once(spark, client, config)
             publish(report, client=client)
             self.compactions.append(report)
             if report.outcome not in ("skipped",):
@@ -517,6 +518,24 @@ class Pipeline:
             self.on_progress(
                 f"compaction {len(self.compactions)}: {report.outcome}{error}, data files {files}, "
                 f"lease wait {report.lease_wait_s or 0:.1f}s"
+            )
+
+    def _compact_once(self, spark: Any, client: Any, config: TableConfig) -> RunReport:
+        """One run, under a claim on the table as the fleet takes it (so the run may hold
+        back writers of partitions past the hard bound); uncoordinated, without one."""
+        if isinstance(client, UncoordinatedClient):
+            return run_table(spark, client=client, config=config, holder="demo-compactor")
+        got = take(client, config.name, holder="demo-compactor", ttl_s=60)
+        if isinstance(got, Held):  # no other compactor runs here; said if one ever does
+            raise RuntimeError(f"the demo's table is claimed by {got.holder}")
+        with got:
+            return run_table(
+                spark,
+                client=client,
+                config=config,
+                holder="demo-compactor",
+                claim=got.lease,
+                before_step=got.check,
             )
 
     def _progress(self, started: float) -> None:

@@ -112,12 +112,16 @@ class GatePass:
     lease: Lease | None = None
     waited_s: float = 0.0
     wait_reasons: list[str] = field(default_factory=list)
+    # of waited_s, the seconds a compactor's backpressure held the pass (docs/design.md §11)
+    backpressure_s: float = 0.0
     held_s: float = 0.0
     outcome: Outcome | None = None
     lease_calls_s: float = 0.0
     lost_reason: str | None = None
     _renewer: Renewer | None = field(default=None, repr=False)
     _warned_lost: bool = field(default=False, repr=False)
+    # the wait counted so far, and the reason of the last refusal: what the time since was for
+    _wait_mark: tuple[float, str | None] = field(default=(0.0, None), repr=False)
 
     def check(self) -> None:
         """Raise LeaseLost unless the lease can still be committed under.
@@ -155,6 +159,7 @@ class GatePass:
             "scope": "table" if self.partitions is None else list(self.partitions),
             "waited_s": round(self.waited_s, 3),
             "wait_reasons": list(self.wait_reasons),
+            "backpressure_s": round(self.backpressure_s, 3),
             "held_s": round(self.held_s, 3),
             "outcome": self.outcome,
             "lease_calls_s": round(self.lease_calls_s, 3),
@@ -172,9 +177,22 @@ class GatePass:
         self.lost_reason = reason
         return reason
 
-    def _note(self, reason: str | None) -> None:
+    def _note(self, reason: str | None, waited_s: float = 0.0) -> None:
+        """A refusal for `reason` after `waited_s` of waiting in all: the time since the last
+        refusal was spent on the ask it refused, so it counts toward that ask's reason."""
+        mark, last = self._wait_mark
+        if last == "backpressure":
+            self.backpressure_s += max(0.0, waited_s - mark)
+        self._wait_mark = (waited_s, reason)
         if reason and reason not in self.wait_reasons:
             self.wait_reasons.append(reason)
+        if reason == "backpressure" and last != "backpressure":
+            log.warning(
+                "commit to %s held back: partitions over their compaction debt bound are being "
+                "compacted first (%s)",
+                self.table,
+                "table" if self.partitions is None else ", ".join(self.partitions[:5]),
+            )
 
 
 class Gate:
@@ -297,15 +315,17 @@ class Gate:
                 partitions=gate_pass.partitions,
                 poll_s=self.poll_s,
                 retry_unavailable=True,
-                on_wait=lambda waited: gate_pass._note(waited.reason),
+                on_wait=lambda waited: gate_pass._note(waited.reason, waited.waited_s),
                 clock=self.clock,
             )
         except NotGranted as exc:
             gate_pass.waited_s = exc.waited_s
             gate_pass.lease_calls_s += exc.calls_s
+            gate_pass._note(None, exc.waited_s)
             return self._timed_out(gate_pass)
         gate_pass.waited_s = got.waited_s
         gate_pass.lease_calls_s += got.calls_s
+        gate_pass._note(None, got.waited_s)  # the last ask, which was granted
         return got.lease
 
     def _timed_out(self, gate_pass: GatePass) -> None:

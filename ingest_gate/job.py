@@ -195,6 +195,7 @@ class BatchRecord:
     rows_merged: int | None = None
     gate_wait_s: float = 0.0
     wait_reasons: list[str] = field(default_factory=list)
+    backpressure_s: float = 0.0
     lease_calls_s: float = 0.0
     lease_id: str | None = None
     scope: list[str] | str = "table"
@@ -588,6 +589,7 @@ class BatchWriter:
         record.scope = info.get("scope", "table")
         record.gate_wait_s = info.get("waited_s", 0.0)
         record.wait_reasons = list(info.get("wait_reasons", []))
+        record.backpressure_s = info.get("backpressure_s", 0.0)
         record.lease_calls_s = info.get("lease_calls_s", 0.0)
         if info.get("outcome"):
             record.outcome = info["outcome"]

@@ -15,7 +15,10 @@ everything; the checker has its own `_overlap` for that, apart from the service'
 - inv7: no maintenance commit through the catalog front (docs/design.md §10) without a live
   maintenance lease of its table, named with its token, whose scope covers the partitions the
   commit touched, at the instant of the commit; a commit that only removes snapshots may name
-  the table's live claim instead.
+  the table's live claim instead;
+- inv8: no commit granted while a compactor's backpressure (docs/design.md §11) holds an
+  intersecting partition, unless the table's backpressure switch is off; and no backpressure
+  opened without a live claim of the table.
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -108,6 +111,9 @@ class _Table:
     maintenance: dict[str, Scope] = field(default_factory=dict)
     claims: set[str] = field(default_factory=set)
     intents: dict[str, Scope] = field(default_factory=dict)  # by request id
+    # a compactor's backpressure, one partition each, by request id; and its switch
+    held_back: dict[str, Scope] = field(default_factory=dict)
+    backpressure_off: bool = False
     paused: bool = False
     last_token: int = 0
 
@@ -121,6 +127,10 @@ class _Table:
         self.flag(held, "inv2: commit granted while maintenance live", e)
         draining = any(_overlap(scope, x) for x in self.intents.values())
         self.flag(draining, "inv5: commit granted while intent open", e)
+        held_back = any(_overlap(scope, x) for x in self.held_back.values())
+        self.flag(
+            held_back and not self.backpressure_off, "inv8: commit granted under backpressure", e
+        )
         self.flag(self.paused, "inv5: commit granted while paused", e)
         self.commits[e["lease_id"]] = scope
 
@@ -134,6 +144,13 @@ class _Table:
         self.last_token = token
         self.maintenance[e["lease_id"]] = scope
         self.intents.pop(e["detail"].get("request_id"), None)
+
+    def hold_back(self, e: dict[str, Any], _scope: Scope) -> None:
+        self.flag(e["lease_id"] not in self.claims, "inv8: backpressure without a live claim", e)
+        for request_id, name in zip(
+            e["detail"]["request_ids"], e["detail"]["partitions"], strict=True
+        ):
+            self.held_back[request_id] = frozenset((name,))
 
     def claim(self, e: dict[str, Any], _scope: Scope) -> None:
         self.flag(bool(self.claims), f"inv6: claim granted while {sorted(self.claims)} live", e)
@@ -149,9 +166,11 @@ class _Table:
 
     def close_intent(self, e: dict[str, Any], _scope: Scope) -> None:
         self.intents.pop(e["detail"]["request_id"], None)
+        self.held_back.pop(e["detail"]["request_id"], None)
 
     def switch(self, e: dict[str, Any], _scope: Scope) -> None:
         self.paused = e["detail"]["after"]["ingest"] == "paused"
+        self.backpressure_off = e["detail"]["after"].get("backpressure") == "disabled"
 
     def apply(self, e: dict[str, Any]) -> None:
         name = e["event"]
@@ -163,6 +182,7 @@ class _Table:
                 "lease.expired": self.end,
                 "lease.revoked": self.end,
                 "intent.opened": self.open_intent,
+                "backpressure.on": self.hold_back,
                 "intent.expired": self.close_intent,
                 "intent.withdrawn": self.close_intent,
                 "intent.fulfilled": self.close_intent,
@@ -172,7 +192,7 @@ class _Table:
 
 
 def replay(history: History) -> list[str]:
-    """Invariants 1, 2, 3, 5 and 6 by replaying each table's events in commit order."""
+    """Invariants 1, 2, 3, 5, 6 and 8 by replaying each table's events in commit order."""
     violations: list[str] = []
     tables: dict[str, _Table] = {}
     for event in history.events:

@@ -16,6 +16,7 @@ from tests.helpers import (
     state,
     switch,
 )
+from tests.invariants import History, load_history, replay
 
 TABLE = "lake.db.events"
 HOT, OTHER = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"
@@ -35,7 +36,7 @@ def hold_back(api, lease, partitions=(HOT,), holder=RUN, **body):
     )
 
 
-def test_backpressure_holds_the_partitions_writers_until_the_compactor_takes_it(api):
+def test_backpressure_holds_the_partitions_writers_until_the_compactor_takes_it(api, db_url):
     held = claim(api).json()
     answer = hold_back(api, held)
     assert answer.status_code == 200, answer.text
@@ -62,6 +63,38 @@ def test_backpressure_holds_the_partitions_writers_until_the_compactor_takes_it(
     assert commit(api, partitions=[HOT]).status_code == 201
     on = [e for e in events(api) if e["event"] == "backpressure.on"]
     assert on[0]["detail"]["partitions"] == [HOT] and on[0]["lease_id"] == held["lease_id"]
+    assert replay(load_history(db_url, [])) == []
+
+
+def test_the_checker_flags_a_commit_under_backpressure_and_one_without_a_claim():
+    def event(n, name, kind=None, lease_id=None, **detail):
+        return {
+            "id": n,
+            "table_name": TABLE,
+            "event": name,
+            "kind": kind,
+            "lease_id": lease_id,
+            "token": None,
+            "detail": detail,
+        }
+
+    on = {"partitions": [HOT], "request_ids": ["bp-1"]}
+    history = History(
+        [
+            event(1, "lease.acquired", "claim", "c1"),
+            event(2, "backpressure.on", "intent", "c1", **on),
+            event(3, "lease.acquired", "commit", "k1", partitions=[OTHER]),
+            event(4, "lease.acquired", "commit", "k2", partitions=[HOT]),
+            event(5, "lease.released", "claim", "c1"),
+            event(6, "backpressure.on", "intent", "c1", **on),
+        ],
+        [],
+        [],
+    )
+    found = replay(history)
+    assert len(found) == 2
+    assert found[0].startswith("inv8: commit granted under backpressure") and "k2" in found[0]
+    assert found[1].startswith("inv8: backpressure without a live claim")
 
 
 def test_another_holders_grant_does_not_end_it(api):

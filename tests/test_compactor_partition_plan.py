@@ -1,6 +1,7 @@
-"""plan() per partition, on plain stats: cold partitions preferred and grouped, the hot window
-and live commit leases, hot partitions only above their thresholds and alone, rewrite_manifests
-on the whole table, expiry without a lease, and the whole-table fallbacks. No Spark."""
+"""plan() per partition, on plain stats: the triggers that make a partition due, most debt
+first, cold partitions grouped, hot ones (the hot window, live commit leases) compacted when due
+in small groups, the hard bound, rewrite_manifests on the whole table, expiry without a lease,
+and the whole-table fallbacks. No Spark."""
 
 from __future__ import annotations
 
@@ -67,49 +68,109 @@ def test_cold_partitions_with_small_files_are_rewritten_under_one_scoped_lease()
     )
 
 
-def test_a_partition_updated_within_the_hot_window_is_left_alone_below_its_threshold():
+def test_a_hot_partition_that_is_due_goes_first_in_a_group_of_its_own():
     fresh = hour(13, small=30, age=timedelta(minutes=5))
 
     p = plan(stats(hour(10, small=8), hour(11, small=8), fresh), config(), NOW)
 
+    # most debt first: the hot partition's group, then the cold ones
+    assert leases(p) == [("dt=2024-06-20/hr=13",), ("dt=2024-06-20/hr=10", "dt=2024-06-20/hr=11")]
+    assert [g.hot for g in p.groups] == [True, False]
+    states = {q.name: (q.hot is not None, q.group, q.due) for q in p.partitions}
+    assert states["dt=2024-06-20/hr=13"] == (True, 0, ("30 small files (trigger 12)",))
+    assert any(
+        "1 partitions due: dt=2024-06-20/hr=13 (hot): 30 small files" in r for r in p.reasons
+    )
+
+
+def test_a_hot_partition_below_its_triggers_is_left_alone_and_says_why():
+    warm = hour(13, small=8, pos=3, age=timedelta(minutes=5))
+
+    p = plan(stats(hour(10, small=8), hour(11, small=8), warm), config(), NOW)
+
     assert leases(p) == [("dt=2024-06-20/hr=10", "dt=2024-06-20/hr=11")]
-    states = {q.name: (q.hot is not None, q.group) for q in p.partitions}
-    assert states["dt=2024-06-20/hr=13"] == (True, None)
-    assert any("1 hot partitions left alone" in r for r in p.reasons)
+    assert any("1 hot partitions with debt left alone: none is due yet" in r for r in p.reasons)
 
 
-def test_hot_small_files_do_not_make_the_run_pay_off():
-    # 30 small files, all in a hot partition: the cold thresholds see none of them
-    p = plan(stats(hour(13, small=30, age=timedelta(minutes=1)), hour(9)), config(), NOW)
+def test_hot_small_files_below_the_trigger_do_not_make_the_run_pay_off():
+    # 10 small files, all in a hot partition: the cold thresholds see none, no trigger fires
+    p = plan(stats(hour(13, small=10, age=timedelta(minutes=1)), hour(9)), config(), NOW)
 
     assert not p.run and p.groups == ()
 
 
-def test_a_hot_partition_above_its_threshold_is_rewritten_alone_after_the_cold_groups():
-    hot = hour(13, small=60, age=timedelta(minutes=1))
-    also_hot = hour(12, small=55, age=timedelta(minutes=2))
+def test_due_hot_partitions_are_rewritten_in_small_groups_most_debt_first():
+    hot = [
+        hour(13, small=60, age=timedelta(minutes=1)),
+        hour(12, small=55, age=timedelta(minutes=2)),
+        hour(14, small=20, age=timedelta(minutes=1)),
+    ]
 
-    p = plan(stats(hour(10, small=8), hour(11, small=8), hot, also_hot), config(), NOW)
+    p = plan(stats(hour(10, small=8), hour(11, small=8), *hot), config(), NOW)
 
     assert leases(p) == [
+        ("dt=2024-06-20/hr=13", "dt=2024-06-20/hr=12"),
+        ("dt=2024-06-20/hr=14",),
         ("dt=2024-06-20/hr=10", "dt=2024-06-20/hr=11"),
-        ("dt=2024-06-20/hr=12",),
-        ("dt=2024-06-20/hr=13",),
     ]
-    assert [g.hot for g in p.groups] == [False, True, True]
-    assert any("hot partition dt=2024-06-20/hr=13" in r and "alone" in r for r in p.reasons)
+    assert [g.hot for g in p.groups] == [True, True, False]
 
 
-def test_a_partition_a_live_commit_lease_covers_is_hot_whatever_its_age():
+def test_a_commit_in_flight_is_no_reason_to_skip_a_due_partition():
+    """The partition a live commit lease covers is compacted when due: the scoped maintenance
+    lease drains that commit first (the run waits a second, it does not skip)."""
     p = plan(
-        stats(hour(10, small=8), hour(11, small=8)),
+        stats(hour(10, small=2), hour(11, small=14, pos=3)),
         config(hot_window=timedelta(0)),
         NOW,
         leased={"dt=2024-06-20/hr=11"},
     )
 
-    assert leases(p) == [("dt=2024-06-20/hr=10",)]
+    assert p.run
+    assert leases(p) == [("dt=2024-06-20/hr=11",)]
     assert p.partitions[1].hot == "a live commit lease covers it"
+
+
+def test_each_trigger_makes_a_partition_due():
+    def due(**counts):
+        part = PartitionStats(
+            {"dt": "2024-06-20", "hr": 1}, name="dt=2024-06-20/hr=1", last_updated_at=NOW, **counts
+        )
+        p = plan(stats(part), config(min_small_files=100, min_delete_files=100), NOW)
+        return p.run, p.partitions[0].due
+
+    assert due(data_files=12, small_files=12) == (True, ("12 small files (trigger 12)",))
+    assert due(data_files=11, small_files=11) == (False, ())
+    # 10 of 100 rows position-deleted, by 2 delete files
+    ratio = due(data_files=2, data_records=100, position_delete_files=2, position_delete_records=10)
+    assert ratio == (True, ("10% of its rows position-deleted (trigger 10%)",))
+    assert (
+        due(data_files=2, data_records=100, position_delete_files=2, position_delete_records=9)[1]
+        == ()
+    )
+    assert due(data_files=3, equality_delete_files=1)[1] == ("1 equality delete files (trigger 1)",)
+    assert due(data_files=3, position_delete_files=6, dangling_position_delete_files=6)[1] == (
+        "12 delete files (trigger 12)",
+    )
+
+
+def test_partitions_past_the_hard_bound_are_named_most_debt_first():
+    p = plan(
+        stats(
+            hour(10, small=24),
+            hour(11, small=13, pos=30),
+            hour(12, small=23, pos=0),
+        ),
+        config(),
+        NOW,
+    )
+
+    assert p.over_bound == (
+        ("dt=2024-06-20/hr=11", "30 delete files (bound 24)"),
+        ("dt=2024-06-20/hr=10", "24 small files (bound 24)"),
+    )
+    assert {q.name: q.over_bound for q in p.partitions}["dt=2024-06-20/hr=12"] is None
+    assert "over the hard bound: dt=2024-06-20/hr=11 (30 delete files (bound 24))" in p.describe()
 
 
 def test_cold_partitions_are_grouped_coldest_first_up_to_the_group_size():
@@ -126,7 +187,7 @@ def test_cold_partitions_are_grouped_coldest_first_up_to_the_group_size():
 
 def test_each_group_plans_only_the_steps_its_partitions_need():
     small = [hour(h, small=6) for h in range(2)]
-    dangling = hour(5, dangling_pos=12)
+    dangling = hour(5, dangling_pos=3)
 
     p = plan(stats(*small, dangling), config(max_partitions_per_group=2), NOW)
 
@@ -187,7 +248,7 @@ def test_the_plan_shows_partitions_hot_and_cold_and_the_groups():
 
 
 def test_after_the_cold_groups_are_compacted_the_next_plan_is_empty():
-    fresh = hour(13, small=30, age=timedelta(minutes=5))
+    fresh = hour(13, small=10, age=timedelta(minutes=5))
     compacted = [replace(hour(h, small=1)) for h in (10, 11)]
 
     p = plan(stats(*compacted, fresh), config(), NOW)

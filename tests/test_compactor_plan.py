@@ -120,7 +120,11 @@ def test_many_delete_files_plan_a_rewrite_that_applies_them_and_drops_them():
 
 def test_dangling_deletes_do_not_count_as_deletes():
     # the demo's table after a data rewrite: 12 delete files, every one naming a file now gone
-    p = plan(stats(part("2024-05-10", data=5, dangling_pos=12)), config(min_delete_files=20), NOW)
+    p = plan(
+        stats(part("2024-05-10", data=5, dangling_pos=12)),
+        config(min_delete_files=20, trigger_delete_files=20, stop_delete_files=20),
+        NOW,
+    )
 
     assert not p.run
     assert any("0 delete files" in r for r in p.reasons)

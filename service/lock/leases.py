@@ -522,7 +522,7 @@ def hold_back(
     if row.backpressure == "disabled":
         return Backpressure(table=table, partitions=[], switch="disabled", remaining_s=0.0)
     expires = min(at + intent_ttl, claim.expires_at)
-    opened: list[str] = []
+    opened: dict[str, str] = {}  # partition: its intent's request id
     for name in dict.fromkeys(partitions):
         request_id = f"backpressure-{uuid.uuid5(uuid.NAMESPACE_URL, holder + chr(0) + name)}"
         intent = live.intent(request_id)
@@ -532,7 +532,7 @@ def hold_back(
         store.insert_intent(
             conn, IntentRow(table, request_id, holder, (name,), at, expires, cause="backpressure")
         )
-        opened.append(name)
+        opened[name] = request_id
     if opened:
         audit.record(
             conn,
@@ -541,7 +541,8 @@ def hold_back(
             event="backpressure.on",
             kind="intent",
             holder=holder,
-            partitions=opened,
+            partitions=list(opened),
+            request_ids=list(opened.values()),
             lease_id=claim_id,
             reason=reason,
         )
