@@ -10,6 +10,8 @@ small_files              data files under the small size (`plan.small_file_fract
 delete_files             delete files that still apply to live data, and dangling ones
 partitions_over_target   partitions a rewrite would change: at least min-input-files small
                          files, or any delete file
+partitions_over_bound    partitions at `plan.stop_small_files` or `plan.stop_delete_files`
+worst_partition          the most small plus delete files in one partition
 """
 
 from __future__ import annotations
@@ -38,12 +40,19 @@ def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) ->
         for p in stats.partitions
         if p.small_files >= min_input or p.delete_files or p.dangling_delete_files
     )
+    th = config.plan
     return {
         "snapshot_id": stats.current_snapshot_id,
         "data_files": totals.data_files,
         "small_files": totals.small_files,
         "delete_files": totals.delete_files + totals.dangling_delete_files,
         "partitions_over_target": over,
+        "partitions_over_bound": sum(
+            1
+            for p in stats.partitions
+            if p.small_files >= th.stop_small_files or p.all_delete_files >= th.stop_delete_files
+        ),
+        "worst_partition": max((p.debt for p in stats.partitions), default=0),
         "records": totals.data_records,
         "measured_at": measured_at.isoformat(),
     }

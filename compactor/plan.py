@@ -11,14 +11,22 @@
 Leases (docs/design.md §4). With `lease.scope = "partitions"` (the default) the plan is made per
 partition, named by `jobkit.partition.partition_name` (the gate's names, byte for byte):
 
+    due              one of its triggers fired (docs/design.md §11): `plan.trigger_small_files`
+                     small files, `plan.trigger_delete_files` delete files (dangling ones too),
+                     `plan.trigger_deleted_rows` of its rows position-deleted, or
+                     `plan.trigger_equality_deletes` equality delete files
     hot              a live commit lease covers it (`leased`), or a commit touched it within
                      `plan.hot_window` (`last_updated_at` of the `partitions` table)
     cold groups      when the cold partitions pay off (the thresholds below, over the cold
-                     partitions), every cold partition a rewrite would change, coldest first, in
-                     groups of at most `plan.max_partitions_per_group`; one lease per group
-    hot partitions   only one whose own debt reaches `plan.hot_min_small_files` or
-                     `plan.hot_min_delete_files`, and then alone: a writer of it waits for one
-                     partition's rewrite at most
+                     partitions), every cold partition a rewrite would change, and every due
+                     cold one in any case, in groups of at most `plan.max_partitions_per_group`
+    hot groups       every due hot partition, in groups of `plan.hot_partitions_per_group`: a
+                     commit in flight is a reason to drain, not to skip; a hot partition that
+                     is not due is left alone
+    order            the group holding the most indebted partition (small plus delete files)
+                     first, so a run cut short by `plan.run_budget` leaves the least behind
+    over_bound       the partitions at `plan.stop_small_files` or `plan.stop_delete_files`:
+                     the run holds their writers until it compacts them (compactor.run)
     rewrite_manifests  rewrites the table's manifest list: a whole-table lease of its own, only
                      when the manifests pay off
     expire_snapshots, remove_orphan_files  no lease at all, after the groups: they hold no
@@ -46,6 +54,7 @@ else the whole table; only the cold ones with partition scope):
                       floors (see `snapshot_expiry`), not all snapshots
     rewrite-all       the daily full rewrite is due: now is at or after `full_rewrite_at` (UTC)
                       and no rewrite-all snapshot was committed since that time today
+    a due partition   any partition in scope, hot or cold (with `lease.scope = "table"` too)
 
 Steps, in this order, each only when enabled and when it has work: rewrite_data_files,
 rewrite_position_delete_files, rewrite_manifests, expire_snapshots, remove_orphan_files.
@@ -437,7 +446,7 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     config = frame.config
     scope = Totals.of(frame.in_scope)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
-    due = {str(p.name): why for p in frame.in_scope if (why := _due(p, config))}
+    due = {str(p.name): why for p in _by_debt(frame.in_scope) if (why := _due(p, config))}
     data_run += _due_text(due)
     over = _over_bound(frame.in_scope, config)
     reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
@@ -475,7 +484,7 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
     config, in_scope = frame.config, frame.in_scope
     cold_at = now - config.plan.hot_window
     hot = {p.name: why for p in in_scope if (why := _why_hot(p, leased, cold_at, config))}
-    due = {str(p.name): why for p in in_scope if (why := _due(p, config))}
+    due = {str(p.name): why for p in _by_debt(in_scope) if (why := _due(p, config))}
     cold = [p for p in in_scope if p.name not in hot]
     scope = Totals.of(cold)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
@@ -489,17 +498,12 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
         parts = _partition_plans(in_scope, hot, due, (), config)
         return frame.made(run=False, reasons=idle, scope=scope, partitions=parts)
     sweep = frame.everything or bool(data_run)
-    picked_cold = sorted(
-        (
-            p
-            for p in cold
-            if p.name in due or (sweep and _has_debt(p, config, everything=frame.everything))
-        ),
-        key=_most_debt_first,
+    picked_cold = _by_debt(
+        p
+        for p in cold
+        if p.name in due or (sweep and _has_debt(p, config, everything=frame.everything))
     )
-    picked_hot = sorted(
-        (p for p in in_scope if p.name in hot and p.name in due), key=_most_debt_first
-    )
+    picked_hot = _by_debt(p for p in in_scope if p.name in hot and p.name in due)
     chunks = _chunks(picked_cold, config.plan.max_partitions_per_group) + _chunks(
         picked_hot, config.plan.hot_partitions_per_group
     )
@@ -594,7 +598,7 @@ def _over_bound(
     """(name, why) of the named partitions at or past the hard bound, most debt first."""
     th = config.plan
     out: list[tuple[str, str]] = []
-    for p in sorted(partitions, key=_most_debt_first):
+    for p in _by_debt(partitions):
         why = [
             text
             for reached, text in (
@@ -795,6 +799,10 @@ def _coldest_first(p: PartitionStats) -> tuple[datetime, str]:
 
 def _most_debt_first(p: PartitionStats) -> tuple[int, datetime, str]:
     return (-p.debt, *_coldest_first(p))
+
+
+def _by_debt(partitions: Iterable[PartitionStats]) -> list[PartitionStats]:
+    return sorted(partitions, key=_most_debt_first)
 
 
 def _groups(*groups: Group) -> tuple[Group, ...]:

@@ -12,7 +12,12 @@ The order, and why:
     groups           one after another, each under its own lease on its partitions (or the
                      whole table), released before the next group asks: a group skipped because
                      its partitions are held or do not drain leaves the next groups to try; a
-                     failure or a lost lease ends the run
+                     failure or a lost lease ends the run; no group starts once
+                     `plan.run_budget` is spent (`left_for_next_run`); each partition's hold is
+                     in `partition_hold_s`
+    backpressure     under the caller's claim, the partitions the plan found past the hard
+                     bound have their writers held until their group's lease is granted
+                     (asked again before each group, let go after the groups; docs/design.md §11)
     lease            acquire_maintenance waits through the drain (compactor.lease)
     renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
                      renew, revoke, or no renew within the deadline) it cancels our Spark jobs

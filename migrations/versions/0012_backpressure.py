@@ -2,7 +2,8 @@
 
 `lakelock_intents.cause` tells a maintenance request's drain (`drain`, every intent before)
 from a compactor's backpressure on one partition (`backpressure`); `lakelock_tables.backpressure`
-is the operator's switch for it (`enabled` | `disabled`).
+is the operator's switch for it (`enabled` | `disabled`). A debt report also says how many
+partitions are past the hard bound and the most debt in one partition (null in older reports).
 
 Revision ID: 0012
 Revises: 0011
@@ -25,11 +26,17 @@ def upgrade() -> None:
         batch.add_column(
             sa.Column("backpressure", sa.String(16), nullable=False, server_default="enabled")
         )
+    with op.batch_alter_table("lakelock_debt") as batch:
+        batch.add_column(sa.Column("partitions_over_bound", sa.BigInteger))
+        batch.add_column(sa.Column("worst_partition", sa.BigInteger))
 
 
 def downgrade() -> None:
     # a backpressure intent left would hold writers as a drain would, until its expiry: end them
     op.execute("DELETE FROM lakelock_intents WHERE cause = 'backpressure'")
+    with op.batch_alter_table("lakelock_debt") as batch:
+        batch.drop_column("worst_partition")
+        batch.drop_column("partitions_over_bound")
     with op.batch_alter_table("lakelock_tables") as batch:
         batch.drop_column("backpressure")
     with op.batch_alter_table("lakelock_intents") as batch:

@@ -193,6 +193,9 @@ debt_t = Table(
     Column("small_files", BigInteger, nullable=False),
     Column("delete_files", BigInteger, nullable=False),
     Column("partitions_over_target", BigInteger, nullable=False),
+    # past the hard bound (backpressure), and the most debt in one partition (migration 0012)
+    Column("partitions_over_bound", BigInteger),
+    Column("worst_partition", BigInteger),
     Column("records", BigInteger),
     # the compactor's own clock, as it sent it (RFC 3339): informational, never compared
     Column("measured_at", String(64)),

@@ -33,6 +33,8 @@ _COUNTS = (
     "small_files",
     "delete_files",
     "partitions_over_target",
+    "partitions_over_bound",
+    "worst_partition",
     "records",
 )
 

@@ -45,6 +45,7 @@ from service.lock.db import (
     now,
     tables_t,
 )
+from service.lock.rows import seconds
 from service.wire import TableDebt
 from service.wire.scope import label
 
@@ -204,9 +205,16 @@ class StateCollector(Collector):
         up.add_metric([], 1)
         yield up
         live = GaugeMetricFamily("lakelock_live_leases", "Live leases", labels=["kind"])
+        age = GaugeMetricFamily(
+            "lakelock_oldest_lease_seconds",
+            "How long the oldest live lease of each kind has been held (0: none is live)",
+            labels=["kind"],
+        )
         for kind in ("commit", "maintenance", "claim"):
             live.add_metric([kind], state[kind])
+            age.add_metric([kind], state[f"{kind}_age"])
         yield live
+        yield age
         yield GaugeMetricFamily(
             "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
         )
@@ -237,6 +245,8 @@ _DEBT_GAUGES = (
     ("small_files", "Data files under the small size, as last reported"),
     ("delete_files", "Delete files that still apply, as last reported"),
     ("partitions_over_target", "Partitions a rewrite would change, as last reported"),
+    ("partitions_over_bound", "Partitions past the hard bound of debt, as last reported"),
+    ("worst_partition", "The most small plus delete files in one partition, as last reported"),
 )
 
 
@@ -250,7 +260,9 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
             labels=["table"],
         )
         for table, owed in heaviest:
-            family.add_metric([table], getattr(owed, name))
+            value = getattr(owed, name)
+            if value is not None:  # not in a report from before the count existed
+                family.add_metric([table], value)
         yield family
 
 
@@ -267,8 +279,11 @@ def read_state(conn: Connection) -> dict[str, Any]:
     for kind, leases_t in kinds:
         c = leases_t.c
         # by the (ended_at, expires_at) index: not ended, expiry ahead
-        live = select(func.count()).where(c.ended_at.is_(None), c.expires_at > at)
-        counts[kind] = conn.execute(live).scalar_one()
+        live = select(func.count(), func.min(c.acquired_at)).where(
+            c.ended_at.is_(None), c.expires_at > at
+        )
+        counts[kind], oldest = conn.execute(live).one()
+        counts[f"{kind}_age"] = 0.0 if oldest is None else max(0.0, seconds(at - oldest))
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()

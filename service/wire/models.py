@@ -318,6 +318,14 @@ class DebtBody(_Body):
     partitions_over_target: Count = Field(
         description="partitions a rewrite would change (enough small files, or delete files)"
     )
+    partitions_over_bound: Count | None = Field(
+        default=None,
+        description="partitions past the compactor's hard bound of small or delete files, whose "
+        "writers backpressure holds while a compactor compacts them",
+    )
+    worst_partition: Count | None = Field(
+        default=None, description="the most small plus delete files in one partition"
+    )
     records: Count | None = Field(default=None, description="live records, when known")
     measured_at: DateTimeText | None = Field(
         default=None,
@@ -528,6 +536,8 @@ class TableDebt(_Answer):
     small_files: int
     delete_files: int
     partitions_over_target: int
+    partitions_over_bound: int | None = None
+    worst_partition: int | None = None
     records: int | None = None
     measured_at: str | None = None
     reported_by: str | None = None

@@ -233,9 +233,10 @@ def _compactor_config(submitter: Submitter, *, ttl: str = "30s") -> str:
         f"[service]\nurl = {json.dumps(submitter.service_url)}\n"
         + submitter.catalog.toml()
         + f'[defaults.lease]\nttl = "{ttl}"\nmax_wait = "5m"\n'
-        # a live commit lease makes its partitions hot: let them be rewritten all the same
+        # a live commit lease makes its partitions hot: they are rewritten when due
         + "[defaults.plan]\nmin_small_files = 2\nmin_delete_files = 1\n"
-        + "hot_min_small_files = 2\nhot_min_delete_files = 1\n"
+        + "trigger_small_files = 2\ntrigger_delete_files = 1\n"
+        + "stop_small_files = 200\nstop_delete_files = 200\n"
         + '[defaults.rewrite_data_files]\noptions = { "min-input-files" = 2 }\n'
         + f'[[tables]]\nname = "{TABLE}"\n'
     )

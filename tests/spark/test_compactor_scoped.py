@@ -1,9 +1,11 @@
 """The compactor with partition scope on a real partitioned table and a real lakelock service:
 one scoped maintenance lease per group of cold partitions, named as the `partitions` metadata
-table names them, while a writer keeps its commit lease on a hot partition."""
+table names them, while a writer keeps its commit lease on a hot partition; a due partition
+under a commit in flight is drained and compacted, not skipped."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from datetime import timedelta
 
@@ -14,6 +16,7 @@ from compactor.report import Outcome
 from compactor.run import run_table
 from jobkit.partition import read_spec, table_partition_names
 from service.client import LeaseClient
+from tests.helpers import HANG_GUARD_S, wait_until
 from tests.spark.test_compactor_converges import read_with_pyiceberg
 
 pytestmark = pytest.mark.spark
@@ -79,7 +82,10 @@ def test_cold_partitions_are_compacted_in_scoped_groups_while_a_hot_one_keeps_co
     before_rows = read_with_pyiceberg(spark, table)
     config = replace(
         TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
-        plan=PlanConfig(hot_window=timedelta(0), max_partitions_per_group=2),
+        # 12 small files a partition, below the trigger: the hot one is not due
+        plan=PlanConfig(
+            hot_window=timedelta(0), max_partitions_per_group=2, trigger_small_files=13
+        ),
     )
     # a writer on the newest hour: the planner sees its commit lease, the partition is hot
     writer = job_client.acquire_commit(table, holder="ingest-hot", ttl_s=60, partitions=[HOT])
@@ -117,6 +123,42 @@ def test_cold_partitions_are_compacted_in_scoped_groups_while_a_hot_one_keeps_co
     assert after_files[HOT] == before_files[HOT]
     assert read_with_pyiceberg(spark, table) == before_rows
     assert job_client.state(table)["maintenance_leases"] == []
+
+
+def test_a_due_partition_under_a_commit_in_flight_is_compacted_once_it_drains(
+    spark, job_client, operator
+):
+    """A commit in flight is a reason to wait, not to skip (docs/design.md §11): the run drains
+    the writer of the due partition and compacts it, the hot group first (most debt)."""
+    table = make_hourly_table(spark, "drained")
+    spark.sql(f"INSERT INTO {table} SELECT id, DATE '2024-06-20', 13, 'x' FROM range(0, 40, 1, 4)")
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
+        plan=PlanConfig(hot_window=timedelta(0), max_partitions_per_group=3),
+    )
+    writer = job_client.acquire_commit(table, holder="ingest-hot", ttl_s=120, partitions=[HOT])
+    drained = threading.Event()
+
+    def commit_lands_when_asked() -> None:
+        # the writer's batch ends once the run's intent holds the partition: drive by state
+        wait_until(lambda: job_client.state(table)["intents"], "the run's intent on the hot hour")
+        job_client.release(writer)
+        drained.set()
+
+    ender = threading.Thread(target=commit_lands_when_asked, daemon=True)
+    ender.start()
+    report = run_table(spark, client=job_client, config=config)
+    ender.join(timeout=HANG_GUARD_S)
+
+    assert drained.is_set()
+    assert report.outcome == Outcome.COMPACTED, report.as_dict()
+    assert report.groups[0]["partitions"] == [HOT] and report.groups[0]["hot"]
+    assert report.groups[0]["lease_wait_s"] > 0
+    assert report.plan_reasons[0].startswith("4 partitions due: dt=2024-06-20/hr=13 (hot): 16")
+    assert set(files_per_partition(spark, table).values()) == {1}
+    assert set(report.partition_hold_s) == set(
+        table_partition_names(spark, table, read_spec(spark, table))
+    )
 
 
 def test_scope_table_takes_one_whole_table_lease(spark, job_client, operator):
