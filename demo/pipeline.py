@@ -55,7 +55,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,7 @@ from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, Ta
 from compactor.report import RunReport, publish
 from compactor.run import run_table
 from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
+from demo.health import Health, sample
 from demo.kafka import LocalKafka, as_messages
 from demo.local import LocalService
 from ingest_gate.config import IngestConfig
@@ -119,6 +120,9 @@ class PipelineOptions:
     max_hold_s: float = 120.0
     spark_master: str = "local[2]"
     progress_every_s: float = 5.0
+    health_every_s: float = 5.0
+    # False: no compactor at all (the streaming-health benchmark's baseline)
+    compactions_on: bool = True
     # by counts (see the module docstring): `events` set switches from duration_s to counts
     events: int | None = None
     compactions: int = 1
@@ -162,6 +166,8 @@ class PipelineResult:
     rows: list[dict[str, Any]]
     data_files_now: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    # the table read with pyiceberg every `health_every_s` while the stream ran (demo.health)
+    health: list[Health] = field(default_factory=list)
     duration_s: float = 0.0
     goals_missed: list[str] = field(default_factory=list)
 
@@ -191,6 +197,28 @@ class PipelineResult:
 
     def max_ingest_wait_s(self) -> float:
         return max((b.record.gate_wait_s for b in self.batches), default=0.0)
+
+    def warm(self) -> list[Health]:
+        """The samples after the second compactor run ended (all of them without a compactor
+        or before a second run): what the compaction cycle holds the table to."""
+        ends = [r.started_at for r in self.compactions if r.started_at is not None]
+        if not self.options.compactions_on or len(ends) < 2:
+            return list(self.health)
+        after = datetime.fromisoformat(ends[1]).timestamp() + (self.compactions[1].duration_s or 0)
+        return [h for h in self.health if h.at >= after]
+
+    def ingest_held(self) -> dict[str, float]:
+        """Seconds the gate held batches (all waits, and of them backpressure), and their share
+        of the run."""
+        waited = sum(b.record.gate_wait_s for b in self.batches)
+        pressed = sum(b.record.backpressure_s for b in self.batches)
+        run = self.duration_s or 1.0
+        return {
+            "ingest_wait_s": round(waited, 2),
+            "ingest_wait_share": round(waited / run, 4),
+            "backpressure_s": round(pressed, 2),
+            "backpressure_share": round(pressed / run, 4),
+        }
 
     def summary(self) -> dict[str, Any]:
         compacted = [r for r in self.compactions if r.outcome == "compacted"]
@@ -226,6 +254,13 @@ class PipelineResult:
             "max_ingest_wait_s": round(
                 max((b.record.gate_wait_s for b in self.batches), default=0), 3
             ),
+            **self.ingest_held(),
+            "compactor_hold_s": round(sum(r.hold_s or 0.0 for r in self.compactions), 2),
+            "compactor_max_partition_hold_s": round(
+                max((v for r in self.compactions for v in r.partition_hold_s.values()), default=0),
+                2,
+            ),
+            **_worst_after_warmup(self.warm()),
             "warehouse": str((self.options.workdir / "warehouse").resolve()),
             "table": self.options.table,
             **(
@@ -234,6 +269,23 @@ class PipelineResult:
                 else {"landing": str((self.options.workdir / "landing").resolve())}
             ),
         }
+
+
+def _worst_after_warmup(samples: list[Health]) -> dict[str, Any]:
+    """The worst partition the samples saw (after the warm-up), and the table's peak."""
+    if not samples:
+        return {"worst_partition_after_warmup": None}
+    worst = max(
+        ((name, f) for h in samples for name, f in h.partitions.items()),
+        key=lambda nf: (nf[1].total, nf[0]),
+        default=None,
+    )
+    return {
+        "worst_partition_after_warmup": None
+        if worst is None
+        else f"{worst[0]}: {worst[1].data} data + {worst[1].deletes} delete files",
+        "table_files_peak_after_warmup": max(h.data_files + h.delete_files for h in samples),
+    }
 
 
 def _stop_queries(spark: Any) -> None:
@@ -331,6 +383,7 @@ class Pipeline:
         self.failed_batches: list[dict[str, Any]] = []
         self.compactions: list[RunReport] = []
         self.windows: list[tuple[float, float]] = []
+        self.health: list[Health] = []
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
         self._completed_ids: set[int] = set()
@@ -541,13 +594,26 @@ class Pipeline:
     def _progress(self, started: float) -> None:
         while not self.stop.wait(self.options.progress_every_s):
             waits = [b.record.gate_wait_s for b in self.batches]
+            pressed = sum(b.record.backpressure_s for b in self.batches)
             ok = sum(r.outcome == "compacted" for r in self.compactions)
+            files = f"  {self.health[-1].line()}" if self.health else ""
             self.on_progress(
                 f"t={time.monotonic() - started:5.0f}s  events={sum(f.records for f in self.files)}"
                 f"  batches={len(self.batches)} failed={len(self.failed_batches)}"
                 f"  compactions={ok}/{len(self.compactions)}"
                 f"  max ingest wait={max(waits, default=0):.1f}s"
+                + (f" backpressure={pressed:.1f}s" if pressed else "")
+                + files
             )
+
+    def _sample_health(self) -> None:
+        """The table as a reader finds it, every `health_every_s` (demo.health)."""
+        warehouse = self.options.workdir / "warehouse"
+        while not self.stop.wait(self.options.health_every_s):
+            try:
+                self.health.append(sample(warehouse, self.options.table))
+            except FileNotFoundError:
+                continue  # the table is being created
 
     def _handle_ctrl_c(self) -> None:
         """The first Ctrl-C asks for an orderly stop (the batch in flight finishes, the jobs
@@ -654,8 +720,9 @@ class Pipeline:
             for target, args in (
                 (self._generate, ()),
                 (self._ingest, (spark, config)),
-                (self._compact, (spark, client)),
+                *([(self._compact, (spark, client))] if o.compactions_on else []),
                 (self._progress, (started,)),
+                (self._sample_health, ()),
             ):
                 thread = threading.Thread(target=self._guarded(target), args=args, daemon=True)
                 thread.start()
@@ -685,6 +752,7 @@ class Pipeline:
                 events=events,
                 duration_s=time.monotonic() - started,
                 goals_missed=goals_missed,
+                health=list(self.health),
             )
         finally:
             # stop everything, in order, even when one step fails (after Ctrl-C the Spark
