@@ -384,6 +384,7 @@ class Pipeline:
         self.compactions: list[RunReport] = []
         self.windows: list[tuple[float, float]] = []
         self.health: list[Health] = []
+        self.spark: Any = None
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
         self._completed_ids: set[int] = set()
@@ -709,6 +710,7 @@ class Pipeline:
                 jar_sets=("spark-kafka",) if o.source == "kafka" else (),
             )
             spark.sparkContext.setLogLevel("ERROR")
+            self.spark = spark  # for a reader beside the jobs (benchmarks.streaming_health)
             self._handle_ctrl_c()
             client: Any = (
                 LeaseClient(service.url, token=service.token("job"))

@@ -174,3 +174,44 @@ def test_a_tables_ingest_lag_and_readers_show_with_it(page, lakelock_server):
         "ingest lag: 30 records behind (t:0 30)", timeout=SEEN_WITHIN_MS
     )
     expect(section).to_contain_text("reader summary@h1 at snapshot 42")
+
+
+def test_backpressure_and_the_debt_of_the_last_hour_show_with_the_table(page, lakelock_server):
+    from datetime import UTC, datetime, timedelta
+
+    from playwright.sync_api import expect
+
+    table = "lake.db.page_pressed"
+    now = datetime.now(UTC)
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as job:
+        for minutes, before, after in ((40, (30, 20), (2, 0)), (10, (26, 24), (3, 1))):
+            job.report_run(
+                table,
+                {
+                    "run_uid": f"r{minutes}",
+                    "holder": "compactor-page",
+                    "outcome": "compacted",
+                    "started_at": (now - timedelta(minutes=minutes)).isoformat(),
+                    "before": {"small_files": before[0], "delete_files": before[1]},
+                    "after": {"small_files": after[0], "delete_files": after[1]},
+                },
+            )
+        job.report_debt(table, {**_debt(26, 24), "partitions_over_bound": 1, "worst_partition": 31})
+        claim = job.claim(table, holder="compactor-page", ttl_s=120)
+        job.hold_back(
+            table,
+            claim_id=claim.lease_id,
+            holder="compactor-page/r1",
+            partitions=["dt=2024-06-20"],
+            reason="26 delete files (bound 24)",
+        )
+    sign_in(page, lakelock_server)
+    section = page.locator(f'section[data-table="{table}"]')
+    expect(section).to_contain_text(
+        "backpressure: commits to dt=2024-06-20 held until compactor-page/r1 compacts them",
+        timeout=SEEN_WITHIN_MS,
+    )
+    expect(section).to_contain_text("1 past the hard bound")
+    # four points: each run's debt before and after it, within the hour
+    expect(section.locator("div[data-debt-history]")).to_have_attribute("data-debt-history", "4")
+    expect(section).to_contain_text("debt over the last hour (small + delete files, peak 50)")

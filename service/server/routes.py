@@ -128,10 +128,14 @@ RuntimeDep = Annotated[Runtime, Depends(_runtime)]
 
 def check_acquire(rt: Runtime, body: AcquireBody) -> None:
     _check_ttl(rt, body.ttl_s, body.wait_s)
+    _check_partitions(rt, body.partitions)
+
+
+def _check_partitions(rt: Runtime, partitions: list[str] | None) -> None:
     most = rt.settings.max_partitions
-    if body.partitions is not None and len(body.partitions) > most:
+    if partitions is not None and len(partitions) > most:
         raise InvalidRequest(
-            f"partitions names {len(body.partitions)} partitions, more than the {most} this "
+            f"partitions names {len(partitions)} partitions, more than the {most} this "
             "service takes (LAKELOCK_MAX_PARTITIONS); leave the field out for a lease on the "
             "whole table, or split the work into leases of at most that many",
             field="partitions",
@@ -588,7 +592,7 @@ async def hold_back(
     table. Asking again keeps them held; each ends with `holder`'s maintenance grant covering
     it, a `DELETE`, the intent TTL (LAKELOCK_INTENT_TTL_S) or the claim's expiry, whichever
     comes first. With the table's `backpressure` switch disabled, nothing is held."""
-    check_acquire(rt, AcquireBody(holder=body.holder, ttl_s=1.0, partitions=body.partitions))
+    _check_partitions(rt, body.partitions)
     return await rt.transact(
         lambda conn: leases.hold_back(
             conn,

@@ -11,11 +11,13 @@ from datetime import timedelta
 
 import pytest
 
+from compactor.claim import take
 from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.report import Outcome
 from compactor.run import run_table
 from jobkit.partition import read_spec, table_partition_names
 from service.client import LeaseClient
+from service.wire.errors import Locked
 from tests.helpers import HANG_GUARD_S, wait_until
 from tests.spark.test_compactor_converges import read_with_pyiceberg
 
@@ -160,6 +162,66 @@ def test_a_due_partition_under_a_commit_in_flight_is_compacted_once_it_drains(
     assert set(report.partition_hold_s) == set(
         table_partition_names(spark, table, read_spec(spark, table))
     )
+
+
+def test_partitions_past_the_hard_bound_hold_their_writers_until_their_group_runs(
+    spark, job_client, operator
+):
+    """Backpressure (docs/design.md §11): under its claim, the run holds the commits to every
+    partition past the bound from before its first group until that partition's group holds
+    its lease; then lets go."""
+    table = make_hourly_table(spark, "pressed")
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
+        # 12 small files a partition: past a bound of 12; one partition a group
+        plan=PlanConfig(stop_small_files=12, max_partitions_per_group=1),
+    )
+    names = table_partition_names(spark, table, read_spec(spark, table))
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def try_every_partition(step) -> None:
+        # inside a group's lease: its own partition is held by the lease, the ones whose
+        # groups are still to come by backpressure, the ones done are free again
+        answers = {}
+        for name in names:
+            try:
+                lease = job_client.acquire_commit(
+                    table, holder="ingest", ttl_s=5, partitions=[name]
+                )
+            except Locked as exc:
+                answers[name] = exc.extra["reason"]
+            else:
+                job_client.release(lease)
+                answers[name] = "granted"
+        seen.append((step.partitions[0], answers))
+
+    with take(job_client, table, holder="compactor-pressed", ttl_s=60) as claim:
+        report = run_table(
+            spark,
+            client=job_client,
+            config=config,
+            claim=claim.lease,
+            before_step=try_every_partition,
+        )
+
+    assert report.outcome == Outcome.COMPACTED, report.as_dict()
+    assert sorted(report.backpressure) == names
+    order = [g["partitions"][0] for g in report.groups]
+    for i, (current, answers) in enumerate(seen):
+        assert current == order[i]
+        assert answers[current] == "maintenance"
+        assert all(answers[n] == "backpressure" for n in order[i + 1 :]), answers
+        assert all(answers[n] == "granted" for n in order[:i]), answers
+    # after the run nothing is held, and the trail says why each was held and how it ended
+    for name in names:
+        job_client.release(
+            job_client.acquire_commit(table, holder="ingest", ttl_s=5, partitions=[name])
+        )
+    trail = operator.events(table=table, limit=1000)
+    assert [e["event"] for e in trail].count("backpressure.on") == 1
+    fulfilled = [e for e in trail if e["event"] == "intent.fulfilled"]
+    assert sum(e["detail"].get("cause") == "backpressure" for e in fulfilled) == len(names)
+    assert set(files_per_partition(spark, table).values()) == {1}
 
 
 def test_scope_table_takes_one_whole_table_lease(spark, job_client, operator):

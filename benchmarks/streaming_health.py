@@ -1,0 +1,415 @@
+"""The table's health while the stream runs: files per partition over time, what ingest pays,
+what the compactor holds, and what readers pay, in three modes and two change formats.
+
+    python -m benchmarks.streaming_health                      # 10 min per run, 6 runs
+    python -m benchmarks.streaming_health --duration-s 240 --formats json --out var/sh-small
+
+Each run is the demo's pipeline (demo.pipeline: generator, gated streaming upsert, compactor
+every `--compact-every-s`, a lakelock service on SQLite) for `--duration-s`, in one of:
+
+    none         no compactor at all: the bare stream, the limit of what readers would pay
+    table        the compactor with whole-table leases (`lease.scope = "table"`)
+    partitions   the compactor with partition leases (the default)
+
+for each format of `--formats`: `json` (click events with duplicates and late updates) and
+`debezium` (a MySQL table's change events: updates, deletes, key changes). Measured:
+
+    table        every `--sample-every-s` with pyiceberg from the metadata (demo.health): data
+                 and delete files per partition, in total, bytes
+    ingest       gate wait and backpressure seconds (and their share of the run), MERGE time
+                 (p50, p95), gaps between commits (p50, max), failed batches
+    compactor    each run's outcome and hold, the longest hold of one partition
+    readers      at 30%, 60% and 90% of the run (minutes 3, 6, 9 of 10): the current snapshot
+                 is copied with CREATE TABLE ... AS SELECT (a compacted copy: a file or two per
+                 partition), then a full count and a lookup of 100 keys run on the snapshot and
+                 on the copy with Spark (one warm-up, then the median of 3): the ratio is what
+                 the stream's files cost a reader. The queries share the two cores with the jobs,
+                 as a reader on the same cluster would
+
+Goals (issue 31), after a warm-up of two compactor runs: every partition at most 12 data files
+on average and never more than 24, delete files the same; total files flat from the middle third
+of the run to the last; no failed batch; ingest wait plus backpressure at most 5% of the run;
+queries within 1.3x of the compacted copy. `report.md` says which were met, per run.
+
+Writes results.json, report.md and streaming_health.png (files over time, a panel per format, a
+line per mode) into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.lease_throughput import percentile
+from demo.health import Health
+from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+
+__all__ = ["MODES", "FORMATS", "run_one", "figures", "goals", "main"]
+
+MODES = ("none", "table", "partitions")
+FORMATS = ("json", "debezium")
+QUERY_POINTS = (0.3, 0.6, 0.9)
+LOOKUP_KEYS = 100
+GOALS = {
+    "partition_mean_files": 12,
+    "partition_peak_files": 24,
+    "held_share": 0.05,
+    "query_ratio": 1.3,
+    "growth_last_third": 1.1,
+}
+
+
+class Reader:
+    """A reader beside the jobs: at each fraction of the run in `points`, copies the current
+    snapshot and times the same queries on the snapshot and on the copy."""
+
+    def __init__(self, pipeline: Pipeline, duration_s: float, points: Sequence[float]) -> None:
+        self.pipeline = pipeline
+        self.duration_s = duration_s
+        self.points = points
+        self.results: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        started = time.monotonic()
+        for n, point in enumerate(self.points):
+            if self.pipeline.stop.wait(
+                max(0.0, started + point * self.duration_s - time.monotonic())
+            ):
+                return
+            spark = self.pipeline.spark
+            if spark is None:
+                continue
+            try:
+                self.results.append({"at_share": point, **self._measure(spark, n)})
+            except Exception as exc:  # a reader's failure is a figure, not the benchmark's end
+                self.errors.append(f"at {point:.0%}: {str(exc).splitlines()[0][:200]}")
+
+    def _measure(self, spark: Any, n: int) -> dict[str, Any]:
+        table = self.pipeline.options.table
+        newest = spark.sql(
+            f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).first()
+        if newest is None:
+            return {"snapshot_id": None}
+        snapshot = newest["snapshot_id"]
+        at = f"{table} VERSION AS OF {snapshot}"
+        copy = f"{table}_copy_{n}"
+        spark.sql(f"DROP TABLE IF EXISTS {copy}")
+        spark.sql(
+            f"CREATE TABLE {copy} USING iceberg PARTITIONED BY (dt, hr) AS SELECT * FROM {at}"
+        )
+        keys = [
+            r["event_id"]
+            for r in spark.sql(
+                f"SELECT event_id FROM {copy} ORDER BY hash(event_id) LIMIT {LOOKUP_KEYS}"
+            ).collect()
+        ]
+        listed = ", ".join(repr(k) for k in keys)
+        files = spark.sql(f"SELECT count(*) AS n FROM {table}.files").first()["n"]
+        copy_files = spark.sql(f"SELECT count(*) AS n FROM {copy}.files").first()["n"]
+        out: dict[str, Any] = {"snapshot_id": snapshot, "files": files, "copy_files": copy_files}
+        for name, query in (
+            ("count", "SELECT count(*) FROM {t}"),
+            ("lookup", "SELECT count(*) FROM {t} WHERE event_id IN (" + listed + ")"),
+        ):
+            streamed = _median_s(lambda q=query: spark.sql(q.format(t=at)).collect())
+            compacted = _median_s(lambda q=query: spark.sql(q.format(t=copy)).collect())
+            out[f"{name}_s"] = round(streamed, 3)
+            out[f"{name}_copy_s"] = round(compacted, 3)
+            out[f"{name}_ratio"] = round(streamed / compacted, 2) if compacted else None
+        spark.sql(f"DROP TABLE IF EXISTS {copy}")
+        return out
+
+
+def _median_s(query: Callable[[], object], runs: int = 3) -> float:
+    query()  # warm-up: metadata loaded, code generated
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        query()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def run_one(args: argparse.Namespace, fmt: str, mode: str) -> dict[str, Any]:
+    """One run of the pipeline in `mode` for `fmt`; its figures."""
+    print(f"== {fmt} / {mode}: {args.duration_s:g}s", flush=True)
+    options = PipelineOptions(
+        duration_s=args.duration_s,
+        workdir=args.out / f"{fmt}-{mode}",
+        rate=args.rate,
+        compact_every_s=args.compact_every_s,
+        seed=args.seed,
+        format=fmt,
+        lease_scope="table" if mode == "table" else "partitions",
+        compactions_on=mode != "none",
+        health_every_s=args.sample_every_s,
+        max_hold_s=300.0,
+    )
+    pipeline = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True))
+    reader = Reader(pipeline, args.duration_s, QUERY_POINTS if args.queries else ())
+    thread = threading.Thread(target=reader.run, daemon=True)
+    thread.start()
+    result = pipeline.run()
+    thread.join(timeout=60)
+    return figures(fmt, mode, result, reader)
+
+
+def figures(fmt: str, mode: str, result: PipelineResult, reader: Reader) -> dict[str, Any]:
+    """What the run measured (see the module docstring)."""
+    samples = result.health
+    origin = samples[0].at if samples else 0.0
+    warm = result.warm()
+    batches = [b for b in result.batches if b.record.outcome != "empty"]
+    merges = [b.record.commit_s for b in batches]
+    ends = sorted(b.ended_at for b in batches)
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    holds = [v for r in result.compactions for v in r.partition_hold_s.values()]
+    held = result.ingest_held()
+    out: dict[str, Any] = {
+        "format": fmt,
+        "mode": mode,
+        "ran_s": round(result.duration_s, 1),
+        "batches": len(result.batches),
+        "failed_batches": len(result.failed_batches),
+        **held,
+        "held_share": round(held["ingest_wait_share"], 4),
+        "merge_p50_s": _p(merges, 0.5),
+        "merge_p95_s": _p(merges, 0.95),
+        "commit_gap_p50_s": _p(gaps, 0.5),
+        "commit_gap_max_s": round(max(gaps), 2) if gaps else None,
+        "compactor_runs": len(result.compactions),
+        "compactor_outcomes": _counts(str(r.outcome) for r in result.compactions),
+        "compactor_hold_s": [round(r.hold_s or 0.0, 2) for r in result.compactions],
+        "partition_hold_max_s": round(max(holds), 2) if holds else None,
+        "backpressure_runs": sum(bool(r.backpressure) for r in result.compactions),
+        **_partition_figures(warm),
+        **_growth(samples),
+        "rows_correct": not result.verify(),
+        "queries": reader.results,
+        "query_errors": reader.errors,
+        "query_ratio_max": max(
+            (q[k] for q in reader.results for k in ("count_ratio", "lookup_ratio") if q.get(k)),
+            default=None,
+        ),
+        "samples": [
+            [round(h.at - origin, 1), h.data_files, h.delete_files, h.bytes] for h in samples
+        ],
+    }
+    out["goals_missed"] = goals(out)
+    return out
+
+
+def _p(values: list[float], q: float) -> float | None:
+    return round(percentile(values, q), 3) if values else None
+
+
+def _counts(values: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
+def _partition_figures(warm: list[Health]) -> dict[str, Any]:
+    """Per partition, its mean and peak data and delete files over the warm samples; the
+    worst partition of each."""
+    if not warm:
+        return {"warm_samples": 0}
+    data: dict[str, list[int]] = {}
+    deletes: dict[str, list[int]] = {}
+    for h in warm:
+        for name, f in h.partitions.items():
+            data.setdefault(name, []).append(f.data)
+            deletes.setdefault(name, []).append(f.deletes)
+    return {
+        "warm_samples": len(warm),
+        "partition_mean_data_max": round(max(statistics.mean(v) for v in data.values()), 1),
+        "partition_peak_data": max(max(v) for v in data.values()),
+        "partition_mean_deletes_max": round(
+            max((statistics.mean(v) for v in deletes.values()), default=0), 1
+        ),
+        "partition_peak_deletes": max((max(v) for v in deletes.values()), default=0),
+        "table_files_peak": max(h.data_files + h.delete_files for h in warm),
+    }
+
+
+def _growth(samples: list[Health]) -> dict[str, Any]:
+    """Mean total files (data plus delete) in the middle third and the last third of the run."""
+    third = len(samples) // 3
+    if third == 0:
+        return {"files_middle_third": None, "files_last_third": None, "growth_last_third": None}
+    middle = statistics.mean(h.data_files + h.delete_files for h in samples[third : 2 * third])
+    last = statistics.mean(h.data_files + h.delete_files for h in samples[2 * third :])
+    return {
+        "files_middle_third": round(middle, 1),
+        "files_last_third": round(last, 1),
+        "growth_last_third": round(last / middle, 2) if middle else None,
+    }
+
+
+def goals(f: dict[str, Any]) -> list[str]:
+    """The goals of the module docstring this run missed (none for the `none` mode's
+    partition and query goals: it is the baseline)."""
+    missed: list[str] = []
+    if f["failed_batches"]:
+        missed.append(f"{f['failed_batches']} failed batches")
+    share = f["ingest_wait_share"]
+    if share > GOALS["held_share"]:
+        missed.append(f"ingest wait {share:.1%} of the run (goal <= 5%)")
+    if f["mode"] == "none":
+        return missed
+    checks = (
+        ("partition_mean_data_max", "partition_mean_files", "mean data files of a partition"),
+        ("partition_peak_data", "partition_peak_files", "peak data files of a partition"),
+        ("partition_mean_deletes_max", "partition_mean_files", "mean delete files of a partition"),
+        ("partition_peak_deletes", "partition_peak_files", "peak delete files of a partition"),
+        ("growth_last_third", "growth_last_third", "total files, last third over middle third"),
+        ("query_ratio_max", "query_ratio", "query time over the compacted copy's"),
+    )
+    for key, goal, what in checks:
+        value = f.get(key)
+        if value is not None and value > GOALS[goal]:
+            missed.append(f"{what} {value} (goal <= {GOALS[goal]})")
+    return missed
+
+
+def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
+    rows = (
+        ("batches (failed)", lambda r: f"{r['batches']} ({r['failed_batches']})"),
+        (
+            "ingest wait, share of run",
+            lambda r: f"{r['ingest_wait_s']} s, {r['ingest_wait_share']:.1%}",
+        ),
+        ("of it backpressure", lambda r: f"{r['backpressure_s']} s, {r['backpressure_share']:.1%}"),
+        ("MERGE p50 / p95", lambda r: f"{r['merge_p50_s']} / {r['merge_p95_s']} s"),
+        ("commit gap p50 / max", lambda r: f"{r['commit_gap_p50_s']} / {r['commit_gap_max_s']} s"),
+        ("compactor runs", lambda r: _outcomes(r)),
+        ("longest hold of a partition", lambda r: _s(r.get("partition_hold_max_s"))),
+        (
+            "partition data files, worst mean / peak",
+            lambda r: f"{r.get('partition_mean_data_max')} / {r.get('partition_peak_data')}",
+        ),
+        (
+            "partition delete files, worst mean / peak",
+            lambda r: f"{r.get('partition_mean_deletes_max')} / {r.get('partition_peak_deletes')}",
+        ),
+        ("table files, peak after warm-up", lambda r: str(r.get("table_files_peak"))),
+        (
+            "table files, middle -> last third",
+            lambda r: f"{r['files_middle_third']} -> {r['files_last_third']}",
+        ),
+        ("count, x compacted copy", lambda r: _ratios(r, "count")),
+        ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
+        ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
+        ("goals missed", lambda r: "; ".join(r["goals_missed"]) or "none"),
+    )
+    lines = ["# Streaming health", "", f"`{command}`", ""]
+    for fmt in dict.fromkeys(r["format"] for r in runs):
+        of = [r for r in runs if r["format"] == fmt]
+        lines += [
+            f"## {fmt}",
+            "",
+            "| | " + " | ".join(r["mode"] for r in of) + " |",
+            "| --- |" + " ---: |" * len(of),
+        ]
+        lines += [f"| {label} | " + " | ".join(get(r) for r in of) + " |" for label, get in rows]
+        lines.append("")
+        for r in of:
+            lines += [f"- {r['mode']}: query error {e}" for e in r["query_errors"]]
+    return "\n".join(lines) + "\n"
+
+
+def _s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value} s"
+
+
+def _outcomes(r: dict[str, Any]) -> str:
+    if not r["compactor_runs"]:
+        return "none"
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(r["compactor_outcomes"].items()))
+    pressed = f", {r['backpressure_runs']} with backpressure" if r["backpressure_runs"] else ""
+    return f"{r['compactor_runs']} ({counts}{pressed})"
+
+
+def _ratios(r: dict[str, Any], name: str) -> str:
+    found = [q for q in r["queries"] if q.get(f"{name}_ratio") is not None]
+    if not found:
+        return "n/a"
+    return " / ".join(f"{q[f'{name}_ratio']}x ({q[f'{name}_s']} s)" for q in found)
+
+
+def render_chart(runs: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    formats = list(dict.fromkeys(r["format"] for r in runs))
+    fig, axes = plt.subplots(1, len(formats), figsize=(7 * len(formats), 4), squeeze=False)
+    colors = {"none": "tab:red", "table": "tab:orange", "partitions": "tab:green"}
+    for ax, fmt in zip(axes[0], formats, strict=True):
+        for r in (r for r in runs if r["format"] == fmt):
+            t = [s[0] for s in r["samples"]]
+            ax.plot(
+                t, [s[1] + s[2] for s in r["samples"]], color=colors[r["mode"]], label=r["mode"]
+            )
+            ax.plot(t, [s[2] for s in r["samples"]], color=colors[r["mode"]], ls=":", lw=1)
+        ax.set_title(f"{fmt}: live files (solid: data + delete; dotted: delete)")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("files")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.streaming_health",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--duration-s", type=float, default=600.0, help="per run")
+    parser.add_argument("--rate", type=float, default=200.0, help="events per second")
+    parser.add_argument("--compact-every-s", type=float, default=20.0)
+    parser.add_argument("--sample-every-s", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--formats", default=",".join(FORMATS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--no-queries", dest="queries", action="store_false")
+    parser.add_argument("--out", type=Path, default=Path("var/streaming-health"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    formats, modes = args.formats.split(","), args.modes.split(",")
+    for asked, known in ((formats, FORMATS), (modes, MODES)):
+        unknown = [x for x in asked if x not in known]
+        if unknown:
+            raise SystemExit(f"unknown {unknown[0]!r}: use {', '.join(known)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = [run_one(args, fmt, mode) for fmt in formats for mode in modes]
+    command = "python -m benchmarks.streaming_health " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    markdown = render_markdown(runs, command=command.strip())
+    (args.out / "results.json").write_text(json.dumps(runs, indent=2) + "\n")
+    (args.out / "report.md").write_text(markdown)
+    render_chart(runs, args.out / "streaming_health.png")
+    print(markdown)
+    print(f"chart: {args.out / 'streaming_health.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
