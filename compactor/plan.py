@@ -446,7 +446,11 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     config = frame.config
     scope = Totals.of(frame.in_scope)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
-    due = {str(p.name): why for p in _by_debt(frame.in_scope) if (why := _due(p, config))}
+    due = {
+        str(p.name or "the table"): why
+        for p in _by_debt(frame.in_scope)
+        if (why := _due(p, config))
+    }
     data_run += _due_text(due)
     over = _over_bound(frame.in_scope, config)
     reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
@@ -456,7 +460,7 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     small_ok = (
         frame.everything
         or _small_files_pay_off(scope, config)
-        or _small_input([p for p in frame.in_scope if str(p.name) in due], config)
+        or _small_input([p for p in frame.in_scope if str(p.name or "the table") in due], config)
     )
     data = _data_steps(config, frame.mode, scope, small_ok=small_ok, where=frame.where)
     unleased = frame.unleased

@@ -254,3 +254,16 @@ def test_after_the_cold_groups_are_compacted_the_next_plan_is_empty():
     p = plan(stats(*compacted, fresh), config(), NOW)
 
     assert not p.run
+
+
+def test_a_due_partition_makes_a_whole_table_plan_run_too():
+    p = plan(
+        stats(hour(10, small=13), hour(11, small=1)),
+        config(scope="table", min_small_files=50),
+        NOW,
+    )
+
+    assert p.run and leases(p) == [None]
+    assert any(
+        r.startswith("1 partitions due: dt=2024-06-20/hr=10: 13 small files") for r in p.reasons
+    )

@@ -152,6 +152,7 @@ LEASE_COLUMNS = (
     Column("held"),
 )
 INTENT_COLUMNS = (
+    Column("cause"),
     Column("holder", whole=True),
     Column("scope"),
     Column("open"),
@@ -249,6 +250,8 @@ def _state_tables(
     head.add_column("value")
     head.add_row("ingest", str(switch.get("ingest")))
     head.add_row("maintenance", str(switch.get("maintenance")))
+    if switch.get("backpressure", "enabled") != "enabled":
+        head.add_row("backpressure", str(switch["backpressure"]))
     if switch.get("reason"):
         head.add_row("switch reason", Text(f"{switch['reason']} (by {switch.get('by')})"))
     head.add_row("next token", str(state.get("next_token")))
@@ -288,6 +291,7 @@ def _state_tables(
     if open_intents:
         rows = [
             [
+                str(intent.get("cause") or "drain"),
                 str(intent.get("holder") or ""),
                 _scope(intent),
                 _seconds(intent.get("open_s")),
@@ -295,7 +299,7 @@ def _state_tables(
             ]
             for intent in open_intents
         ]
-        title = "intents (commit leases held back while these drain)"
+        title = "intents (commit leases held back while these drain, or by backpressure)"
         out.append(rows_view(console, INTENT_COLUMNS, rows, title=title))
     return out
 

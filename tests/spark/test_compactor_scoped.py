@@ -224,6 +224,23 @@ def test_partitions_past_the_hard_bound_hold_their_writers_until_their_group_run
     assert set(files_per_partition(spark, table).values()) == {1}
 
 
+def test_a_spent_run_budget_leaves_the_rest_for_the_next_run(spark, job_client):
+    table = make_hourly_table(spark, "budget")
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
+        plan=PlanConfig(max_partitions_per_group=1, run_budget=timedelta(microseconds=1)),
+    )
+
+    first = run_table(spark, client=job_client, config=config)
+    second = run_table(spark, client=job_client, config=config)
+
+    # the first group always runs; no other starts once the budget is spent
+    assert first.outcome == Outcome.COMPACTED, first.as_dict()
+    assert len(first.groups) == 1 and len(first.left_for_next_run) == 3
+    assert [g["partitions"] for g in second.groups] == first.left_for_next_run[:1]
+    assert sorted(files_per_partition(spark, table).values()) == [1, 1, 12, 12]
+
+
 def test_scope_table_takes_one_whole_table_lease(spark, job_client, operator):
     table = make_hourly_table(spark, "whole")
     config = TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15), scope="table"))
