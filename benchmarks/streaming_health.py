@@ -310,7 +310,7 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
         ("count, x compacted copy", lambda r: _ratios(r, "count")),
         ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
         ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
-        ("goals missed", lambda r: "; ".join(r["goals_missed"]) or "none"),
+        ("goals missed", _missed),
     )
     lines = ["# Streaming health", "", f"`{command}`", ""]
     for fmt in dict.fromkeys(r["format"] for r in runs):
@@ -326,6 +326,13 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
         for r in of:
             lines += [f"- {r['mode']}: query error {e}" for e in r["query_errors"]]
     return "\n".join(lines) + "\n"
+
+
+def _missed(r: dict[str, Any]) -> str:
+    missed = "; ".join(r["goals_missed"])
+    if r["mode"] == "none":
+        return f"(the baseline: no compaction) {missed}".strip()
+    return missed or "none"
 
 
 def _s(value: float | None) -> str:

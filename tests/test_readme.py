@@ -80,9 +80,10 @@ def test_the_curl_recipes_run_as_pasted(scratch):
     state = json.loads((folder / "state.json").read_text())
     assert state["switch"]["ingest"] == "running"
     assert state["switch"]["maintenance"] == "disabled"
+    assert state["switch"]["backpressure"] == "disabled"
     assert state["maintenance_lease"] is None  # revoked
     events = [e["event"] for e in json.loads((folder / "events.json").read_text())["events"]]
-    assert events.count("switch.set") == 3
+    assert events.count("switch.set") == 4
     assert "lease.revoked" in events
     deadline = time.monotonic() + 30
     while not _refused(port) and time.monotonic() < deadline:
