@@ -141,9 +141,12 @@ def _median_s(query: Callable[[], object], runs: int = 3) -> float:
 
 def run_one(args: argparse.Namespace, fmt: str, mode: str) -> dict[str, Any]:
     """One run of the pipeline in `mode` for `fmt`; its figures."""
-    print(f"== {fmt} / {mode}: {args.duration_s:g}s", flush=True)
+    length = f"{args.events} events" if args.events else f"{args.duration_s:g}s"
+    print(f"== {fmt} / {mode}: {length}", flush=True)
     options = PipelineOptions(
         duration_s=args.duration_s,
+        events=args.events,
+        compactions=args.compactions if mode != "none" else 0,
         workdir=args.out / f"{fmt}-{mode}",
         rate=args.rate,
         compact_every_s=args.compact_every_s,
@@ -393,6 +396,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--formats", default=",".join(FORMATS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--no-queries", dest="queries", action="store_false")
+    parser.add_argument(
+        "--events",
+        type=int,
+        help="run by counts instead (the test's small run): this many events, all ingested; "
+        "the readers still come at shares of --duration-s",
+    )
+    parser.add_argument(
+        "--compactions", type=int, default=1, help="with --events: compactor runs to wait for"
+    )
     parser.add_argument("--out", type=Path, default=Path("var/streaming-health"))
     return parser
 

@@ -1,0 +1,39 @@
+"""The streaming-health benchmark at a small setting: the baseline and the default mode run,
+the table sampled, the readers' queries run, report and chart written. No timings or goals are
+asserted; the figures come from `python -m benchmarks.streaming_health`."""
+
+import json
+
+import pytest
+
+from tests.helpers import run_module
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
+
+
+def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path):
+    out = tmp_path / "health"
+    # by counts: each mode runs until its 800 events are in the table, however busy the machine;
+    # the readers come at shares of --duration-s, the first ones once the table has a snapshot
+    args = ["--events", "800", "--rate", "100", "--compact-every-s", "5", "--duration-s", "40"]
+    args += ["--sample-every-s", "2", "--formats", "debezium", "--modes", "none,partitions"]
+    run_module("benchmarks.streaming_health", *args, "--out", str(out), timeout=1800)
+    runs = json.loads((out / "results.json").read_text())
+    assert [(r["format"], r["mode"]) for r in runs] == [
+        ("debezium", "none"),
+        ("debezium", "partitions"),
+    ]
+    for run in runs:
+        assert run["rows_correct"] is True
+        assert run["failed_batches"] == 0
+        assert run["samples"] and all(len(s) == 4 for s in run["samples"])
+        assert run["query_errors"] == []
+        timed = [q for q in run["queries"] if q.get("snapshot_id")]
+        assert all(q["count_copy_s"] > 0 and q["lookup_copy_s"] > 0 for q in timed)
+    assert runs[0]["compactor_runs"] == 0
+    assert runs[1]["compactor_runs"] >= 1
+    report = (out / "report.md").read_text()
+    assert "| partition data files, worst mean / peak |" in report
+    assert "(the baseline: no compaction)" in report
+    png = (out / "streaming_health.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
