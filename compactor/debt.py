@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from compactor.config import TableConfig
+from compactor.plan import over_bound
 from compactor.stats import TableStats
 from service.client import LeaseClient
 from service.wire.errors import LakelockError
@@ -40,18 +41,13 @@ def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) ->
         for p in stats.partitions
         if p.small_files >= min_input or p.delete_files or p.dangling_delete_files
     )
-    th = config.plan
     return {
         "snapshot_id": stats.current_snapshot_id,
         "data_files": totals.data_files,
         "small_files": totals.small_files,
         "delete_files": totals.delete_files + totals.dangling_delete_files,
         "partitions_over_target": over,
-        "partitions_over_bound": sum(
-            1
-            for p in stats.partitions
-            if p.small_files >= th.stop_small_files or p.all_delete_files >= th.stop_delete_files
-        ),
+        "partitions_over_bound": len(over_bound(stats.partitions, config)),
         "worst_partition": max((p.debt for p in stats.partitions), default=0),
         "records": totals.data_records,
         "measured_at": measured_at.isoformat(),

@@ -110,6 +110,7 @@ __all__ = [
     "recent_where",
     "full_rewrite_due",
     "snapshot_expiry",
+    "over_bound",
 ]
 
 _MIB = 1 << 20
@@ -452,7 +453,6 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
         if (why := _due(p, config))
     }
     data_run += _due_text(due)
-    over = _over_bound(frame.in_scope, config)
     reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
     if not reasons:
         idle = tuple(data_idle + frame.table_idle)
@@ -477,7 +477,7 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
         scope=scope,
         whole_table=whole_table,
         unleased=unleased,
-        over_bound=over,
+        over_bound=over_bound(frame.in_scope, config) if data else (),
     )
 
 
@@ -496,7 +496,6 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
     waiting = [p for p in in_scope if p.name in hot and p.name not in due and p.debt]
     hot_idle = _hot_idle(len(waiting), config)
     reasons = frame.reasons + ([] if frame.everything else data_run) + due_run + frame.table_run
-    over = _over_bound(in_scope, config)
     if not reasons:
         idle = tuple(data_idle + hot_idle + frame.table_idle)
         parts = _partition_plans(in_scope, hot, due, (), config)
@@ -537,7 +536,13 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
         scope=scope,
         unleased=frame.unleased,
         partitions=_partition_plans(in_scope, hot, due, groups, config),
-        over_bound=over,
+        # only what a group rewrites: holding writers of a partition no step changes would
+        # hold them for nothing
+        over_bound=tuple(
+            (name, why)
+            for name, why in over_bound(in_scope, config)
+            if any(name in (g.partitions or ()) and g.steps for g in groups)
+        ),
     )
 
 
@@ -596,10 +601,12 @@ def _due_text(due: Mapping[str, Sequence[str]], hot: Mapping[Any, str] | None = 
     return [f"{len(due)} partitions due: " + "; ".join(shown) + more]
 
 
-def _over_bound(
+def over_bound(
     partitions: Iterable[PartitionStats], config: TableConfig
 ) -> tuple[tuple[str, str], ...]:
-    """(name, why) of the named partitions at or past the hard bound, most debt first."""
+    """(name, why) of the named partitions at or past the hard bound (`plan.stop_small_files`,
+    `plan.stop_delete_files`), most debt first: what the debt report counts, and, of those a
+    run's groups rewrite, what the run holds back."""
     th = config.plan
     out: list[tuple[str, str]] = []
     for p in _by_debt(partitions):
@@ -823,7 +830,7 @@ def _partition_plans(
 ) -> tuple[PartitionPlan, ...]:
     group_of = {name: i for i, g in enumerate(groups) for name in g.partitions or ()}
     parts = list(partitions)
-    over = dict(_over_bound(parts, config))
+    over = dict(over_bound(parts, config))
     return tuple(
         PartitionPlan(
             str(p.name),

@@ -16,8 +16,8 @@ The order, and why:
                      `plan.run_budget` is spent (`left_for_next_run`); each partition's hold is
                      in `partition_hold_s`
     backpressure     under the caller's claim, the partitions the plan found past the hard
-                     bound have their writers held until their group's lease is granted
-                     (asked again before each group, let go after the groups; docs/design.md §11)
+                     bound have their writers held until their group's lease is granted (asked
+                     before the first group, let go after the groups; docs/design.md §11)
     lease            acquire_maintenance waits through the drain (compactor.lease)
     renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
                      renew, revoke, or no renew within the deadline) it cancels our Spark jobs
@@ -235,10 +235,12 @@ def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
 
 class _Backpressure:
     """The run's backpressure (docs/design.md §11): the partitions its plan found past the hard
-    bound have their writers held from before the first group until the group that compacts
-    each one is granted its lease; asked again before every group (an intent lives
-    LAKELOCK_INTENT_TTL_S), let go when the groups end. Only under a claim (a live compactor)
-    and with `plan.backpressure`; a service that refuses it is logged, the run goes on."""
+    bound, which its groups rewrite, have their writers held from before the first group until
+    the group that compacts each one is granted its lease; what is left is let go when the
+    groups end. The service keeps them held as long as the claim, so one ask suffices. Only
+    under a claim (a live compactor), with `plan.backpressure`, and with partition scope (a
+    whole-table lease holds every writer anyway); a service that refuses it is logged, the run
+    goes on."""
 
     def __init__(
         self,
@@ -249,47 +251,45 @@ class _Backpressure:
         claim: Lease | None,
     ) -> None:
         self.client, self.config, self.report, self.claim = client, config, report, claim
-        self.left = dict(the_plan.over_bound) if claim and config.plan.backpressure else {}
+        wanted = claim is not None and config.plan.backpressure and the_plan.whole_table is None
+        self.over = dict(the_plan.over_bound) if wanted else {}
         self.asked = False
 
     def hold(self, group: Group) -> None:
-        if self.left and self.claim is not None:
-            reason = "; ".join(f"{name}: {why}" for name, why in self.left.items())
-            try:
-                got = self.client.hold_back(
-                    self.config.name,
-                    claim_id=self.claim.lease_id,
-                    holder=self.report.holder,
-                    partitions=list(self.left),
-                    reason=reason[:1024],
-                )
-            except LakelockError as exc:
-                log.warning("%s: backpressure not applied: %s", self.config.name, exc)
-                self.left = {}
-                return
-            self.asked = True
-            if got.switch == "disabled":
-                log.info("%s: backpressure is switched off: writers not held", self.config.name)
-                self.left = {}
-            elif not self.report.backpressure:
-                self.report.backpressure = list(got.partitions)
-                log.warning(
-                    "%s: backpressure: holding the writers of %s until compacted (%s)",
-                    self.config.name,
-                    ", ".join(got.partitions),
-                    reason,
-                )
-        # the lease this group takes ends the backpressure on its partitions
-        covered = set(self.left) if group.partitions is None else set(group.partitions)
-        self.left = {k: v for k, v in self.left.items() if k not in covered}
+        """Before each group: the first time, ask the service to hold the partitions."""
+        if self.asked or not self.over or self.claim is None:
+            return
+        self.asked = True
+        reason = "; ".join(f"{name}: {why}" for name, why in self.over.items())
+        try:
+            got = self.client.hold_back(
+                self.config.name,
+                claim_id=self.claim.lease_id,
+                holder=self.report.holder,
+                partitions=list(self.over),
+                reason=reason[:1024],
+            )
+        except LakelockError as exc:
+            log.warning("%s: backpressure not applied: %s", self.config.name, exc)
+            return
+        if got.off is not None:
+            log.info("%s: %s is switched off: writers not held", self.config.name, got.off)
+            return
+        self.report.backpressure = list(got.partitions)
+        log.warning(
+            "%s: backpressure: holding the writers of %s until compacted (%s)",
+            self.config.name,
+            ", ".join(got.partitions),
+            reason,
+        )
 
     def let_go(self) -> None:
-        if not self.asked:
+        if not self.report.backpressure:
             return
         try:
             self.client.let_go(self.config.name, holder=self.report.holder)
         except LakelockError as exc:
-            # each intent expires on its own, with the claim at the latest
+            # they end with the claim at the latest
             log.warning("%s: backpressure not let go: %s", self.config.name, exc)
 
 

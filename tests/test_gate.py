@@ -396,3 +396,32 @@ def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server:
     assert operator.state(table)["commit_leases"] == []
     job.close()
     operator.close()
+
+
+def test_the_time_backpressure_held_a_pass_is_counted_apart_and_logged_once(
+    service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.block("paused")
+    threading.Timer(0.2, service.block, args=("backpressure",)).start()
+    threading.Timer(0.6, service.block, args=(None,)).start()
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.gate"):
+        with make_gate(client, poll_s=0.1).commit(TABLE) as gate_pass:
+            pass
+    assert gate_pass.wait_reasons == ["paused", "backpressure"]
+    assert 0 < gate_pass.backpressure_s < gate_pass.waited_s
+    assert gate_pass.as_dict()["backpressure_s"] == round(gate_pass.backpressure_s, 3)
+    held = [r for r in caplog.records if "held back" in r.getMessage()]
+    assert len(held) == 1 and TABLE in held[0].getMessage()
+
+
+def test_backpressure_seconds_are_the_time_spent_on_asks_it_refused() -> None:
+    from ingest_gate.gate import GatePass
+
+    gate_pass = GatePass(TABLE, "ingest:test", "r1", "fail")
+    # refusals after 1, 3 and 5 s of waiting in all, then the grant after 9 s: the time from
+    # a backpressure refusal to the next answer was spent on backpressure, the rest was not
+    for reason, waited in (("paused", 1.0), ("backpressure", 3.0), ("backpressure", 5.0)):
+        gate_pass._note(reason, waited)
+    gate_pass._note(None, 9.0)
+    assert gate_pass.backpressure_s == 6.0
+    assert gate_pass.wait_reasons == ["paused", "backpressure"]

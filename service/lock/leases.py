@@ -98,7 +98,7 @@ from service.lock.rules import (
 )
 from service.lock.state import lease_view, state_of
 from service.wire import Backpressure, Draining, IntentRef, Lease, TableState
-from service.wire.errors import LeaseExpired, NotFound
+from service.wire.errors import NotFound
 
 __all__ = [
     "acquire_commit",
@@ -342,6 +342,14 @@ def renew(
     store.extend_lease(conn, lease, decision.expires_at, decision.ttl.total_seconds())
     if lease.kind == "maintenance":
         _hold_until(conn, lease.table, found.holds_until, decision.expires_at)
+    if lease.kind == "claim" and found.holds_until is not None:
+        # a compactor's backpressure lives as long as its claim (docs/design.md §11)
+        _, intents = store.holds(conn, lease.table)
+        pressed = [x for x in intents if x.cause == "backpressure" and x.live(at)]
+        for intent in pressed:
+            store.keep_intent(conn, intent, decision.expires_at)
+        if pressed:
+            _hold_until(conn, lease.table, found.holds_until, decision.expires_at)
     return lease_view(_extended(lease, decision), at)
 
 
@@ -441,10 +449,11 @@ def _ended(
         _holds_ended(conn, lease.table)
     detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
     _audit_end(conn, lease, at, f"lease.{end}", actor=actor, **detail)
-    if lease.kind == "claim":
-        # no compactor holds the table now: nothing may hold its writers back
+    if lease.kind == "claim" and found.holds_until is not None:
+        # no compactor holds the table now: nothing may hold its writers back (an intent
+        # already expired is left to the sweep, which says so)
         _, intents = store.holds(conn, lease.table)
-        _end_backpressure(conn, lease.table, at, intents)
+        _end_backpressure(conn, lease.table, at, [x for x in intents if x.live(at)])
     return lease_view(lease, at)
 
 
@@ -490,47 +499,47 @@ def hold_back(
     holder: str,
     partitions: Sequence[str],
     reason: str,
-    intent_ttl: timedelta,
 ) -> Backpressure:
     """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
     intent of cause `backpressure` per partition, opened or kept open (docs/design.md §11).
 
-    Only a compactor alive on the table may: `claim_id` must be the table's live claim, and
-    no intent outlives it (each expires `intent_ttl` from now, or with the claim if sooner),
-    so a compactor that dies holds no writer past its claim. Each intent ends as a drain's
-    does: fulfilled by `holder`'s maintenance grant covering its partition, withdrawn, or
-    expired. With the table's backpressure switched off nothing is opened (the answer says so).
+    Only a compactor alive on the table may (`rules.hold_back_refusal`): `claim_id` must be the
+    table's live claim and `holder` its holder or a run under it (`<claim holder>/<run>`). The
+    intents live as long as the claim: they expire with it, a renew of the claim extends them,
+    its release or revoke ends them; so a compactor that dies holds no writer past its claim.
+    Each also ends as a drain's does: fulfilled by `holder`'s maintenance grant covering its
+    partition, or withdrawn (`let_go`). Nothing is opened while the table's backpressure or
+    its maintenance is switched off (no grant could end it); the answer says which.
 
     Raises:
-        NotFound: the claim is not one of the table's.
+        NotFound: the table or the claim is unknown.
         LeaseExpired: the claim is no longer live.
+        NotOwner: `holder` is not the claim's holder nor a run under it.
     """
-    row, at = _locked_table(conn, table)
+    locked = store.lock_table(conn, table, create=False)
+    if locked is None:
+        raise NotFound(f"no table {table}; claim it before holding its writers", table=table)
+    row, at = locked
     row, live = _live(conn, row, at)
     claim = next((x for x in store.unended_claims(conn, table) if x.id == claim_id), None)
-    if claim is None:
-        raise NotFound(
-            f"no unended claim {claim_id} on {table}; claim the table before holding its writers",
-            lease_id=claim_id,
-        )
-    if not claim.live(at):
-        raise LeaseExpired(
-            f"the claim {claim_id} on {table} has expired; claim the table again",
-            lease_id=claim_id,
-            state="expired",
-        )
-    if row.backpressure == "disabled":
-        return Backpressure(table=table, partitions=[], switch="disabled", remaining_s=0.0)
-    expires = min(at + intent_ttl, claim.expires_at)
+    refusal = rules.hold_back_refusal(table, claim_id, claim, holder, at)
+    if refusal is not None:
+        raise refusal
+    assert claim is not None
+    names = list(dict.fromkeys(partitions))
+    if row.backpressure == "disabled" or row.maintenance == "disabled":
+        off = "backpressure" if row.backpressure == "disabled" else "maintenance"
+        return Backpressure(table=table, partitions=[], switch=row.backpressure, off=off)
     opened: dict[str, str] = {}  # partition: its intent's request id
-    for name in dict.fromkeys(partitions):
+    for name in names:
         request_id = f"backpressure-{uuid.uuid5(uuid.NAMESPACE_URL, holder + chr(0) + name)}"
         intent = live.intent(request_id)
         if intent is not None:
-            store.keep_intent(conn, intent, expires)
+            store.keep_intent(conn, intent, claim.expires_at)
             continue
         store.insert_intent(
-            conn, IntentRow(table, request_id, holder, (name,), at, expires, cause="backpressure")
+            conn,
+            IntentRow(table, request_id, holder, (name,), at, claim.expires_at, "backpressure"),
         )
         opened[name] = request_id
     if opened:
@@ -546,24 +555,25 @@ def hold_back(
             lease_id=claim_id,
             reason=reason,
         )
-    _hold_until(conn, row.name, row.holds_until, expires)
+    _hold_until(conn, row.name, row.holds_until, claim.expires_at)
     return Backpressure(
         table=table,
-        partitions=list(dict.fromkeys(partitions)),
+        partitions=names,
         switch="enabled",
-        remaining_s=seconds(expires - at),
+        remaining_s=seconds(claim.expires_at - at),
     )
 
 
-def let_go(conn: Connection, *, table: str, holder: str) -> list[str]:
+def let_go(conn: Connection, *, table: str, holder: str) -> Backpressure:
     """End `holder`'s backpressure on `table` (a run that ends without compacting every
-    partition it held): each intent `intent.withdrawn`; the partitions let go."""
+    partition it held): each intent `intent.withdrawn`; answers the partitions let go."""
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
-        return []
+        return Backpressure(table=table, partitions=[], switch="enabled")
     row, at = locked
     row, live = _live(conn, row, at)
-    return _end_backpressure(conn, table, at, [x for x in live.intents if x.holder == holder])
+    names = _end_backpressure(conn, table, at, [x for x in live.intents if x.holder == holder])
+    return Backpressure(table=table, partitions=names, switch=row.backpressure)
 
 
 def _end_backpressure(

@@ -31,8 +31,10 @@ __all__ = [
 ]
 
 LeaseEnd = Literal["released", "expired", "revoked"]
-IntentCause = Literal["drain", "backpressure"]
 """How a lease ended: by its holder, by its TTL, by an operator."""
+
+IntentCause = Literal["drain", "backpressure"]
+"""Why an intent holds commits: a maintenance request's drain, or a compactor's backpressure."""
 
 
 def seconds(delta: timedelta) -> float:

@@ -32,6 +32,7 @@ from service.wire.errors import (
     Locked,
     MaintenanceHeld,
     MaintenanceOff,
+    NotFound,
     NotOwner,
     StaleToken,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "decide_renew",
     "decide_release",
     "decide_withdraw",
+    "hold_back_refusal",
     "refused",
 ]
 
@@ -329,6 +331,31 @@ def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
 # -- refusals as errors ----------------------------------------------------------------------
 
 
+def hold_back_refusal(
+    table: str, claim_id: str, claim: LeaseRow | None, holder: str, at: datetime
+) -> LakelockError | None:
+    """Why a backpressure request may not hold writers, or None: only the holder of the
+    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/design.md §11)."""
+    if claim is None:
+        return NotFound(
+            f"no unended claim {claim_id} on {table}; claim the table before holding its writers",
+            lease_id=claim_id,
+        )
+    if not claim.live(at):
+        return LeaseExpired(
+            f"the claim {claim_id} on {table} has expired; claim the table again",
+            lease_id=claim_id,
+            state="expired",
+        )
+    if holder != claim.holder and not holder.startswith(claim.holder + "/"):
+        return NotOwner(
+            f"holder {holder!r} is neither the claim's holder {claim.holder!r} nor a run under "
+            f"it ({claim.holder}/<run>); hold back writers as the compactor that claimed {table}",
+            field="holder",
+        )
+    return None
+
+
 def _where(partitions: tuple[str, ...] | None) -> str:
     if partitions is None:
         return ""
@@ -411,7 +438,7 @@ def _acquire_refused(
                 reason="backpressure",
                 blocking_holder=blocking.holder,
                 blocking_partitions=partitions,
-                retry_after_s=None,
+                retry_after_s=seconds(blocking.expires_at - at),
             )
         case "maintenance_held":
             return MaintenanceHeld(

@@ -220,7 +220,8 @@ class StateCollector(Collector):
         )
         held = GaugeMetricFamily(
             "lakelock_backpressure_partitions",
-            "Partitions whose commits a compactor's backpressure holds (debt over its hard bound)",
+            "Partitions whose commits a compactor's backpressure holds (debt over its hard bound; "
+            "not while the table's backpressure switch is off)",
             labels=["table"],
         )
         for table, partitions in state["backpressure"]:
@@ -287,10 +288,13 @@ def read_state(conn: Connection) -> dict[str, Any]:
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
+    # enforced ones only: with the table's switch off they are recorded, not holding
+    i, t = intents_t.c, tables_t.c
     counts["backpressure"] = conn.execute(
-        select(intents_t.c.table_name, func.count())
-        .where(intents_t.c.expires_at > at, intents_t.c.cause == "backpressure")
-        .group_by(intents_t.c.table_name)
+        select(i.table_name, func.count())
+        .join_from(intents_t, tables_t, t.name == i.table_name)
+        .where(i.expires_at > at, i.cause == "backpressure", t.backpressure == "enabled")
+        .group_by(i.table_name)
     ).all()
     counts["paused"] = conn.execute(
         select(func.count()).where(tables_t.c.ingest == "paused")

@@ -582,16 +582,17 @@ async def withdraw_intent(
 @router.post(
     "/v1/tables/{table}/backpressure",
     tags=["leases"],
-    responses={**_WRITE, **problems(404, 410)},
+    responses={**_WRITE, **problems(404, 409, 410)},
 )
 async def hold_back(
     table: TableName, body: BackpressureBody, rt: RuntimeDep, _: JobDep
 ) -> Backpressure:
     """Hold the commits that touch `partitions` until `holder` compacts them (docs/design.md
-    §11): a compactor whose plan found them over their debt bound, under its live claim on the
-    table. Asking again keeps them held; each ends with `holder`'s maintenance grant covering
-    it, a `DELETE`, the intent TTL (LAKELOCK_INTENT_TTL_S) or the claim's expiry, whichever
-    comes first. With the table's `backpressure` switch disabled, nothing is held."""
+    §11): a compactor whose plan found them past their debt bound, under its live claim on the
+    table (`holder`: the claim's holder or a run under it, `<claim holder>/<run>`). They stay
+    held as long as the claim (each renew extends them); each ends with `holder`'s maintenance
+    grant covering it, a `DELETE`, or the claim's release, revoke or expiry. With the table's
+    `backpressure` or `maintenance` switched off, nothing is held (`off` says which)."""
     _check_partitions(rt, body.partitions)
     return await rt.transact(
         lambda conn: leases.hold_back(
@@ -601,7 +602,6 @@ async def hold_back(
             holder=body.holder,
             partitions=body.partitions,
             reason=body.reason,
-            intent_ttl=timedelta(seconds=rt.settings.intent_ttl_s),
         )
     )
 
@@ -618,8 +618,7 @@ async def let_go(
 ) -> Backpressure:
     """End `holder`'s backpressure on the table (a run that leaves a partition it held
     uncompacted): its commits are granted again at once. Answers the partitions let go."""
-    names = await rt.transact(lambda conn: leases.let_go(conn, table=table, holder=holder))
-    return Backpressure(table=table, partitions=names, switch="enabled", remaining_s=0.0)
+    return await rt.transact(lambda conn: leases.let_go(conn, table=table, holder=holder))
 
 
 @router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})

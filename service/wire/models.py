@@ -515,13 +515,15 @@ class Switch(_Answer):
 
 
 class Backpressure(_Answer):
-    """What a backpressure request holds: `partitions` (none while the table's switch says
-    `disabled`) for `remaining_s` unless asked again."""
+    """What a backpressure request holds: `partitions`, for `remaining_s` (as long as the claim,
+    which each renew extends); none while `off` names a switch that is off: the table's
+    `backpressure`, or its `maintenance` (no grant could end it)."""
 
     table: str
     partitions: list[str]
     switch: Literal["enabled", "disabled"]
-    remaining_s: float
+    remaining_s: float = 0.0
+    off: Literal["backpressure", "maintenance"] | None = None
 
 
 class TableDebt(_Answer):

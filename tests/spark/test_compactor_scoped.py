@@ -200,6 +200,7 @@ def test_partitions_past_the_hard_bound_hold_their_writers_until_their_group_run
             spark,
             client=job_client,
             config=config,
+            holder="compactor-pressed",  # the run holds back as a run under its claim
             claim=claim.lease,
             before_step=try_every_partition,
         )
