@@ -146,3 +146,15 @@ def test_the_client_reports_a_dict_or_a_model(api):
     assert again.small_files == 5 and again.snapshot_id == SNAPSHOT
     client.report_debt(TABLE, DebtBody.model_validate(debt(small=6)))
     assert client.state(TABLE)["debt"]["small_files"] == 6
+
+
+def test_a_table_past_the_bound_gets_its_gauges_whatever_its_size(api):
+    """The alert on partitions past the hard bound must see every such table, not only the
+    LAKELOCK_METRICS_MAX_TABLES (2 here) with the most files."""
+    put(api, "lake.db.big_a", small=500)
+    put(api, "lake.db.big_b", small=400)
+    put(api, "lake.db.small", small=30, deletes=26, partitions_over_bound=1, worst_partition=31)
+    assert metric(api, "lakelock_table_partitions_over_bound", table="lake.db.small") == 1
+    assert metric(api, "lakelock_table_worst_partition", table="lake.db.small") == 31
+    assert metric(api, "lakelock_table_small_files", table="lake.db.big_a") == 500
+    assert metric(api, "lakelock_table_small_files", table="lake.db.big_b") == 0  # left out

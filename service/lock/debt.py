@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from service.lock import store
@@ -68,10 +68,18 @@ def of_table(conn: Connection, table: str, at: datetime) -> TableDebt | None:
 
 
 def heaviest(conn: Connection, *, limit: int, at: datetime) -> list[tuple[str, TableDebt]]:
-    """The `limit` tables with the most debt (small files plus delete files), most first."""
+    """The `limit` tables with the most debt, most first: those with partitions past the hard
+    bound before any other (so the alert on them sees every one, whatever its size), then by
+    small files plus delete files."""
     c = debt_t.c
     rows = conn.execute(
-        select(debt_t).order_by((c.small_files + c.delete_files).desc(), c.table_name).limit(limit)
+        select(debt_t)
+        .order_by(
+            func.coalesce(c.partitions_over_bound, 0).desc(),
+            (c.small_files + c.delete_files).desc(),
+            c.table_name,
+        )
+        .limit(limit)
     )
     return [(row.table_name, _view(row._asdict(), at)) for row in rows]
 
