@@ -174,8 +174,9 @@ class Settings(BaseSettings):
         ge=0,
         le=100000,
         description="How many tables get the per-table debt gauges (`lakelock_table_small_files`, "
-        "`_delete_files`, `_partitions_over_target`): those with the most small plus delete "
-        "files. Bounds the series a scrape carries; 0 turns them off.",
+        "`_delete_files`, `_partitions_over_target`, `_partitions_over_bound`, "
+        "`_worst_partition`): those with partitions past the hard bound first, then those with "
+        "the most small plus delete files. Bounds the series a scrape carries; 0 turns them off.",
     )
     shutdown_grace_s: float = Field(
         default=20.0,
