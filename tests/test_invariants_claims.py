@@ -1,8 +1,10 @@
 """Claims under concurrency (docs/design.md §5): 10 compactor processes claim, renew, release and
-abandon claims on three tables through two service processes sharing one database, with an
-operator revoking some and ingest writers and maintenance leases working the same tables. The
+abandon claims on three tables through two service processes sharing one database, holding
+writers back under them (backpressure), with an operator revoking some and flipping the
+backpressure switch, and ingest writers and maintenance leases working the same tables. The
 checker in `invariants.py` reads the recorded history afterwards: never two live claims on one
-table (inv6), and the five invariants of the other kinds untouched by the claims."""
+table (inv6), no commit granted under backpressure nor backpressure without a claim (inv8), and
+the five invariants of the other kinds untouched by the claims."""
 
 from __future__ import annotations
 
@@ -45,6 +47,8 @@ class ClaimWorkload(Workload):
                     assert again.status_code in (201, 410), again.text  # 410: revoked meanwhile
                     if again.status_code == 201:
                         assert again.json()["lease_id"] == lease["lease_id"]
+                if rng.random() < 0.4:
+                    self.hold_back(http, rng, table, lease)
                 if rng.random() < 0.3:
                     self.maintain(http, rng, table, f"compactor-{seed}")
                 self.hold(http, rng, lease, ttl, time.monotonic())
@@ -77,9 +81,28 @@ class ClaimWorkload(Workload):
                     continue
                 claims = response.json()["claims"]
                 assert len(claims) <= 1, claims  # what status shows, too
+                if rng.random() < 0.1:
+                    # the switch turns backpressure off and on: inv8 reads it
+                    setting = rng.choice(["enabled", "disabled"])
+                    body = {"backpressure": setting, "reason": "chaos"}
+                    self.call(http, rng, "PUT", f"/v1/tables/{table}/switch", json=body)
                 if claims and rng.random() < 0.3:
                     path = f"/v1/leases/{claims[0]['lease_id']}/revoke"
                     self.call(http, rng, "POST", path, json={"reason": "chaos"})
+
+    def hold_back(self, http, rng, table: str, claim: dict) -> None:
+        """Backpressure under the claim (docs/design.md §11) on a partition or two: it holds
+        every whole-table commit lease until the claim's maintenance lease or its end."""
+        parts = rng.sample(["p=1", "p=2", "p=3"], rng.choice([1, 2]))
+        body = {
+            "claim_id": claim["lease_id"],
+            "holder": claim["holder"],
+            "partitions": parts,
+            "reason": "chaos",
+        }
+        response = self.call(http, rng, "POST", f"/v1/tables/{table}/backpressure", json=body)
+        # 410: the claim expired or was revoked meanwhile
+        assert response.status_code in (200, 410), response.text
 
     def maintain(self, http, rng, table: str, holder: str) -> None:
         """A one-off maintenance step under the claim: granted, draining or refused alike."""
@@ -115,6 +138,13 @@ def test_never_two_live_claims_on_a_table_across_two_service_processes(db_url, t
         assert seen[(needed, "claim")] > 0, f"the workload never produced {needed}: {seen}"
     assert seen[("lease.acquired", "commit")] > 0 and seen[("lease.acquired", "maintenance")] > 0
     assert workload.calls["POST 409"] > 0, workload.calls
+    # backpressure was opened, held writers, and ended every way
+    assert seen[("backpressure.on", "intent")] > 0, seen
+    causes = Counter(
+        e["event"] for e in history.events if e["detail"].get("cause") == "backpressure"
+    )
+    for ended in ("intent.fulfilled", "intent.withdrawn", "intent.expired"):
+        assert causes[ended] > 0, f"no backpressure intent ended by {ended}: {causes}"
     # and claims held nothing else: commit leases were live inside claims
     assert _commits_inside_claims(history) > 0
 
