@@ -225,8 +225,11 @@ class BackpressureBody(_Body):
         "whose grant covering a partition ends its backpressure"
     )
     partitions: list[PartitionName] = Field(
-        description="the partitions over their bound, each named by its Iceberg partition path",
+        min_length=1,
+        description="the partitions over their bound, each named by its Iceberg partition path, "
+        "each once",
         examples=[["dt=2024-06-20/hr=13"]],
+        json_schema_extra={"uniqueItems": True},
     )
     reason: str = Field(min_length=1, max_length=1024, description="the debt, for the audit")
 
