@@ -114,7 +114,11 @@ def sample(warehouse: Path, table: str, *, small_file_bytes: int = 8 << 20) -> H
     from service.ops.iceberg_audit import metadata_file
 
     at = time.time()
-    iceberg = StaticTable.from_metadata(str(metadata_file(warehouse, table)))
+    # fsspec's file IO: the demo's install has no pyarrow (metadata and manifests only)
+    iceberg = StaticTable.from_metadata(
+        str(metadata_file(warehouse, table)),
+        properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
+    )
     snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return Health(at, None)

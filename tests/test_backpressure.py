@@ -184,6 +184,20 @@ def test_backpressure_ends_when_the_claim_is_released_or_revoked(api):
         release(api, granted.json())
 
 
+def test_a_claim_that_ended_says_how_it_ended(api):
+    """A compactor whose claim was released or revoked learns that, not "no such claim"."""
+    for end in ("release", "revoke"):
+        held = claim(api).json()
+        if end == "release":
+            release(api, held)
+        else:
+            api.post(f"/v1/leases/{held['lease_id']}/revoke", json={"reason": "stuck"})
+        answer = hold_back(api, held)
+        assert answer.status_code == 410, (end, answer.text)
+        assert answer.json()["state"] == {"release": "released", "revoke": "revoked"}[end]
+        assert state(api)["intents"] == []
+
+
 def test_the_switch_turns_it_off(api):
     held = claim(api).json()
     hold_back(api, held)

@@ -521,7 +521,8 @@ def hold_back(
         raise NotFound(f"no table {table}; claim it before holding its writers", table=table)
     row, at = locked
     row, live = _live(conn, row, at)
-    claim = next((x for x in store.unended_claims(conn, table) if x.id == claim_id), None)
+    found = store.read_lease(conn, claim_id)
+    claim = found if found is not None and found.kind == "claim" and found.table == table else None
     refusal = rules.hold_back_refusal(table, claim_id, claim, holder, at)
     if refusal is not None:
         raise refusal

@@ -338,14 +338,15 @@ def hold_back_refusal(
     table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/design.md §11)."""
     if claim is None:
         return NotFound(
-            f"no unended claim {claim_id} on {table}; claim the table before holding its writers",
+            f"no claim {claim_id} on {table}; claim the table before holding its writers",
             lease_id=claim_id,
         )
     if not claim.live(at):
+        state = claim.state(at)
         return LeaseExpired(
-            f"the claim {claim_id} on {table} has expired; claim the table again",
+            f"the claim {claim_id} on {table} is {state}; claim the table again",
             lease_id=claim_id,
-            state="expired",
+            state=state,
         )
     if holder != claim.holder and not holder.startswith(claim.holder + "/"):
         return NotOwner(
