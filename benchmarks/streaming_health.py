@@ -11,8 +11,9 @@ every `--compact-every-s`, a lakelock service on SQLite) for `--duration-s`, in 
     table        the compactor with whole-table leases (`lease.scope = "table"`)
     partitions   the compactor with partition leases (the default)
 
-for each format of `--formats`: `json` (click events with duplicates and late updates) and
-`debezium` (a MySQL table's change events: updates, deletes, key changes). Measured:
+for each format of `--formats`: `json` (click events with duplicates and late updates),
+`debezium` (a MySQL table's change events: updates, deletes, key changes) and `canal` (the same
+changes as canal-json; not in the default run). Measured:
 
     table        every `--sample-every-s` with pyiceberg from the metadata (demo.health): data
                  and delete files per partition, in total, bytes
@@ -21,15 +22,19 @@ for each format of `--formats`: `json` (click events with duplicates and late up
     compactor    each run's outcome and hold, the longest hold of one partition
     readers      at 30%, 60% and 90% of the run (minutes 3, 6, 9 of 10): the current snapshot
                  is copied with CREATE TABLE ... AS SELECT (a compacted copy: a file or two per
-                 partition), then a full count and a lookup of 100 keys run on the snapshot and
-                 on the copy with Spark (one warm-up, then the median of 3): the ratio is what
-                 the stream's files cost a reader. The queries share the two cores with the jobs,
-                 as a reader on the same cluster would
+                 partition), then three queries run on the snapshot and on the copy with Spark
+                 (one warm-up, then the median of 3): a full count (on the copy, without delete
+                 files, Iceberg answers it from metadata: the real limit of a compacted table),
+                 a distinct count of keys (a scan on both) and a lookup of 100 keys. The ratio
+                 is what the stream's files cost a reader. The queries share the two cores
+                 with the jobs, as a reader on the same cluster would
 
 Goals (issue 31), after a warm-up of two compactor runs: every partition at most 12 data files
 on average and never more than 24, delete files the same; total files flat from the middle third
 of the run to the last; no failed batch; ingest wait plus backpressure at most 5% of the run;
-queries within 1.3x of the compacted copy. `report.md` says which were met, per run.
+queries within 1.3x of the compacted copy. `report.md` says which were met, per run. The
+table's partitions grow with event time (a new hour every 18 s of the run at 200 events/s), so
+beside the total, the files per partition are compared between the two thirds.
 
 Writes results.json, report.md and streaming_health.png (files over time, a panel per format, a
 line per mode) into `--out`.
@@ -38,6 +43,7 @@ line per mode) into `--out`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -51,11 +57,13 @@ from benchmarks.lease_throughput import percentile
 from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 
-__all__ = ["MODES", "FORMATS", "run_one", "figures", "goals", "main"]
+__all__ = ["MODES", "FORMATS", "KNOWN_FORMATS", "run_one", "figures", "goals", "main"]
 
 MODES = ("none", "table", "partitions")
-FORMATS = ("json", "debezium")
+FORMATS = ("json", "debezium")  # the default run
+KNOWN_FORMATS = (*FORMATS, "canal")
 QUERY_POINTS = (0.3, 0.6, 0.9)
+QUERIES = ("count", "scan", "lookup")
 LOOKUP_KEYS = 100
 GOALS = {
     "partition_mean_files": 12,
@@ -70,23 +78,35 @@ class Reader:
     """A reader beside the jobs: at each fraction of the run in `points`, copies the current
     snapshot and times the same queries on the snapshot and on the copy."""
 
-    def __init__(self, pipeline: Pipeline, duration_s: float, points: Sequence[float]) -> None:
+    def __init__(self, pipeline: Pipeline, points: Sequence[float]) -> None:
         self.pipeline = pipeline
-        self.duration_s = duration_s
+        # a run by counts ends only once the reader is done (it needs the stream running)
+        self.done = threading.Event()
+        pipeline.waits_for.append(self.done)
         self.points = points
         self.results: list[dict[str, Any]] = []
         self.errors: list[str] = []
 
     def run(self) -> None:
-        started = time.monotonic()
+        try:
+            self._run()
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
+        # the shares are of the stream's part of the run (after the service, Spark and the
+        # table are up), not of the start-up
+        while not self.pipeline.streaming_started.wait(0.5):
+            if self.pipeline.stop.is_set():
+                return
+        assert self.pipeline.streaming is not None
+        began, until = self.pipeline.streaming
         for n, point in enumerate(self.points):
             if self.pipeline.stop.wait(
-                max(0.0, started + point * self.duration_s - time.monotonic())
+                max(0.0, began + point * (until - began) - time.monotonic())
             ):
                 return
             spark = self.pipeline.spark
-            if spark is None:
-                continue
             try:
                 self.results.append({"at_share": point, **self._measure(spark, n)})
             except Exception as exc:  # a reader's failure is a figure, not the benchmark's end
@@ -118,6 +138,7 @@ class Reader:
         out: dict[str, Any] = {"snapshot_id": snapshot, "files": files, "copy_files": copy_files}
         for name, query in (
             ("count", "SELECT count(*) FROM {t}"),
+            ("scan", "SELECT count(DISTINCT event_id) FROM {t}"),
             ("lookup", "SELECT count(*) FROM {t} WHERE event_id IN (" + listed + ")"),
         ):
             streamed = _median_s(lambda q=query: spark.sql(q.format(t=at)).collect())
@@ -156,14 +177,15 @@ def run_one(args: argparse.Namespace, fmt: str, mode: str) -> dict[str, Any]:
         compactions_on=mode != "none",
         health_every_s=args.sample_every_s,
         max_hold_s=300.0,
+        plan=dict(args.plan),
     )
     pipeline = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True))
-    reader = Reader(pipeline, args.duration_s, QUERY_POINTS if args.queries else ())
+    reader = Reader(pipeline, QUERY_POINTS if args.queries else ())
     thread = threading.Thread(target=reader.run, daemon=True)
     thread.start()
     result = pipeline.run()
     thread.join(timeout=60)
-    return figures(fmt, mode, result, reader)
+    return {**figures(fmt, mode, result, reader), "plan": dict(args.plan)}
 
 
 def figures(fmt: str, mode: str, result: PipelineResult, reader: Reader) -> dict[str, Any]:
@@ -200,11 +222,16 @@ def figures(fmt: str, mode: str, result: PipelineResult, reader: Reader) -> dict
         "queries": reader.results,
         "query_errors": reader.errors,
         "query_ratio_max": max(
-            (q[k] for q in reader.results for k in ("count_ratio", "lookup_ratio") if q.get(k)),
+            (q[f"{k}_ratio"] for q in reader.results for k in QUERIES if q.get(f"{k}_ratio")),
             default=None,
         ),
         "samples": [
             [round(h.at - origin, 1), h.data_files, h.delete_files, h.bytes] for h in samples
+        ],
+        # per partition at each sample: [seconds, {partition: [data files, delete files]}]
+        "partition_samples": [
+            [round(h.at - origin, 1), {n: [f.data, f.deletes] for n, f in h.partitions.items()}]
+            for h in samples
         ],
     }
     out["goals_missed"] = goals(out)
@@ -246,16 +273,32 @@ def _partition_figures(warm: list[Health]) -> dict[str, Any]:
 
 
 def _growth(samples: list[Health]) -> dict[str, Any]:
-    """Mean total files (data plus delete) in the middle third and the last third of the run."""
+    """Mean total files (data plus delete) in the middle third and the last third of the run,
+    and the same per partition (the partitions grow with event time)."""
     third = len(samples) // 3
     if third == 0:
-        return {"files_middle_third": None, "files_last_third": None, "growth_last_third": None}
-    middle = statistics.mean(h.data_files + h.delete_files for h in samples[third : 2 * third])
-    last = statistics.mean(h.data_files + h.delete_files for h in samples[2 * third :])
+        return {
+            "files_middle_third": None,
+            "files_last_third": None,
+            "growth_last_third": None,
+            "per_partition_middle_third": None,
+            "per_partition_last_third": None,
+        }
+    middle, last = samples[third : 2 * third], samples[2 * third :]
+
+    def files(hs: list[Health]) -> float:
+        return statistics.mean(h.data_files + h.delete_files for h in hs)
+
+    def per_partition(hs: list[Health]) -> float | None:
+        each = [(h.data_files + h.delete_files) / len(h.partitions) for h in hs if h.partitions]
+        return round(statistics.mean(each), 2) if each else None
+
     return {
-        "files_middle_third": round(middle, 1),
-        "files_last_third": round(last, 1),
-        "growth_last_third": round(last / middle, 2) if middle else None,
+        "files_middle_third": round(files(middle), 1),
+        "files_last_third": round(files(last), 1),
+        "growth_last_third": round(files(last) / files(middle), 2) if files(middle) else None,
+        "per_partition_middle_third": per_partition(middle),
+        "per_partition_last_third": per_partition(last),
     }
 
 
@@ -310,7 +353,12 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
             "table files, middle -> last third",
             lambda r: f"{r['files_middle_third']} -> {r['files_last_third']}",
         ),
+        (
+            "files per partition, middle -> last third",
+            lambda r: f"{r['per_partition_middle_third']} -> {r['per_partition_last_third']}",
+        ),
         ("count, x compacted copy", lambda r: _ratios(r, "count")),
+        ("distinct keys (a scan), x compacted copy", lambda r: _ratios(r, "scan")),
         ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
         ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
         ("goals missed", _missed),
@@ -405,14 +453,51 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--compactions", type=int, default=1, help="with --events: compactor runs to wait for"
     )
+    parser.add_argument(
+        "--plan",
+        type=_setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a compactor plan setting over the demo's (compactor.config.PlanConfig), e.g. "
+        "--plan trigger_small_files=8; repeatable",
+    )
     parser.add_argument("--out", type=Path, default=Path("var/streaming-health"))
     return parser
 
 
+def _setting(text: str) -> tuple[str, str]:
+    """`key=value` of --plan: the key a PlanConfig field, the value as a config file gives it
+    (pydantic converts it; main() checks the settings together)."""
+    from compactor.config import PlanConfig
+
+    names = [f.name for f in dataclasses.fields(PlanConfig)]
+    key, sep, value = text.partition("=")
+    if not sep or key not in names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use KEY=VALUE with KEY one of {', '.join(names)}"
+        )
+    return key, value
+
+
+def _check_plan(parser: argparse.ArgumentParser, settings: Sequence[tuple[str, str]]) -> None:
+    """Exit with pydantic's message when the --plan settings make no valid plan config."""
+    from pydantic import ValidationError
+
+    from compactor.config import PlanConfig
+
+    try:
+        PlanConfig(**dict(settings))
+    except ValidationError as exc:
+        parser.error(f"--plan: {exc.errors()[0]['msg']}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_plan(parser, args.plan)
     formats, modes = args.formats.split(","), args.modes.split(",")
-    for asked, known in ((formats, FORMATS), (modes, MODES)):
+    for asked, known in ((formats, KNOWN_FORMATS), (modes, MODES)):
         unknown = [x for x in asked if x not in known]
         if unknown:
             raise SystemExit(f"unknown {unknown[0]!r}: use {', '.join(known)}")

@@ -23,8 +23,10 @@ partition, named by `jobkit.partition.partition_name` (the gate's names, byte fo
     hot groups       every due hot partition, in groups of `plan.hot_partitions_per_group`: a
                      commit in flight is a reason to drain, not to skip; a hot partition that
                      is not due is left alone
-    order            the group holding the most indebted partition (small plus delete files)
-                     first, so a run cut short by `plan.run_budget` leaves the least behind
+    order            the groups of partitions past the hard bound first (their writers are held
+                     until their group starts), then the group holding the most indebted
+                     partition (small plus delete files), so a run cut short by
+                     `plan.run_budget` leaves the least behind
     over_bound       the partitions at `plan.stop_small_files` or `plan.stop_delete_files`:
                      the run holds their writers until it compacts them (compactor.run)
     rewrite_manifests  rewrites the table's manifest list: a whole-table lease of its own, only
@@ -172,7 +174,7 @@ class Group:
     """Steps run under one maintenance lease on `partitions` (None: the whole table).
 
     Group(("dt=2024-05-01", "dt=2024-05-02"), (rewrite_data_files, ...))
-    Group(("dt=2024-05-10",), (...), hot=True)      # a hot partition, always alone
+    Group(("dt=2024-05-10",), (...), hot=True)      # due hot ones: hot_partitions_per_group
     Group(None, (Step("rewrite_manifests", ...),))
     """
 
@@ -376,8 +378,8 @@ def plan(
     of live reader holds, which `expire_snapshots` keeps with every later snapshot.
 
     The whole table is one scope when the config says so or the stats name a reason
-    (`_whole_table_plan`); otherwise each cold partition with debt is picked and hot ones are
-    left alone unless their debt pays off (`_partition_plan`).
+    (`_whole_table_plan`); otherwise every due partition, hot or cold, is picked, and every
+    cold one with debt when the cold ones pay off (`_partition_plan`).
 
     Raises:
         RetentionRefused: a retention setting is below its floor (nothing may run).
@@ -447,11 +449,7 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     config = frame.config
     scope = Totals.of(frame.in_scope)
     data_run, data_idle = _data_reasons(scope, config, frame.stats.small_file_bytes)
-    due = {
-        str(p.name or "the table"): why
-        for p in _by_debt(frame.in_scope)
-        if (why := _due(p, config))
-    }
+    due = {_label(p): why for p in _by_debt(frame.in_scope) if (why := _due(p, config))}
     data_run += _due_text(due)
     reasons = frame.reasons + ([] if frame.everything else data_run + frame.table_run)
     if not reasons:
@@ -460,7 +458,7 @@ def _whole_table_plan(frame: _Frame, whole_table: str) -> Plan:
     small_ok = (
         frame.everything
         or _small_files_pay_off(scope, config)
-        or _small_input([p for p in frame.in_scope if str(p.name or "the table") in due], config)
+        or _small_input([p for p in frame.in_scope if _label(p) in due], config)
     )
     data = _data_steps(config, frame.mode, scope, small_ok=small_ok, where=frame.where)
     unleased = frame.unleased
@@ -501,17 +499,27 @@ def _partition_plan(frame: _Frame, now: datetime, leased: Collection[str]) -> Pl
         parts = _partition_plans(in_scope, hot, due, (), config)
         return frame.made(run=False, reasons=idle, scope=scope, partitions=parts)
     sweep = frame.everything or bool(data_run)
-    picked_cold = _by_debt(
-        p
-        for p in cold
-        if p.name in due or (sweep and _has_debt(p, config, everything=frame.everything))
+    bound = {name for name, _ in over_bound(in_scope, config)}
+
+    def urgent_first(p: PartitionStats) -> tuple[bool, int, datetime, str]:
+        # past the hard bound first: the run holds those writers until their group (backpressure)
+        return (str(p.name) not in bound, *_most_debt_first(p))
+
+    picked_cold = sorted(
+        (
+            p
+            for p in cold
+            if p.name in due or (sweep and _has_debt(p, config, everything=frame.everything))
+        ),
+        key=urgent_first,
     )
-    picked_hot = _by_debt(p for p in in_scope if p.name in hot and p.name in due)
+    picked_hot = sorted((p for p in in_scope if p.name in hot and p.name in due), key=urgent_first)
     chunks = _chunks(picked_cold, config.plan.max_partitions_per_group) + _chunks(
         picked_hot, config.plan.hot_partitions_per_group
     )
-    # the group holding the most indebted partition first, so a time budget leaves the least
-    chunks.sort(key=lambda chunk: _most_debt_first(chunk[0]))
+    # the groups of partitions past the hard bound first, then the one holding the most
+    # indebted partition, so a time budget leaves the least behind
+    chunks.sort(key=lambda chunk: urgent_first(chunk[0]))
     groups = _groups(
         *(
             Group(
@@ -604,9 +612,10 @@ def _due_text(due: Mapping[str, Sequence[str]], hot: Mapping[Any, str] | None = 
 def over_bound(
     partitions: Iterable[PartitionStats], config: TableConfig
 ) -> tuple[tuple[str, str], ...]:
-    """(name, why) of the named partitions at or past the hard bound (`plan.stop_small_files`,
+    """(name, why) of the partitions at or past the hard bound (`plan.stop_small_files`,
     `plan.stop_delete_files`), most debt first: what the debt report counts, and, of those a
-    run's groups rewrite, what the run holds back."""
+    run's groups rewrite, what the run holds back (named ones only: a partition lakelock cannot
+    name is leased with the whole table)."""
     th = config.plan
     out: list[tuple[str, str]] = []
     for p in _by_debt(partitions):
@@ -624,9 +633,17 @@ def over_bound(
             )
             if reached
         ]
-        if why and p.name is not None:
-            out.append((str(p.name), ", ".join(why)))
+        if why:
+            out.append((_label(p), ", ".join(why)))
     return tuple(out)
+
+
+def _label(p: PartitionStats) -> str:
+    """The partition's name; one Iceberg cannot name as lakelock does (an unpartitioned table,
+    a transform without a name) by its values, so the debt still counts and shows it."""
+    if p.name is not None:
+        return str(p.name)
+    return "/".join(f"{k}={v}" for k, v in p.partition.items()) or "the table"
 
 
 def recent_where(config: PlanConfig, *, now: datetime) -> tuple[str, date] | None:

@@ -307,7 +307,10 @@ def _snapshot_reasons(summary: Summary, config: TableConfig, small: int) -> list
     if summary.delete_files:
         reasons.append(f"{summary.delete_files} delete files")
     rdf = config.rewrite_data_files
-    floor = max(config.plan.min_small_files, rdf.min_input_files)
+    # as many small files as one partition's trigger may all be in one partition: it is due
+    # (compactor.plan) even when the table as a whole is below min_small_files
+    th = config.plan
+    floor = max(min(th.min_small_files, th.trigger_small_files), rdf.min_input_files)
     if rdf.enabled and small >= floor:
         reasons.append(_small_text(summary, small, floor, config.small_file_bytes))
     expire = config.expire_snapshots

@@ -13,8 +13,9 @@ The order, and why:
                      whole table), released before the next group asks: a group skipped because
                      its partitions are held or do not drain leaves the next groups to try; a
                      failure or a lost lease ends the run; no group starts once
-                     `plan.run_budget` is spent (`left_for_next_run`); each partition's hold is
-                     in `partition_hold_s`
+                     `plan.run_budget` is spent (`left_for_next_run`); each partition's hold
+                     (its group's drain, whose intent refuses new commits, plus its lease) is in
+                     `partition_hold_s`
     backpressure     under the caller's claim, the partitions the plan found past the hard
                      bound have their writers held until their group's lease is granted (asked
                      before the first group, let go after the groups; docs/design.md §11)
@@ -348,8 +349,9 @@ def _groups(
             }
             report.groups.append(entry)
             lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
-            entry["lease_wait_s"] = report.lease_wait_s or 0.0
+            entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
             if lease is None:
+                _held(report, group, waited)  # its intent refused their commits meanwhile
                 entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
                 if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
                     continue
@@ -375,8 +377,7 @@ def _groups(
                 held = clock() - held_at
                 report.hold_s = (report.hold_s or 0.0) + held
                 entry["held_s"] = round(held, 3)
-                for name in group.partitions or ("*",):
-                    report.partition_hold_s[name] = report.partition_hold_s.get(name, 0.0) + held
+                _held(report, group, waited + held)
             steps = report.steps[first:]
             for step in steps:
                 step["lease_id"] = lease.lease_id
@@ -393,6 +394,14 @@ def _groups(
     finally:
         # the report's wait is the run's: the sum over its groups
         report.lease_wait_s = sum(g.get("lease_wait_s", 0.0) for g in report.groups)
+
+
+def _held(report: RunReport, group: Group, seconds: float) -> None:
+    """Add to each of the group's partitions ("*": the whole table) the seconds its writers
+    were held: the drain (the group's intent refuses new commits from its first ask) and the
+    lease."""
+    for name in group.partitions or ("*",):
+        report.partition_hold_s[name] = report.partition_hold_s.get(name, 0.0) + seconds
 
 
 def _unleased(

@@ -27,7 +27,6 @@ class Files:
     """The live files of one partition (or of the table)."""
 
     data: int = 0
-    small: int = 0
     deletes: int = 0
     bytes: int = 0
 
@@ -39,7 +38,6 @@ class Files:
     def plus(self, other: Files) -> Files:
         return Files(
             self.data + other.data,
-            self.small + other.small,
             self.deletes + other.deletes,
             self.bytes + other.bytes,
         )
@@ -102,7 +100,7 @@ class Health:
         }
 
 
-def sample(warehouse: Path, table: str, *, small_file_bytes: int = 8 << 20) -> Health:
+def sample(warehouse: Path, table: str) -> Health:
     """The table's live files now, per partition path (Iceberg's `dt=.../hr=...`).
 
     Raises:
@@ -131,10 +129,6 @@ def sample(warehouse: Path, table: str, *, small_file_bytes: int = 8 << 20) -> H
             f = entry.data_file
             name = spec.partition_to_path(f.partition, schema) if spec.fields else ""
             size = f.file_size_in_bytes
-            files = (
-                Files(deletes=1, bytes=size)
-                if deletes
-                else Files(data=1, small=int(size < small_file_bytes), bytes=size)
-            )
+            files = Files(deletes=1, bytes=size) if deletes else Files(data=1, bytes=size)
             partitions[name] = partitions.get(name, Files()).plus(files)
     return Health(at, snapshot.snapshot_id, partitions)

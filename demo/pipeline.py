@@ -130,6 +130,9 @@ class PipelineOptions:
     # files: a landing folder; kafka: a topic of a broker started for the run (demo.kafka)
     source: str = "files"
     kafka_partitions: int = 4
+    # the compactor's plan settings over the demo's (compactor.config.PlanConfig field names,
+    # e.g. {"trigger_small_files": 8}): what benchmarks.streaming_health --plan sweeps
+    plan: dict[str, Any] = field(default_factory=dict)
 
     @property
     def by_counts(self) -> bool:
@@ -385,6 +388,14 @@ class Pipeline:
         self.windows: list[tuple[float, float]] = []
         self.health: list[Health] = []
         self.spark: Any = None
+        # (start, end) on time.monotonic() of the stream's part of the run: from when its
+        # threads start (after the service, Spark and the table) to the run's deadline; set
+        # once they start (a reader beside the jobs times its queries by it)
+        self.streaming: tuple[float, float] | None = None
+        self.streaming_started = threading.Event()
+        # by counts, the run also waits for these (a reader beside the jobs that must finish
+        # its queries while the stream runs)
+        self.waits_for: list[threading.Event] = []
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
         self._completed_ids: set[int] = set()
@@ -442,7 +453,12 @@ class Pipeline:
                 scope=self.options.lease_scope,
             ),
             plan=PlanConfig(
-                min_small_files=8, min_delete_files=8, hot_window=self.options.hot_window
+                **{
+                    "min_small_files": 8,
+                    "min_delete_files": 8,
+                    "hot_window": self.options.hot_window,
+                    **self.options.plan,
+                }
             ),
             rewrite_data_files=RewriteDataFilesConfig(
                 options={
@@ -546,6 +562,7 @@ class Pipeline:
             self._generated.is_set()
             and ingested >= self._events_written
             and compacted >= self.options.compactions
+            and all(e.is_set() for e in self.waits_for)
         )
 
     def _counts_missed(self) -> list[str]:
@@ -719,6 +736,8 @@ class Pipeline:
             )
             # the table first, with its DDL, as a user would: the ingest job reads its schema
             create_events_table(spark, o.table)
+            self.streaming = (time.monotonic(), started + o.duration_s)
+            self.streaming_started.set()
             for target, args in (
                 (self._generate, ()),
                 (self._ingest, (spark, config)),

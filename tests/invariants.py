@@ -17,8 +17,10 @@ everything; the checker has its own `_overlap` for that, apart from the service'
   commit touched, at the instant of the commit; a commit that only removes snapshots may name
   the table's live claim instead;
 - inv8: no commit granted while a compactor's backpressure (docs/design.md §11) holds an
-  intersecting partition, unless the table's backpressure switch is off; and no backpressure
-  opened without a live claim of the table.
+  intersecting partition, unless the table's backpressure or maintenance switch is off; and
+  no writer held back without a live claim: each backpressure intent opens and ends within
+  the life of the claim it was opened under (by replay, and on database-time intervals, so a
+  claim that expired before any sweep said so counts as ended at its expiry).
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -114,6 +116,7 @@ class _Table:
     # a compactor's backpressure, one partition each, by request id; and its switch
     held_back: dict[str, Scope] = field(default_factory=dict)
     backpressure_off: bool = False
+    maintenance_off: bool = False
     paused: bool = False
     last_token: int = 0
 
@@ -128,9 +131,8 @@ class _Table:
         draining = any(_overlap(scope, x) for x in self.intents.values())
         self.flag(draining, "inv5: commit granted while intent open", e)
         held_back = any(_overlap(scope, x) for x in self.held_back.values())
-        self.flag(
-            held_back and not self.backpressure_off, "inv8: commit granted under backpressure", e
-        )
+        holds = not (self.backpressure_off or self.maintenance_off)
+        self.flag(held_back and holds, "inv8: commit granted under backpressure", e)
         self.flag(self.paused, "inv5: commit granted while paused", e)
         self.commits[e["lease_id"]] = scope
 
@@ -171,6 +173,7 @@ class _Table:
     def switch(self, e: dict[str, Any], _scope: Scope) -> None:
         self.paused = e["detail"]["after"]["ingest"] == "paused"
         self.backpressure_off = e["detail"]["after"].get("backpressure") == "disabled"
+        self.maintenance_off = e["detail"]["after"].get("maintenance") == "disabled"
 
     def apply(self, e: dict[str, Any]) -> None:
         name = e["event"]
@@ -251,6 +254,41 @@ def _overlapping(spans: list[Span]) -> list[tuple[str, str]]:
     ]
 
 
+def backpressure_outside_claims(history: History) -> list[str]:
+    """inv8 on database-time intervals: each backpressure intent (its `backpressure.on`, then
+    its end: withdrawn, fulfilled, or expired at its `expired_at`) lies within the live span of
+    the claim it was opened under; one still open at the end of the history needs its claim
+    still live."""
+    claims = {span[2]: span for spans in lease_spans(history, "claim").values() for span in spans}
+    opened: dict[str, tuple[datetime, str, str]] = {}  # by request id: (at, claim, table)
+    ends: list[tuple[str, datetime, datetime, str]] = []  # (claim, opened, ended, table)
+    for e in history.events:
+        detail = e["detail"]
+        if e["event"] == "backpressure.on":
+            for request_id in detail["request_ids"]:
+                opened.setdefault(request_id, (e["at"], e["lease_id"], e["table_name"]))
+        elif e["event"].startswith("intent.") and detail.get("cause") == "backpressure":
+            start = opened.pop(detail["request_id"], None)
+            if start is None:
+                continue
+            end = e["at"]
+            if e["event"] == "intent.expired":
+                end = datetime.fromisoformat(detail["expired_at"]).replace(tzinfo=None)
+            ends.append((start[1], start[0], end, start[2]))
+    ends += [(claim, at, datetime.max, table) for at, claim, table in opened.values()]
+    violations = []
+    slack = timedelta(milliseconds=1)  # an expired claim's end is rebuilt from float seconds
+    for claim_id, start, end, table in ends:
+        span = claims.get(claim_id)
+        if span is None or start < span[0] or (span[1] < datetime.max and end > span[1] + slack):
+            live = "never" if span is None else f"{span[0]} to {span[1]}"
+            violations.append(
+                f"inv8: {table} backpressure under claim {claim_id} from {start} to {end}, "
+                f"the claim live {live}"
+            )
+    return violations
+
+
 def intervals(history: History) -> list[str]:
     """Invariants 1, 2 and 6 again, on live intervals in database time."""
     violations: list[str] = []
@@ -327,4 +365,10 @@ def _unfenced(e: dict[str, Any], lease: dict[str, Any] | None, renewed: set[str]
 
 
 def check(history: History) -> list[str]:
-    return replay(history) + intervals(history) + renewals(history) + fenced(history)
+    return (
+        replay(history)
+        + intervals(history)
+        + backpressure_outside_claims(history)
+        + renewals(history)
+        + fenced(history)
+    )

@@ -4,6 +4,8 @@ without a live claim, never with the table's switch off."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from tests.helpers import (
     backdate,
     backdate_intent,
@@ -17,7 +19,13 @@ from tests.helpers import (
     switch,
     unknown,
 )
-from tests.invariants import History, load_history, replay
+from tests.invariants import (
+    History,
+    backpressure_outside_claims,
+    check,
+    load_history,
+    replay,
+)
 
 TABLE = "lake.db.events"
 HOT, OTHER = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"
@@ -67,18 +75,20 @@ def test_backpressure_holds_the_partitions_writers_until_the_compactor_takes_it(
     assert replay(load_history(db_url, [])) == []
 
 
-def test_the_checker_flags_a_commit_under_backpressure_and_one_without_a_claim():
-    def event(n, name, kind=None, lease_id=None, **detail):
-        return {
-            "id": n,
-            "table_name": TABLE,
-            "event": name,
-            "kind": kind,
-            "lease_id": lease_id,
-            "token": None,
-            "detail": detail,
-        }
+def _event(n, name, kind=None, lease_id=None, **detail):
+    return {
+        "id": n,
+        "table_name": TABLE,
+        "event": name,
+        "kind": kind,
+        "lease_id": lease_id,
+        "token": None,
+        "detail": detail,
+    }
 
+
+def test_the_checker_flags_a_commit_under_backpressure_and_one_without_a_claim():
+    event = _event
     on = {"partitions": [HOT], "request_ids": ["bp-1"]}
     history = History(
         [
@@ -96,6 +106,49 @@ def test_the_checker_flags_a_commit_under_backpressure_and_one_without_a_claim()
     assert len(found) == 2
     assert found[0].startswith("inv8: commit granted under backpressure") and "k2" in found[0]
     assert found[1].startswith("inv8: backpressure without a live claim")
+
+
+def test_the_checker_lets_a_commit_through_backpressure_while_maintenance_is_off():
+    on = {"partitions": [HOT], "request_ids": ["bp-1"]}
+    off = {"after": {"ingest": "running", "maintenance": "disabled"}}
+    history = History(
+        [
+            _event(1, "lease.acquired", "claim", "c1"),
+            _event(2, "backpressure.on", "intent", "c1", **on),
+            _event(3, "switch.set", **off),
+            _event(4, "lease.acquired", "commit", "k1", partitions=[HOT]),
+        ],
+        [],
+        [],
+    )
+    assert replay(history) == []
+
+
+def test_the_checker_flags_backpressure_that_outlives_or_precedes_its_claim():
+    t0 = datetime(2024, 6, 20, 12, 0)
+
+    def at(event, seconds):
+        return {**event, "at": t0 + timedelta(seconds=seconds)}
+
+    def history(*events):
+        return History(list(events), [], [])
+
+    claimed = at(_event(1, "lease.acquired", "claim", "c1"), 0)
+    on = at(_event(2, "backpressure.on", "intent", "c1", partitions=[HOT], request_ids=["b"]), 1)
+    released = at(_event(3, "lease.released", "claim", "c1"), 10)
+    ended = {"request_id": "b", "partitions": [HOT], "cause": "backpressure"}
+    withdrawn = at(_event(4, "intent.withdrawn", "intent", **ended), 10)
+    assert backpressure_outside_claims(history(claimed, on, released, withdrawn)) == []
+    # the service forgot to end it with the claim: it expired later, or is still open
+    late = at(_event(4, "intent.expired", **ended, expired_at=f"{t0 + timedelta(seconds=60)}"), 70)
+    assert len(backpressure_outside_claims(history(claimed, on, released, late))) == 1
+    assert len(backpressure_outside_claims(history(claimed, on, released))) == 1
+    # a claim that expired at 30 s (its event written later by a sweep) ends it then too
+    expired = at(_event(3, "lease.expired", "claim", "c1", held_s=30.0), 300)
+    after = at(
+        _event(2, "backpressure.on", "intent", "c1", partitions=[HOT], request_ids=["b"]), 40
+    )
+    assert len(backpressure_outside_claims(history(claimed, expired, after))) == 1
 
 
 def test_another_holders_grant_does_not_end_it(api):
@@ -130,6 +183,24 @@ def test_backpressure_ends_with_the_claim(api, db_url):
     backdate_intent(db_url, TABLE)
     assert commit(api, partitions=[HOT]).status_code == 201
     assert [e["event"] for e in events(api)].count("intent.expired") == 1
+    assert check(load_history(db_url, [])) == []
+
+
+def test_switching_maintenance_off_lets_the_held_writers_through(api, db_url):
+    """No maintenance grant could end the backpressure then: it must not hold anyone."""
+    held = claim(api).json()
+    hold_back(api, held)
+    assert commit(api, partitions=[HOT]).status_code == 423
+    switch(api, maintenance="disabled", reason="incident: no rewrites")
+    granted = commit(api, partitions=[HOT])
+    assert granted.status_code == 201, granted.text
+    assert metric(api, "lakelock_backpressure_partitions", table=TABLE) == 0
+    release(api, granted.json())
+    # on again, under the same live claim: held again until the run compacts the partition
+    switch(api, maintenance="enabled")
+    assert commit(api, partitions=[HOT]).json()["reason"] == "backpressure"
+    assert metric(api, "lakelock_backpressure_partitions", table=TABLE) == 1
+    assert check(load_history(db_url, [])) == []
 
 
 def test_a_renew_of_the_claim_keeps_the_backpressure(api):

@@ -98,3 +98,34 @@ def test_catalog_front_prints_both_paths_for_both_commits_and_the_writers_rows(
     assert {r["path"] for r in loads} == {"direct", "front"}
     assert all(r["commits"] > 0 for r in loads)
     assert "front - direct at p50" in stdout
+
+
+def test_streaming_health_refuses_a_plan_setting_it_cannot_use(capsys) -> None:
+    from benchmarks.streaming_health import main
+
+    for bad, said in (
+        (["--plan", "nope=3"], "KEY one of"),
+        (["--plan", "trigger_small_files=30"], "stop_small_files"),
+        (["--formats", "avro"], "unknown 'avro'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(bad)
+        assert exited.value.code != 0, bad
+        assert said in capsys.readouterr().err + str(exited.value.code), bad
+    # canal is known, though not in the default run
+    from benchmarks.streaming_health import FORMATS, KNOWN_FORMATS
+
+    assert "canal" in KNOWN_FORMATS and "canal" not in FORMATS
+
+
+def test_streaming_health_counts_files_per_partition_as_the_partitions_grow() -> None:
+    from benchmarks.streaming_health import _growth
+    from demo.health import Files, Health
+
+    def at(n: int, partitions: int) -> Health:
+        return Health(float(n), n, {f"hr={h}": Files(data=2, deletes=1) for h in range(partitions)})
+
+    # three new partitions each sample, each at 3 files: the total grows, per partition it is flat
+    grown = _growth([at(n, 3 * (n + 1)) for n in range(9)])
+    assert grown["growth_last_third"] > 1.5
+    assert grown["per_partition_middle_third"] == grown["per_partition_last_third"] == 3.0

@@ -320,6 +320,41 @@ def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_
     assert events(front, table)[0]["lease_id"] == ingest["lease_id"]
 
 
+def test_a_foreign_data_commit_into_a_partition_held_by_backpressure_waits_like_a_gated_one(
+    front,
+):
+    """The fence asks what the commit decision asks (rules.holding): held while the table's
+    backpressure and maintenance switches are on, let through when either is off."""
+    table = new_table(front, "pressed")
+    name = lakelock_name(table)
+    with service(front, "job") as api:
+        claim = api.post(
+            f"/v1/tables/{name}/claim", json={"holder": "compactor-1", "ttl_s": 60}
+        ).json()
+        held = api.post(
+            f"/v1/tables/{name}/backpressure",
+            json={
+                "claim_id": claim["lease_id"],
+                "holder": "compactor-1",
+                "partitions": ["dt=2024-06-20"],
+                "reason": "30 small files, hard bound 24",
+            },
+        )
+        assert held.json()["partitions"] == ["dt=2024-06-20"], held.text
+    with pytest.raises(RESTError, match="TooManyRequestsException"):
+        table.append(rows(1, date(2024, 6, 20), start=80))
+    refused = events(front, table)[0]
+    assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "backpressure")
+    for off in ({"backpressure": "disabled"}, {"maintenance": "disabled"}):
+        with service(front, "operator") as api:
+            on = {"backpressure": "enabled", "maintenance": "enabled", "reason": "on"}
+            api.put(f"/v1/tables/{name}/switch", json=on).raise_for_status()
+            api.put(f"/v1/tables/{name}/switch", json={**off, "reason": "ingest first"})
+        table = rest(front).load_table(table.name())
+        table.append(rows(1, date(2024, 6, 20), start=90 + len(off)))
+        assert events(front, table)[0]["event"] == "catalog.commit", off
+
+
 def test_the_catalog_answers_in_icebergs_error_shape_and_by_role(front):
     table = new_table(front, "roles")
     namespace, name = table.name()

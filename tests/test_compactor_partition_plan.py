@@ -173,6 +173,24 @@ def test_partitions_past_the_hard_bound_are_named_most_debt_first():
     assert "over the hard bound: dt=2024-06-20/hr=11 (30 delete files (bound 24))" in p.describe()
 
 
+def test_partitions_past_the_hard_bound_are_rewritten_first_whatever_the_others_debt():
+    """Their writers are held from the run's start until their group: behind no other group."""
+    fresh = timedelta(minutes=1)
+    p = plan(
+        stats(
+            hour(10, small=20, pos=20, age=fresh),
+            hour(11, small=19, pos=19, age=fresh),
+            hour(12, small=25, pos=0, age=fresh),
+        ),
+        config(),
+        NOW,
+    )
+
+    assert [name for name, _ in p.over_bound] == ["dt=2024-06-20/hr=12"]
+    assert leases(p)[0] == ("dt=2024-06-20/hr=12", "dt=2024-06-20/hr=10")
+    assert leases(p)[1] == ("dt=2024-06-20/hr=11",)
+
+
 def test_cold_partitions_are_grouped_coldest_first_up_to_the_group_size():
     parts = [hour(h, small=6, age=timedelta(hours=30 - h)) for h in range(5)]
 
@@ -229,6 +247,22 @@ def test_a_table_that_cannot_use_partition_scope_says_why_and_leases_the_whole_t
     assert leases(p) == [None]
     assert p.whole_table == refusal
     assert f"leases: whole table, because {refusal}" in p.describe()
+
+
+def test_partitions_lakelock_cannot_name_still_count_past_the_hard_bound():
+    """An unpartitioned table, or transforms without a name: the debt report and its alert see
+    them, by their values."""
+    from compactor.debt import debt_of
+
+    unnamed = replace(hour(10, small=30), name=None)
+    refusal = "the table is not partitioned"
+    whole = replace(unnamed, partition={})
+    for part, label in ((unnamed, "dt=2024-06-20/hr=10"), (whole, "the table")):
+        s = stats(part, refusal=refusal)
+        p = plan(s, config(), NOW)
+        assert p.over_bound == ((label, "30 small files (bound 24)"),)
+        assert debt_of(s, config(), measured_at=NOW)["partitions_over_bound"] == 1
+        assert f"1 partitions due: {label}: 30 small files" in " ".join(p.reasons)
 
 
 def test_the_plan_shows_partitions_hot_and_cold_and_the_groups():

@@ -101,6 +101,16 @@ def test_small_files_by_the_average_plan_the_table_from_the_threshold_on():
     assert not judged(summary(data_files=11, avg=MIB), config=config).debt
 
 
+def test_a_table_below_min_small_files_is_planned_when_one_partition_could_be_due():
+    """A partition is due at plan.trigger_small_files whatever the table's total (the plan's
+    triggers): a table-wide min_small_files above it must not hide it from the fleet."""
+    config = replace(CONFIG, plan=replace(CONFIG.plan, min_small_files=20))
+    assert judged(summary(data_files=12, avg=MIB), config=config).debt == (
+        "~12 small files of 12 (avg 1.00 MiB, small < 96.0 MiB; threshold 12)",
+    )
+    assert not judged(summary(data_files=11, avg=MIB), config=config).debt
+
+
 def test_files_added_since_the_last_plan_count_as_small():
     # big on average, but the last plan counted 6 small files and 5 files came since
     track = looked(snapshot_id=6, data_files=100, small_files=6)

@@ -22,6 +22,7 @@ from tests.test_invariants_concurrency import Workload, run_on_two_services
 pytestmark = pytest.mark.slow
 
 TABLES = ["lake.db.a", "lake.db.b", "lake.db.c"]
+OWN_TABLE = "lake.db.d"  # ClaimWorkload.every_ending's, which nothing else touches
 CLAIMERS = 10
 INGEST_CLIENTS = 3
 ROUNDS = 40  # per claimer; each round is 1-4 calls
@@ -53,6 +54,31 @@ class ClaimWorkload(Workload):
                     self.maintain(http, rng, table, f"compactor-{seed}")
                 self.hold(http, rng, lease, ttl, time.monotonic())
 
+    def every_ending(self, seed: int) -> None:
+        """A compactor whose backpressure ends each way in turn, on a table of its own beside
+        the chaos (so every run shows all three to the checker): fulfilled by its maintenance
+        grant, withdrawn with its claim's release, expired with its claim."""
+        rng = random.Random(seed)
+        table, holder = OWN_TABLE, f"compactor-{seed}"
+        with self.client("job") as http:
+            for ending in ("fulfilled", "withdrawn", "expired"):
+                body = {"holder": holder, "ttl_s": 0.5, "request_id": uuid.uuid4().hex}
+                response = self.call(http, rng, "POST", f"/v1/tables/{table}/claim", json=body)
+                assert response.status_code == 201, response.text
+                lease = response.json()
+                assert self.hold_back(http, rng, table, lease)
+                if ending == "fulfilled":
+                    grant = {"holder": holder, "ttl_s": 0.5, "request_id": uuid.uuid4().hex}
+                    path = f"/v1/tables/{table}/maintenance-lease"
+                    response = self.call(http, rng, "POST", path, json=grant)
+                    assert response.status_code == 201, response.text
+                    self.release(http, rng, response.json())
+                if ending == "expired":
+                    time.sleep(0.6)  # the compactor died; the next call on the table ends both
+                    self.call(http, rng, "GET", f"/v1/tables/{table}")
+                else:
+                    self.release(http, rng, lease)
+
     def ingest(self, seed: int) -> None:
         rng = random.Random(seed)
         with self.client("job") as http:
@@ -82,15 +108,15 @@ class ClaimWorkload(Workload):
                 claims = response.json()["claims"]
                 assert len(claims) <= 1, claims  # what status shows, too
                 if rng.random() < 0.1:
-                    # the switch turns backpressure off and on: inv8 reads it
-                    setting = rng.choice(["enabled", "disabled"])
-                    body = {"backpressure": setting, "reason": "chaos"}
+                    # the switch turns backpressure, or maintenance, off and on: inv8 reads both
+                    field = rng.choice(["backpressure", "maintenance"])
+                    body = {field: rng.choice(["enabled", "disabled"]), "reason": "chaos"}
                     self.call(http, rng, "PUT", f"/v1/tables/{table}/switch", json=body)
                 if claims and rng.random() < 0.3:
                     path = f"/v1/leases/{claims[0]['lease_id']}/revoke"
                     self.call(http, rng, "POST", path, json={"reason": "chaos"})
 
-    def hold_back(self, http, rng, table: str, claim: dict) -> None:
+    def hold_back(self, http, rng, table: str, claim: dict) -> bool:
         """Backpressure under the claim (docs/design.md §11) on a partition or two: it holds
         every whole-table commit lease until the claim's maintenance lease or its end."""
         parts = rng.sample(["p=1", "p=2", "p=3"], rng.choice([1, 2]))
@@ -103,6 +129,7 @@ class ClaimWorkload(Workload):
         response = self.call(http, rng, "POST", f"/v1/tables/{table}/backpressure", json=body)
         # 410: the claim expired or was revoked meanwhile
         assert response.status_code in (200, 410), response.text
+        return response.status_code == 200 and bool(response.json()["partitions"])
 
     def maintain(self, http, rng, table: str, holder: str) -> None:
         """A one-off maintenance step under the claim: granted, draining or refused alike."""
@@ -117,6 +144,18 @@ class ClaimWorkload(Workload):
             self.release(http, rng, response.json())
         elif response.status_code == 202:
             request_id = response.json()["intent"]["request_id"]
+            if rng.random() < 0.5:
+                # wait out the drain: the grant fulfils the claim's backpressure it covers
+                again = self.call(
+                    http,
+                    rng,
+                    "POST",
+                    f"/v1/tables/{table}/maintenance-lease",
+                    json={"holder": holder, "ttl_s": 0.3, "request_id": request_id, "wait_s": 1},
+                )
+                if again.status_code == 201:
+                    self.release(http, rng, again.json())
+                    return
             path = f"/v1/tables/{table}/intents/{request_id}"
             self.call(http, rng, "DELETE", path, params={"holder": holder})
         else:
@@ -125,7 +164,9 @@ class ClaimWorkload(Workload):
     def run(self) -> None:
         background = [self.guarded(self.ingest, 300 + n) for n in range(INGEST_CLIENTS)]
         background.append(self.guarded(self.operator, 200))
-        self.run_until_done([self.guarded(self.claimer, n) for n in range(CLAIMERS)], background)
+        claimers = [self.guarded(self.claimer, n) for n in range(CLAIMERS)]
+        claimers.append(self.guarded(self.every_ending, CLAIMERS))
+        self.run_until_done(claimers, background)
 
 
 def test_never_two_live_claims_on_a_table_across_two_service_processes(db_url, tmp_path):

@@ -42,6 +42,7 @@ from sqlalchemy.engine import Connection
 from service.lock import audit, leases, store
 from service.lock.db import debt_t, tables_t
 from service.lock.rows import LeaseRow, Live, TableRow
+from service.lock.rules import holding
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
@@ -85,7 +86,7 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         if change.kind == "maintenance":
             _check_maintenance(row, change, lease, at)
         elif change.kind == "data":
-            _check_data(live, change, lease, at)
+            _check_data(row, live, change, lease, at)
     except (Fenced, CommitHeld) as refusal:
         _record(conn, change, at, "catalog.refused", reason=refusal.extra.get("reason"))
         raise
@@ -162,23 +163,30 @@ def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
     return _live_here(change, lease, at) and covers(lease.scope, change.partitions)  # type: ignore[union-attr]
 
 
-def _check_data(live: Live, change: Change, lease: LeaseRow | None, at: datetime) -> None:
+def _check_data(
+    row: TableRow, live: Live, change: Change, lease: LeaseRow | None, at: datetime
+) -> None:
     if lease is not None and _leased(change, lease, at):
         if lease.kind == "commit":
             return  # the gate granted it before any drain began: the protocol's own writer
         if lease.kind == "maintenance" and change.token == lease.token:
             return  # the holder of the maintenance lease writes under it
+    # what holds a gated commit holds a foreign one: the same leases and intents (rules.holding)
     blocking = [
         hold
-        for hold in (*live.of_kind("maintenance"), *live.intents)
+        for hold in (*live.of_kind("maintenance"), *holding(row, live))
         if intersects(hold.scope, change.partitions)
     ]
     if blocking:
         first = blocking[0]
-        what = "held" if isinstance(first, LeaseRow) else "draining"
+        if isinstance(first, LeaseRow):
+            what, why = "held", f"a maintenance lease of {first.holder} holds"
+        elif first.cause == "backpressure":
+            what, why = "backpressure", f"{first.holder} holds back the writers of"
+        else:
+            what, why = "draining", f"a maintenance lease of {first.holder} is draining"
         raise CommitHeld(
-            f"{change.table}: a maintenance lease of {first.holder} is {what} on partitions "
-            "this commit touches; retry shortly",
+            f"{change.table}: {why} partitions this commit touches; retry shortly",
             reason=what,
             table=change.table,
             retry_after_s=1.0,

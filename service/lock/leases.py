@@ -481,7 +481,8 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
         intent,
         at,
         "intent.withdrawn",
-        kind="maintenance",
+        # a drain stands for a maintenance request; a backpressure intent is the claim's
+        kind="maintenance" if intent.cause == "drain" else "intent",
         open_s=seconds(at - intent.opened_at),
     )
     _holds_ended(conn, table)

@@ -51,6 +51,8 @@ __all__ = [
     "Extend",
     "End",
     "Unchanged",
+    "holding",
+    "backpressure_holds",
     "decide_commit",
     "decide_maintenance",
     "decide_claim",
@@ -197,24 +199,37 @@ def _first(ask: Ask, rows: tuple[LeaseRow, ...] | tuple[IntentRow, ...]) -> Bloc
     return next((x for x in rows if conflicts(ask.kind, ask.scope, x.kind, x.scope)), None)
 
 
+def backpressure_holds(table: TableRow) -> bool:
+    """Whether the table's backpressure intents hold commits now: only while its backpressure
+    switch and its maintenance switch are both on (docs/design.md §11). With maintenance off no
+    grant could end them, so they would hold writers for nothing; with backpressure off the
+    operator chose ingest first. The commit decision, the catalog front's fence, the gauge and
+    the invariant checker all ask this one function."""
+    return table.backpressure == "enabled" and table.maintenance == "enabled"
+
+
+def holding(table: TableRow, live: Live) -> tuple[IntentRow, ...]:
+    """The live intents that hold commits on their scopes: every drain, and the backpressure
+    ones while `backpressure_holds(table)`; drains first (a refusal names one of those first)."""
+    drains = tuple(x for x in live.intents if x.cause == "drain")
+    if not backpressure_holds(table):
+        return drains
+    return drains + tuple(x for x in live.intents if x.cause == "backpressure")
+
+
 def decide_commit(table: TableRow, live: Live, ask: Ask) -> Grant | Refuse:
     """A shared commit lease: refused while ingest is paused, then while a live maintenance lease
     intersects its scope, then while a draining intent does, then while a compactor's
-    backpressure does (unless the table's backpressure switch is off); else granted. Commit
+    backpressure does (unless `backpressure_holds` says it does not now); else granted. Commit
     leases never exclude each other."""
     if table.ingest == "paused":
         return Refuse("paused", table)
     lease = _first(ask, live.of_kind("maintenance"))
     if lease is not None:
         return Refuse("maintenance", lease)
-    drains = tuple(x for x in live.intents if x.cause == "drain")
-    intent = _first(ask, drains)
+    intent = _first(ask, holding(table, live))
     if intent is not None:
-        return Refuse("intent", intent)
-    if table.backpressure == "enabled":
-        held = _first(ask, tuple(x for x in live.intents if x.cause == "backpressure"))
-        if held is not None:
-            return Refuse("backpressure", held)
+        return Refuse("intent" if intent.cause == "drain" else "backpressure", intent)
     return Grant()
 
 

@@ -216,12 +216,14 @@ class StateCollector(Collector):
         yield live
         yield age
         yield GaugeMetricFamily(
-            "lakelock_open_intents", "Open maintenance intents", value=state["intents"]
+            "lakelock_open_intents",
+            "Open intents: drains of maintenance requests and backpressure",
+            value=state["intents"],
         )
         held = GaugeMetricFamily(
             "lakelock_backpressure_partitions",
             "Partitions whose commits a compactor's backpressure holds (debt over its hard bound; "
-            "not while the table's backpressure switch is off)",
+            "not while the table's backpressure or maintenance switch is off)",
             labels=["table"],
         )
         for table, partitions in state["backpressure"]:
@@ -288,12 +290,17 @@ def read_state(conn: Connection) -> dict[str, Any]:
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
-    # enforced ones only: with the table's switch off they are recorded, not holding
+    # the ones that hold writers now: service.lock.rules.backpressure_holds, in SQL
     i, t = intents_t.c, tables_t.c
     counts["backpressure"] = conn.execute(
         select(i.table_name, func.count())
         .join_from(intents_t, tables_t, t.name == i.table_name)
-        .where(i.expires_at > at, i.cause == "backpressure", t.backpressure == "enabled")
+        .where(
+            i.expires_at > at,
+            i.cause == "backpressure",
+            t.backpressure == "enabled",
+            t.maintenance == "enabled",
+        )
         .group_by(i.table_name)
     ).all()
     counts["paused"] = conn.execute(

@@ -348,7 +348,7 @@ async def list_runs(
             for row in rows
         ]
 
-    return Runs(runs=tuple(await rt.read(read)))
+    return Runs(runs=tuple(await rt.read(read)), kept=rt.settings.runs_kept)
 
 
 @router.post("/v1/tables/{table}/runs", status_code=201, tags=["runs"], responses=_WRITE)

@@ -268,7 +268,7 @@ class SwitchBody(_Body):
     backpressure: Literal["enabled", "disabled"] | SkipJsonSchema[None] = Field(
         default=None,
         description="whether a compactor's backpressure holds commits to partitions over their "
-        "debt bound (disabled: it is recorded, not enforced)",
+        "debt bound (disabled: none is opened, and those open hold no commit)",
     )
     reason: str = Field(min_length=1, max_length=1024)
 
@@ -657,6 +657,11 @@ class Events(_Answer):
 class Runs(_Answer):
     runs: tuple[dict[str, Any], ...] = Field(
         description="run reports, newest first: run_id, reported_at and the report's fields"
+    )
+    kept: int = Field(
+        default=0,
+        description="how many runs the service keeps per table (LAKELOCK_RUNS_KEPT): no older "
+        "run is there to answer",
     )
 
 
