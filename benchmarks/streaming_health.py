@@ -3,6 +3,10 @@ what the compactor holds, and what readers pay, in three modes and two change fo
 
     python -m benchmarks.streaming_health                      # 10 min per run, 6 runs
     python -m benchmarks.streaming_health --duration-s 240 --formats json --out var/sh-small
+    python -m benchmarks.streaming_health --formats json --modes partitions \
+        --plan hot_window=2m --out var/sh-hot       # a plan setting over the demo's
+    python -m benchmarks.streaming_health --formats json --modes table,partitions \
+        --update-window-h 3 --out var/sh-few        # batches that touch few partitions
 
 Each run is the demo's pipeline (demo.pipeline: generator, gated streaming upsert, compactor
 every `--compact-every-s`, a lakelock service on SQLite) for `--duration-s`, in one of:
@@ -50,6 +54,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +183,9 @@ def run_one(args: argparse.Namespace, fmt: str, mode: str) -> dict[str, Any]:
         health_every_s=args.sample_every_s,
         max_hold_s=300.0,
         plan=dict(args.plan),
+        update_window=(
+            timedelta(hours=args.update_window_h) if args.update_window_h is not None else None
+        ),
     )
     pipeline = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True))
     reader = Reader(pipeline, QUERY_POINTS if args.queries else ())
@@ -185,7 +193,11 @@ def run_one(args: argparse.Namespace, fmt: str, mode: str) -> dict[str, Any]:
     thread.start()
     result = pipeline.run()
     thread.join(timeout=60)
-    return {**figures(fmt, mode, result, reader), "plan": dict(args.plan)}
+    return {
+        **figures(fmt, mode, result, reader),
+        "plan": dict(args.plan),
+        "update_window_h": args.update_window_h,
+    }
 
 
 def figures(fmt: str, mode: str, result: PipelineResult, reader: Reader) -> dict[str, Any]:
@@ -454,6 +466,12 @@ def _parser() -> argparse.ArgumentParser:
         "--compactions", type=int, default=1, help="with --events: compactor runs to wait for"
     )
     parser.add_argument(
+        "--update-window-h",
+        type=float,
+        help="json only: updates touch keys of the newest event hours only, so each batch "
+        "touches few partitions and the older ones go cold (default: any key)",
+    )
+    parser.add_argument(
         "--plan",
         type=_setting,
         action="append",
@@ -496,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check_plan(parser, args.plan)
+    if args.update_window_h is not None and args.formats != "json":
+        parser.error("--update-window-h is for --formats json (the click events' updates)")
     formats, modes = args.formats.split(","), args.modes.split(",")
     for asked, known in ((formats, KNOWN_FORMATS), (modes, MODES)):
         unknown = [x for x in asked if x not in known]

@@ -203,8 +203,8 @@ def backpressure_holds(table: TableRow) -> bool:
     """Whether the table's backpressure intents hold commits now: only while its backpressure
     switch and its maintenance switch are both on (docs/design.md §11). With maintenance off no
     grant could end them, so they would hold writers for nothing; with backpressure off the
-    operator chose ingest first. The commit decision, the catalog front's fence, the gauge and
-    the invariant checker all ask this one function."""
+    operator chose ingest first. The commit decision and the catalog front's fence ask this
+    function (through `holding`); the backpressure gauge says the same in SQL."""
     return table.backpressure == "enabled" and table.maintenance == "enabled"
 
 
