@@ -111,6 +111,10 @@ class Reader:
                 max(0.0, began + point * (until - began) - time.monotonic())
             ):
                 return
+            # a copy of a table without a commit says nothing: wait for the stream's first
+            while not any(b.record.outcome != "empty" for b in self.pipeline.batches):
+                if self.pipeline.stop.wait(0.5):
+                    return
             spark = self.pipeline.spark
             try:
                 self.results.append({"at_share": point, **self._measure(spark, n)})

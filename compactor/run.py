@@ -351,7 +351,8 @@ def _groups(
             lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
             entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
             if lease is None:
-                _held(report, group, waited)  # its intent refused their commits meanwhile
+                if report.reason == "drain_timeout":
+                    _held(report, group, waited)  # its intent refused their commits meanwhile
                 entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
                 if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
                     continue

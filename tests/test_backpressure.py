@@ -186,6 +186,29 @@ def test_backpressure_ends_with_the_claim(api, db_url):
     assert check(load_history(db_url, [])) == []
 
 
+def test_an_expired_claim_ends_its_backpressure_in_the_same_transaction(api, db_url):
+    """Whichever call finds the claim expired (a new claim, a late renew) ends its backpressure
+    too, so the trail never shows a hold outliving its claim."""
+    for finder in ("claim", "renew"):
+        held = claim(api).json()
+        hold_back(api, held)
+        backdate(db_url, held)
+        backdate_intent(db_url, TABLE)
+        if finder == "claim":
+            other = claim(api, holder="compactor-2")
+            assert other.status_code == 201, other.text
+            release(api, other.json())
+        else:
+            renewed = api.post(
+                f"/v1/leases/{held['lease_id']}/renew", json={"holder": held["holder"]}
+            )
+            assert renewed.status_code == 410, renewed.text
+        assert "intent.expired" in [e["event"] for e in events(api)], finder
+        history = load_history(db_url, [])
+        assert backpressure_outside_claims(history) == [], finder
+        assert check(history) == [], finder
+
+
 def test_switching_maintenance_off_lets_the_held_writers_through(api, db_url):
     """No maintenance grant could end the backpressure then: it must not hold anyone."""
     held = claim(api).json()

@@ -62,19 +62,22 @@ class ClaimWorkload(Workload):
         table, holder = OWN_TABLE, f"compactor-{seed}"
         with self.client("job") as http:
             for ending in ("fulfilled", "withdrawn", "expired"):
-                body = {"holder": holder, "ttl_s": 0.5, "request_id": uuid.uuid4().hex}
+                # long enough for the hold-back to come back on a busy machine; the expired
+                # one is left to run out
+                ttl = 3.0 if ending == "expired" else 30.0
+                body = {"holder": holder, "ttl_s": ttl, "request_id": uuid.uuid4().hex}
                 response = self.call(http, rng, "POST", f"/v1/tables/{table}/claim", json=body)
                 assert response.status_code == 201, response.text
                 lease = response.json()
                 assert self.hold_back(http, rng, table, lease)
                 if ending == "fulfilled":
-                    grant = {"holder": holder, "ttl_s": 0.5, "request_id": uuid.uuid4().hex}
+                    grant = {"holder": holder, "ttl_s": 30, "request_id": uuid.uuid4().hex}
                     path = f"/v1/tables/{table}/maintenance-lease"
                     response = self.call(http, rng, "POST", path, json=grant)
                     assert response.status_code == 201, response.text
                     self.release(http, rng, response.json())
                 if ending == "expired":
-                    time.sleep(0.6)  # the compactor died; the next call on the table ends both
+                    time.sleep(ttl + 0.2)  # the compactor died; the next call ends both
                     self.call(http, rng, "GET", f"/v1/tables/{table}")
                 else:
                     self.release(http, rng, lease)

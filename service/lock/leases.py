@@ -725,9 +725,26 @@ def _list(partitions: tuple[str, ...] | None) -> list[str] | None:
 
 
 def _end_expired(conn: Connection, lease: LeaseRow, at: datetime) -> None:
-    """Mark a lease whose expiry passed as ended, with its `lease.expired` event."""
+    """Mark a lease whose expiry passed as ended, with its `lease.expired` event; a claim's
+    backpressure ends with it (docs/design.md §11), in the same transaction."""
     store.end_lease(conn, lease, "expired", lease.expires_at)
     _audit_end(conn, dataclasses.replace(lease, ended_at=lease.expires_at), at, "lease.expired")
+    if lease.kind == "claim":
+        _end_claims_backpressure(conn, lease.table, at)
+
+
+def _end_claims_backpressure(conn: Connection, table: str, at: datetime) -> None:
+    """The table's claim expired: its backpressure intents share its expiry (every renew keeps
+    them so), so they expired too; say so now, not at the table's next transition. One still
+    live would hold writers without a live compactor: it is withdrawn."""
+    _, intents = store.holds(conn, table)
+    pressed = [x for x in intents if x.cause == "backpressure"]
+    expired = [x for x in pressed if not x.live(at)]
+    for intent in expired:
+        _end_intent(conn, intent, at, "intent.expired", expired_at=intent.expires_at.isoformat())
+    if expired:
+        _holds_ended(conn, table)
+    _end_backpressure(conn, table, at, [x for x in pressed if x.live(at)])
 
 
 def _audit_end(conn: Connection, lease: LeaseRow, at: datetime, event: str, **detail: Any) -> None:
