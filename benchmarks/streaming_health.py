@@ -24,7 +24,8 @@ changes as canal-json; not in the default run). Measured:
     ingest       gate wait and backpressure seconds (and their share of the run), MERGE time
                  (p50, p95), gaps between commits (p50, max), failed batches
     compactor    each run's outcome and hold, the longest hold of one partition
-    readers      at 30%, 60% and 90% of the run (minutes 3, 6, 9 of 10): the current snapshot
+    readers      at 30%, 60% and 90% of the stream's part of the run (from when the service,
+                 Spark and the table are up to the end; about minutes 3, 6, 9): the current snapshot
                  is copied with CREATE TABLE ... AS SELECT (a compacted copy: a file or two per
                  partition), then three queries run on the snapshot and on the copy with Spark
                  (one warm-up, then the median of 3): a full count (on the copy, without delete
@@ -61,6 +62,7 @@ from typing import Any
 from benchmarks.lease_throughput import percentile
 from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from jobkit.spark import error_message
 
 __all__ = ["MODES", "FORMATS", "KNOWN_FORMATS", "run_one", "figures", "goals", "main"]
 
@@ -119,7 +121,7 @@ class Reader:
             try:
                 self.results.append({"at_share": point, **self._measure(spark, n)})
             except Exception as exc:  # a reader's failure is a figure, not the benchmark's end
-                self.errors.append(f"at {point:.0%}: {str(exc).splitlines()[0][:200]}")
+                self.errors.append(f"at {point:.0%}: {error_message(exc)}")
 
     def _measure(self, spark: Any, n: int) -> dict[str, Any]:
         table = self.pipeline.options.table
