@@ -8,7 +8,9 @@
         with got:                                # renewed at a third of the TTL until released
             run_table(..., before_step=got.check)   # a lost claim stops the run before a step
 
-A claim holds no writer: it only keeps other compactor processes off the table. Losing it
+A claim itself holds no writer: it keeps other compactor processes off the table, and under it
+a run may hold back the writers of partitions past their hard bound (compactor.run,
+backpressure), which end with the claim at the latest. Losing it
 (revoked, expired, not renewed in time) stops the run at its next step; the maintenance
 leases of the steps keep their own rules whatever happens to the claim.
 """

@@ -397,6 +397,24 @@ class TableConfig:
     expire_snapshots: ExpireSnapshotsConfig = ExpireSnapshotsConfig()
     remove_orphan_files: RemoveOrphanFilesConfig = RemoveOrphanFilesConfig()
 
+    @model_validator(mode="after")
+    def _min_input_under_the_trigger(self) -> TableConfig:
+        # a partition due at trigger_small_files small files that Iceberg would not rewrite:
+        # its group would have no step, and the partition would stay past its bound
+        min_input = self.rewrite_data_files.min_input_files
+        if min_input > self.plan.trigger_small_files:
+            raise ConfigError(
+                [
+                    (
+                        "rewrite_data_files.options['min-input-files']",
+                        f"must be at most plan.trigger_small_files "
+                        f"({self.plan.trigger_small_files}), got {min_input}: Iceberg would "
+                        "leave a partition that is due as it is",
+                    )
+                ]
+            )
+        return self
+
     @property
     def small_file_bytes(self) -> int:
         """Files under this size count as small."""

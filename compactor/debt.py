@@ -10,7 +10,10 @@ small_files              data files under the small size (`plan.small_file_fract
 delete_files             delete files that still apply to live data, and dangling ones
 partitions_over_target   partitions a rewrite would change: at least min-input-files small
                          files, or any delete file
-partitions_over_bound    partitions at `plan.stop_small_files` or `plan.stop_delete_files`
+partitions_over_bound    partitions at `plan.stop_small_files` or `plan.stop_delete_files`,
+                         of those the plan looks at (`plan.recent_days`): the compactor is
+                         behind on these; late data in an older partition waits for the
+                         daily rewrite-all by design
 worst_partition          the most small plus delete files in one partition
 """
 
@@ -22,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from compactor.config import TableConfig
-from compactor.plan import over_bound
+from compactor.plan import over_bound, scope_of
 from compactor.stats import TableStats
 from service.client import LeaseClient
 from service.wire.errors import LakelockError
@@ -47,7 +50,7 @@ def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) ->
         "small_files": totals.small_files,
         "delete_files": totals.delete_files + totals.dangling_delete_files,
         "partitions_over_target": over,
-        "partitions_over_bound": len(over_bound(stats.partitions, config)),
+        "partitions_over_bound": len(over_bound(scope_of(stats, config, measured_at)[2], config)),
         "worst_partition": max((p.debt for p in stats.partitions), default=0),
         "records": totals.data_records,
         "measured_at": measured_at.isoformat(),

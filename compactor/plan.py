@@ -111,6 +111,7 @@ __all__ = [
     "plan",
     "recent_where",
     "full_rewrite_due",
+    "scope_of",
     "snapshot_expiry",
     "over_bound",
 ]
@@ -411,12 +412,26 @@ def plan(
     return _partition_plan(frame, now, leased)
 
 
+def scope_of(
+    stats: TableStats, config: TableConfig, now: datetime
+) -> tuple[Mode, str | None, list[PartitionStats]]:
+    """What a plan made at `now` looks at: every partition when the daily rewrite-all is due,
+    else the recent ones (`plan.recent_days`, with their `where`), or all without it; the
+    mode, the `where` and the partitions in scope."""
+    if full_rewrite_due(config.plan, last=stats.last_full_rewrite_at, now=now):
+        return Mode.REWRITE_ALL, None, list(stats.partitions)
+    recent = recent_where(config.plan, now=now)
+    in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
+    return Mode.INCREMENTAL, recent[0] if recent else None, in_scope
+
+
 def _frame(
     stats: TableStats, config: TableConfig, now: datetime, readers: Collection[int] = ()
 ) -> _Frame | None:
     """The mode and scope the clock chooses; None when a rewrite-all is due on an empty table."""
     reasons: list[str] = []
-    if full_rewrite_due(config.plan, last=stats.last_full_rewrite_at, now=now):
+    mode, where, in_scope = scope_of(stats, config, now)
+    if mode is Mode.REWRITE_ALL:
         if stats.totals().data_files == 0:
             return None
         last = stats.last_full_rewrite_at
@@ -424,11 +439,6 @@ def _frame(
             f"daily rewrite-all due at {config.plan.full_rewrite_at:%H:%M} UTC "
             f"(last: {last.isoformat() if last else 'never'})"
         )
-        mode, where, in_scope = Mode.REWRITE_ALL, None, list(stats.partitions)
-    else:
-        recent = recent_where(config.plan, now=now)
-        mode, where = Mode.INCREMENTAL, recent[0] if recent else None
-        in_scope = _in_scope(stats.partitions, config.plan, recent[1] if recent else None)
     table_run, table_idle = _table_reasons(stats, config, now, readers)
     return _Frame(
         stats,

@@ -93,7 +93,8 @@ class RunReport:
     snapshot_before: int | None = None
     snapshot_after: int | None = None
     # seconds each partition's writers were held by this run: its group's drain (the intent
-    # refuses new commits from the first ask) plus its lease
+    # refuses new commits from the first ask) plus its lease, plus its backpressure before its
+    # group began (a partition past the hard bound)
     partition_hold_s: dict[str, float] = field(default_factory=dict)
     # the partitions past the hard bound whose writers the run held back (backpressure), and
     # the groups left for the next run when `plan.run_budget` ran out

@@ -12,13 +12,14 @@ The order, and why:
     groups           one after another, each under its own lease on its partitions (or the
                      whole table), released before the next group asks: a group skipped because
                      its partitions are held or do not drain leaves the next groups to try; a
-                     failure or a lost lease ends the run; no group starts once
+                     failure or a lost lease ends the run; no partition group starts once
                      `plan.run_budget` is spent (`left_for_next_run`); each partition's hold
                      (its group's drain, whose intent refuses new commits, plus its lease) is in
                      `partition_hold_s`
     backpressure     under the caller's claim, the partitions the plan found past the hard
                      bound have their writers held until their group's lease is granted (asked
-                     before the first group, let go after the groups; docs/design.md §11)
+                     before the first group; a skipped group lets its own go at once, the rest
+                     are let go after the groups; docs/design.md §11)
     lease            acquire_maintenance waits through the drain (compactor.lease)
     renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
                      renew, revoke, or no renew within the deadline) it cancels our Spark jobs
@@ -46,7 +47,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -198,7 +199,7 @@ def _run(
         report.outcome, report.reason = Outcome.SKIPPED, "below_thresholds"
         return
 
-    pressure = _Backpressure(client, config, report, the_plan, claim)
+    pressure = _Backpressure(client, config, report, the_plan, claim, clock)
     try:
         done = _groups(
             spark,
@@ -210,6 +211,7 @@ def _run(
             before_step=before_step,
             budget_from=budget_from,
             before_group=pressure.hold,
+            skipped=pressure.skipped,
         )
     finally:
         pressure.let_go()
@@ -237,11 +239,12 @@ def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
 class _Backpressure:
     """The run's backpressure (docs/design.md §11): the partitions its plan found past the hard
     bound, which its groups rewrite, have their writers held from before the first group until
-    the group that compacts each one is granted its lease; what is left is let go when the
-    groups end. The service keeps them held as long as the claim, so one ask suffices. Only
-    under a claim (a live compactor), with `plan.backpressure`, and with partition scope (a
-    whole-table lease holds every writer anyway); a service that refuses it is logged, the run
-    goes on."""
+    the group that compacts each one is granted its lease; a group that is skipped lets its
+    partitions go at once, what is left is let go when the groups end. The service keeps them
+    held as long as the claim, so one ask suffices. Only under a claim (a live compactor), with
+    `plan.backpressure`, and with partition scope (a whole-table lease holds every writer
+    anyway); a service that refuses it is logged, the run goes on. The seconds each partition
+    was held this way, until its group began, are in `partition_hold_s` beside its group's."""
 
     def __init__(
         self,
@@ -250,16 +253,26 @@ class _Backpressure:
         report: RunReport,
         the_plan: Plan,
         claim: Lease | None,
+        clock: Callable[[], float],
     ) -> None:
         self.client, self.config, self.report, self.claim = client, config, report, claim
+        self.clock = clock
         wanted = claim is not None and config.plan.backpressure and the_plan.whole_table is None
         self.over = dict(the_plan.over_bound) if wanted else {}
         self.asked = False
+        self.unsure = False  # asked, and the answer was lost: let go in any case
+        self.since = 0.0
+        self.waiting: set[str] = set()  # held, their group not begun yet
 
     def hold(self, group: Group) -> None:
-        """Before each group: the first time, ask the service to hold the partitions."""
-        if self.asked or not self.over or self.claim is None:
-            return
+        """Before each group: the first time, ask the service to hold the partitions; then
+        count each held partition's wait until its group begins."""
+        if not self.asked and self.over and self.claim is not None:
+            self._ask()
+        self._count(set(group.partitions or ()) & self.waiting)
+
+    def _ask(self) -> None:
+        assert self.claim is not None
         self.asked = True
         reason = "; ".join(f"{name}: {why}" for name, why in self.over.items())
         try:
@@ -271,12 +284,15 @@ class _Backpressure:
                 reason=reason[:1024],
             )
         except LakelockError as exc:
+            self.unsure = True
             log.warning("%s: backpressure not applied: %s", self.config.name, exc)
             return
         if got.off is not None:
             log.info("%s: %s is switched off: writers not held", self.config.name, got.off)
             return
+        self.since = self.clock()
         self.report.backpressure = list(got.partitions)
+        self.waiting = set(got.partitions)
         log.warning(
             "%s: backpressure: holding the writers of %s until compacted (%s)",
             self.config.name,
@@ -284,11 +300,28 @@ class _Backpressure:
             reason,
         )
 
-    def let_go(self) -> None:
-        if not self.report.backpressure:
+    def _count(self, names: set[str]) -> None:
+        _add_hold(self.report, names, self.clock() - self.since)
+        self.waiting -= names
+
+    def skipped(self, group: Group, waited: float) -> None:
+        """A group that compacted nothing lets its held partitions go now, not at the run's
+        end; `waited`: the seconds they were held by it and not counted yet."""
+        names = set(group.partitions or ()) & set(self.report.backpressure)
+        if not names:
             return
+        _add_hold(self.report, names, waited)
+        self._withdraw(sorted(names))
+
+    def let_go(self) -> None:
+        """After the groups: what is still held (groups left for the next run, a failure)."""
+        self._count(set(self.waiting))
+        if self.report.backpressure or self.unsure:
+            self._withdraw(None)
+
+    def _withdraw(self, partitions: list[str] | None) -> None:
         try:
-            self.client.let_go(self.config.name, holder=self.report.holder)
+            self.client.let_go(self.config.name, holder=self.report.holder, partitions=partitions)
         except LakelockError as exc:
             # they end with the claim at the latest
             log.warning("%s: backpressure not let go: %s", self.config.name, exc)
@@ -323,25 +356,15 @@ def _groups(
     before_step: Callable[[Step], None] | None,
     budget_from: float,
     before_group: Callable[[Group], None],
+    skipped: Callable[[Group, float], None],
 ) -> bool:
     """Each group of the plan under its own lease, released before the next is asked for;
     True when the run may go on (every group compacted, was skipped, or was left for the next
     run because `plan.run_budget` ran out since `budget_from`)."""
-    budget = config.plan.run_budget.total_seconds()
     try:
         for i, group in enumerate(the_plan.groups):
-            if i and budget and clock() - budget_from >= budget:
-                report.left_for_next_run = [
-                    None if g.partitions is None else list(g.partitions)
-                    for g in the_plan.groups[i:]
-                ]
-                log.info(
-                    "%s: run budget of %.0fs spent: %d groups left for the next run",
-                    config.name,
-                    budget,
-                    len(the_plan.groups) - i,
-                )
-                break
+            if _waits_for_next_run(config, report, the_plan.groups, i, clock() - budget_from):
+                continue
             before_group(group)
             entry: dict[str, Any] = {
                 "partitions": None if group.partitions is None else list(group.partitions),
@@ -351,8 +374,11 @@ def _groups(
             lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
             entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
             if lease is None:
-                if report.reason == "drain_timeout":
+                drained = report.reason == "drain_timeout"
+                if drained:
                     _held(report, group, waited)  # its intent refused their commits meanwhile
+                # their backpressure held them through the wait, drain or not
+                skipped(group, 0.0 if drained else waited)
                 entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
                 if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
                     continue
@@ -397,11 +423,45 @@ def _groups(
         report.lease_wait_s = sum(g.get("lease_wait_s", 0.0) for g in report.groups)
 
 
+def _waits_for_next_run(
+    config: TableConfig, report: RunReport, groups: Sequence[Group], i: int, spent: float
+) -> bool:
+    """True when `groups[i]` is left for the next run: a partition group once `spent` seconds
+    reach `plan.run_budget` (the first group always runs). The manifests' rewrite, short and
+    last, runs whatever the budget: else a run that always spends it would never rewrite them."""
+    if _manifests_only(groups[i]):
+        return False
+    if report.left_for_next_run:
+        return True  # listed when the budget ran out
+    budget = config.plan.run_budget.total_seconds()
+    if not (i and budget and spent >= budget):
+        return False
+    left = [g for g in groups[i:] if not _manifests_only(g)]
+    report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
+    log.info(
+        "%s: run budget of %.0fs spent: %d groups left for the next run",
+        config.name,
+        budget,
+        len(left),
+    )
+    return True
+
+
+def _manifests_only(group: Group) -> bool:
+    return group.partitions is None and all(
+        step.procedure == "rewrite_manifests" for step in group.steps
+    )
+
+
 def _held(report: RunReport, group: Group, seconds: float) -> None:
     """Add to each of the group's partitions ("*": the whole table) the seconds its writers
     were held: the drain (the group's intent refuses new commits from its first ask) and the
     lease."""
-    for name in group.partitions or ("*",):
+    _add_hold(report, group.partitions or ("*",), seconds)
+
+
+def _add_hold(report: RunReport, names: Iterable[str], seconds: float) -> None:
+    for name in names:
         report.partition_hold_s[name] = report.partition_hold_s.get(name, 0.0) + seconds
 
 

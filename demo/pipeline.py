@@ -394,7 +394,7 @@ class Pipeline:
         self.streaming: tuple[float, float] | None = None
         self.streaming_started = threading.Event()
         # by counts, the run also waits for these (a reader beside the jobs that must finish
-        # its queries while the stream runs)
+        # its queries while the stream runs); by time, Spark stops only once they are set
         self.waits_for: list[threading.Event] = []
         self._query_run = 0
         self._committed_at: dict[int, float] = {}
@@ -698,6 +698,12 @@ class Pipeline:
             last = drain.writer.records[-1] if drain.writer.records else None
             self._failed(last.batch_id if last else None, (last and last.error) or "drain")
 
+    def _wait_for_readers(self) -> None:
+        """A reader beside the jobs finishes the query it is in on this Spark before Spark
+        stops (a run by time may end during it); the time limit only guards against a hang."""
+        for reader in self.waits_for:
+            reader.wait(timeout=300)
+
     def run(self) -> PipelineResult:
         o = self.options
         if o.workdir.exists():
@@ -788,6 +794,7 @@ class Pipeline:
                 _cleanup("stop the streaming queries", lambda: _stop_queries(spark))
             for thread in threads:
                 thread.join(timeout=60)
+            self._wait_for_readers()
             if spark is not None:
                 _cleanup("stop Spark", spark.stop)
             if service is not None:

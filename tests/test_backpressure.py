@@ -246,6 +246,14 @@ def test_only_the_claims_holder_or_a_run_under_it_may_hold_writers(api):
     assert state(api)["intents"][0]["holder"] == "compactor-1"
 
 
+def test_the_gauge_counts_a_partition_held_twice_once(api):
+    held = claim(api).json()
+    hold_back(api, held, holder="compactor-1")
+    hold_back(api, held, partitions=(HOT, OTHER))
+    assert len(state(api)["intents"]) == 3
+    assert metric(api, "lakelock_backpressure_partitions", table=TABLE) == 2
+
+
 def test_an_unknown_table_is_not_made_known_by_a_backpressure_request(api):
     answer = api.post(
         "/v1/tables/lake.db.nothing/backpressure",
@@ -320,6 +328,19 @@ def test_let_go_ends_the_holders_backpressure(api):
     assert commit(api, partitions=[HOT, OTHER]).status_code == 201
     withdrawn = [e for e in events(api) if e["event"] == "intent.withdrawn"]
     assert len(withdrawn) == 2 and {e["detail"]["cause"] for e in withdrawn} == {"backpressure"}
+
+
+def test_let_go_of_some_partitions_keeps_the_others_held(api):
+    # a run whose group was skipped lets its partitions go at once; the others stay held
+    held = claim(api).json()
+    hold_back(api, held, partitions=(HOT, OTHER))
+    answer = api.delete(
+        f"/v1/tables/{TABLE}/backpressure", params={"holder": RUN, "partition": [HOT]}
+    )
+    assert answer.status_code == 200 and answer.json()["partitions"] == [HOT]
+    assert commit(api, partitions=[HOT]).status_code == 201
+    assert commit(api, partitions=[OTHER]).status_code == 423
+    assert [tuple(x["partitions"]) for x in state(api)["intents"]] == [(OTHER,)]
 
 
 def test_asking_again_keeps_one_intent_per_partition(api):

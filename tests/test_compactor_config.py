@@ -88,6 +88,14 @@ def test_a_table_entry_overrides_the_defaults_key_by_key(tmp_path):
             {"tables": [{"name": "db.t", "rewrite_manifests": {"enabled": "yes"}}]},
             "true or false",
         ),
+        (
+            {
+                "tables": [
+                    {"name": "db.t", "rewrite_data_files": {"options": {"min-input-files": 13}}}
+                ]
+            },
+            r"min-input-files.*at most plan.trigger_small_files \(12\), got 13",
+        ),
     ],
 )
 def test_config_mistakes_are_named(data, message):

@@ -265,6 +265,21 @@ def test_partitions_lakelock_cannot_name_still_count_past_the_hard_bound():
         assert f"1 partitions due: {label}: 30 small files" in " ".join(p.reasons)
 
 
+def test_the_debt_counts_past_the_bound_only_what_the_plan_looks_at():
+    """With `plan.recent_days`, late data in an old partition waits for the daily rewrite-all:
+    the compactor is not behind on it, and the alert on partitions_over_bound stays quiet."""
+    from compactor.debt import debt_of
+
+    old = replace(
+        hour(10, small=30), partition={"dt": "2024-06-01", "hr": 10}, name="dt=2024-06-01/hr=10"
+    )
+    s = stats(old, hour(11, small=30))
+    assert debt_of(s, config(), measured_at=NOW)["partitions_over_bound"] == 2
+    recent = config(recent_days=2)
+    assert debt_of(s, recent, measured_at=NOW)["partitions_over_bound"] == 1
+    assert [name for name, _ in plan(s, recent, NOW).over_bound] == ["dt=2024-06-20/hr=11"]
+
+
 def test_the_plan_shows_partitions_hot_and_cold_and_the_groups():
     fresh = hour(13, small=3, age=timedelta(minutes=5))
 

@@ -77,7 +77,9 @@ class ClaimWorkload(Workload):
                     assert response.status_code == 201, response.text
                     self.release(http, rng, response.json())
                 if ending == "expired":
-                    time.sleep(ttl + 0.2)  # the compactor died; the next call ends both
+                    # the compactor died: the sweep, or the next call that writes the table, ends
+                    # both (a GET only reads)
+                    time.sleep(ttl + 0.2)
                     self.call(http, rng, "GET", f"/v1/tables/{table}")
                 else:
                     self.release(http, rng, lease)

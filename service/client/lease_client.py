@@ -461,12 +461,18 @@ class LeaseClient:
         answer = self._call("POST", f"/v1/tables/{table}/backpressure", json=body)
         return Backpressure.model_validate_json(answer.content)
 
-    def let_go(self, table: str, *, holder: str) -> list[str]:
-        """End `holder`'s backpressure on `table`; the partitions let go.
+    def let_go(
+        self, table: str, *, holder: str, partitions: Sequence[str] | None = None
+    ) -> list[str]:
+        """End `holder`'s backpressure on `table` (on `partitions` only, when given); the
+        partitions let go.
 
         Raises: OutcomeUnknown, Unavailable, ServerError.
         """
-        answer = self._call("DELETE", f"/v1/tables/{table}/backpressure", params={"holder": holder})
+        params: dict[str, Any] = {"holder": holder}
+        if partitions is not None:
+            params["partition"] = list(partitions)
+        answer = self._call("DELETE", f"/v1/tables/{table}/backpressure", params=params)
         return Backpressure.model_validate_json(answer.content).partitions
 
     def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:

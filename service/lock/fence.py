@@ -77,7 +77,8 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
 
     Raises:
         Fenced: a maintenance commit without a live lease, token and scope for it.
-        CommitHeld: a foreign data commit meets a draining or held maintenance lease.
+        CommitHeld: a foreign data commit meets a draining or held maintenance lease, or a
+            compactor's backpressure on a partition it touches.
         CommitConflict: the pointer moved since the commit's base.
     """
     row, at, live = leases.live_on(conn, change.table)

@@ -21,12 +21,17 @@ Two of them conflict when their kinds conflict and their scopes intersect (docs/
                  id) keeps it open; its holder may withdraw it (`intent.withdrawn`: given up).
                  A maintenance grant to its holder on a scope covering it ends it
                  (`intent.fulfilled`: what it waited for is held), whatever the request id.
-                 It does not exclude another maintenance request.
+                 It does not exclude another maintenance request. A backpressure intent
+                 (cause `backpressure`, one partition; `hold_back`) is opened by a compactor
+                 under its live claim for a partition past its hard bound of debt: it lives
+                 as long as the claim instead, and holds commits only while the table's
+                 backpressure and maintenance switches are on (docs/design.md §11).
     claim        exclusive per table among claims only; always the whole table, no token. It
-                 conflicts with no commit or maintenance lease and no intent, so it never
-                 holds ingest, and none of them holds it: a compactor claims a table before
-                 it plans it and releases it after its housekeeping, so compactor processes
-                 share the tables without a coordinator (docs/design.md §5). It never waits: a
+                 conflicts with no commit or maintenance lease and no intent, so by itself it
+                 never holds ingest (its backpressure intents may), and none of them holds
+                 it: a compactor claims a table before it plans it and releases it after its
+                 housekeeping, so compactor processes share the tables without a coordinator
+                 (docs/design.md §5). It never waits: a
                  claim another holder has is refused at once (ClaimHeld, naming the holder
                  and the seconds left) and the asker moves on. Renew, release, revoke and
                  expiry as for every lease. Taking a maintenance lease needs no claim.
@@ -566,15 +571,28 @@ def hold_back(
     )
 
 
-def let_go(conn: Connection, *, table: str, holder: str) -> Backpressure:
-    """End `holder`'s backpressure on `table` (a run that ends without compacting every
-    partition it held): each intent `intent.withdrawn`; answers the partitions let go."""
+def let_go(
+    conn: Connection, *, table: str, holder: str, partitions: Sequence[str] | None = None
+) -> Backpressure:
+    """End `holder`'s backpressure on `table`, on `partitions` only when given (a group that
+    was skipped, a run that ends without compacting every partition it held): each intent
+    `intent.withdrawn`; answers the partitions let go."""
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
         return Backpressure(table=table, partitions=[], switch="enabled")
     row, at = locked
     row, live = _live(conn, row, at)
-    names = _end_backpressure(conn, table, at, [x for x in live.intents if x.holder == holder])
+    wanted = None if partitions is None else set(partitions)
+    names = _end_backpressure(
+        conn,
+        table,
+        at,
+        [
+            x
+            for x in live.intents
+            if x.holder == holder and (wanted is None or wanted.intersection(x.partitions or ()))
+        ],
+    )
     return Backpressure(table=table, partitions=names, switch=row.backpressure)
 
 

@@ -290,10 +290,11 @@ def read_state(conn: Connection) -> dict[str, Any]:
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
-    # the ones that hold writers now: service.lock.rules.backpressure_holds, in SQL
+    # the ones that hold writers now: service.lock.rules.backpressure_holds, in SQL; a
+    # partition held by two runs under one claim counts once (one partition an intent)
     i, t = intents_t.c, tables_t.c
     counts["backpressure"] = conn.execute(
-        select(i.table_name, func.count())
+        select(i.table_name, func.count(func.distinct(i.partitions)))
         .join_from(intents_t, tables_t, t.name == i.table_name)
         .where(
             i.expires_at > at,

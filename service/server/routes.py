@@ -615,10 +615,17 @@ async def let_go(
     ],
     rt: RuntimeDep,
     _: JobDep,
+    partition: Annotated[
+        list[str] | None,
+        Query(description="only these partitions (repeat it); without it, every one"),
+    ] = None,
 ) -> Backpressure:
     """End `holder`'s backpressure on the table (a run that leaves a partition it held
-    uncompacted): its commits are granted again at once. Answers the partitions let go."""
-    return await rt.transact(lambda conn: leases.let_go(conn, table=table, holder=holder))
+    uncompacted: a group skipped, the run ended): its commits are granted again at once.
+    Answers the partitions let go."""
+    return await rt.transact(
+        lambda conn: leases.let_go(conn, table=table, holder=holder, partitions=partition)
+    )
 
 
 @router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})

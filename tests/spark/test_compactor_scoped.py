@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from compactor.claim import take
-from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.config import LeaseConfig, PlanConfig, RewriteManifestsConfig, TableConfig
 from compactor.report import Outcome
 from compactor.run import run_table
 from jobkit.partition import read_spec, table_partition_names
@@ -225,20 +225,78 @@ def test_partitions_past_the_hard_bound_hold_their_writers_until_their_group_run
     assert set(files_per_partition(spark, table).values()) == {1}
 
 
+def test_a_skipped_group_lets_its_partitions_writers_go_at_once(spark, job_client, operator):
+    """A group skipped (here: an operator's maintenance lease holds its partition) rewrites
+    nothing, so its partitions' backpressure ends then, not at the run's end."""
+    table = make_hourly_table(spark, "pressed_skipped")
+    first = f"dt=2024-06-20/hr={HOURS[0]}"
+    # one more commit: hr=10 has the most debt, so its group comes first
+    spark.sql(
+        f"INSERT INTO {table} SELECT id, DATE '2024-06-20', {HOURS[0]}, 'x' FROM range(0, 8, 1, 4)"
+    )
+    config = replace(
+        TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
+        plan=PlanConfig(stop_small_files=12, max_partitions_per_group=1),
+    )
+    other = job_client.acquire_maintenance(
+        table, holder="operator-job", ttl_s=120, partitions=[first]
+    )
+    seen: list[str] = []
+
+    def after_the_skip(step) -> None:
+        if not seen:
+            job_client.release(other)
+            try:
+                lease = job_client.acquire_commit(
+                    table, holder="ingest", ttl_s=5, partitions=[first]
+                )
+            except Locked as exc:
+                seen.append(exc.extra["reason"])
+            else:
+                job_client.release(lease)
+                seen.append("granted")
+
+    with take(job_client, table, holder="compactor-skipped", ttl_s=60) as claim:
+        report = run_table(
+            spark,
+            client=job_client,
+            config=config,
+            holder="compactor-skipped",
+            claim=claim.lease,
+            before_step=after_the_skip,
+        )
+
+    assert report.groups[0]["partitions"] == [first], report.as_dict()
+    assert report.groups[0]["reason"] == "maintenance_held"
+    assert first in report.backpressure
+    assert seen == ["granted"]  # in the next group's lease, before the run ended
+    withdrawn = [
+        e
+        for e in operator.events(table=table, limit=1000)
+        if e["event"] == "intent.withdrawn" and e["detail"].get("cause") == "backpressure"
+    ]
+    assert [e["detail"]["partitions"] for e in withdrawn] == [[first]]
+    assert first in report.partition_hold_s  # its wait, until the skip, is reported
+
+
 def test_a_spent_run_budget_leaves_the_rest_for_the_next_run(spark, job_client):
     table = make_hourly_table(spark, "budget")
     config = replace(
         TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),
         plan=PlanConfig(max_partitions_per_group=1, run_budget=timedelta(microseconds=1)),
+        rewrite_manifests=RewriteManifestsConfig(min_small_manifests=1),
     )
 
     first = run_table(spark, client=job_client, config=config)
     second = run_table(spark, client=job_client, config=config)
 
-    # the first group always runs; no other starts once the budget is spent
+    # the first group always runs; no other partition group starts once the budget is spent,
+    # the manifests' rewrite (last) still does
     assert first.outcome == Outcome.COMPACTED, first.as_dict()
-    assert len(first.groups) == 1 and len(first.left_for_next_run) == 3
-    assert [g["partitions"] for g in second.groups] == first.left_for_next_run[:1]
+    assert [g["partitions"] for g in first.groups] == [first.groups[0]["partitions"], None]
+    assert [s["procedure"] for s in first.groups[1]["steps"]] == ["rewrite_manifests"]
+    assert len(first.left_for_next_run) == 3 and None not in first.left_for_next_run
+    assert second.groups[0]["partitions"] == first.left_for_next_run[0]
     assert sorted(files_per_partition(spark, table).values()) == [1, 1, 12, 12]
 
 
