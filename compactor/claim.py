@@ -10,9 +10,9 @@
 
 A claim itself holds no writer: it keeps other compactor processes off the table, and under it
 a run may hold back the writers of partitions past their hard bound (compactor.run,
-backpressure), which end with the claim at the latest. Losing it
-(revoked, expired, not renewed in time) stops the run at its next step; the maintenance
-leases of the steps keep their own rules whatever happens to the claim.
+backpressure), which end with the claim at the latest. Losing it (revoked, expired, not renewed
+in time) stops the run at its next step; the maintenance leases of the steps keep their own
+rules whatever happens to the claim.
 """
 
 from __future__ import annotations

@@ -304,14 +304,12 @@ class _Backpressure:
         _add_hold(self.report, names, self.clock() - self.since)
         self.waiting -= names
 
-    def skipped(self, group: Group, waited: float) -> None:
+    def skipped(self, group: Group) -> None:
         """A group that compacted nothing lets its held partitions go now, not at the run's
-        end; `waited`: the seconds they were held by it and not counted yet."""
-        names = set(group.partitions or ()) & set(self.report.backpressure)
-        if not names:
-            return
-        _add_hold(self.report, names, waited)
-        self._withdraw(sorted(names))
+        end."""
+        names = _backpressured(self.report, group)
+        if names:
+            self._withdraw(sorted(names))
 
     def let_go(self) -> None:
         """After the groups: what is still held (groups left for the next run, a failure)."""
@@ -356,7 +354,7 @@ def _groups(
     before_step: Callable[[Step], None] | None,
     budget_from: float,
     before_group: Callable[[Group], None],
-    skipped: Callable[[Group, float], None],
+    skipped: Callable[[Group], None],
 ) -> bool:
     """Each group of the plan under its own lease, released before the next is asked for;
     True when the run may go on (every group compacted, was skipped, or was left for the next
@@ -374,11 +372,11 @@ def _groups(
             lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
             entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
             if lease is None:
-                drained = report.reason == "drain_timeout"
-                if drained:
+                if report.reason == "drain_timeout":
                     _held(report, group, waited)  # its intent refused their commits meanwhile
-                # their backpressure held them through the wait, drain or not
-                skipped(group, 0.0 if drained else waited)
+                else:  # only those backpressure held were held through the wait
+                    _add_hold(report, _backpressured(report, group), waited)
+                skipped(group)
                 entry.update(outcome=report.outcome, reason=report.reason, error=report.error)
                 if report.outcome is Outcome.SKIPPED and report.reason in _NEXT_GROUP:
                     continue
@@ -458,6 +456,11 @@ def _held(report: RunReport, group: Group, seconds: float) -> None:
     were held: the drain (the group's intent refuses new commits from its first ask) and the
     lease."""
     _add_hold(report, group.partitions or ("*",), seconds)
+
+
+def _backpressured(report: RunReport, group: Group) -> set[str]:
+    """The group's partitions whose writers the run's backpressure holds."""
+    return set(group.partitions or ()) & set(report.backpressure)
 
 
 def _add_hold(report: RunReport, names: Iterable[str], seconds: float) -> None:

@@ -31,10 +31,10 @@ Two of them conflict when their kinds conflict and their scopes intersect (docs/
                  never holds ingest (its backpressure intents may), and none of them holds
                  it: a compactor claims a table before it plans it and releases it after its
                  housekeeping, so compactor processes share the tables without a coordinator
-                 (docs/design.md §5). It never waits: a
-                 claim another holder has is refused at once (ClaimHeld, naming the holder
-                 and the seconds left) and the asker moves on. Renew, release, revoke and
-                 expiry as for every lease. Taking a maintenance lease needs no claim.
+                 (docs/design.md §5). It never waits: a claim another holder has is refused
+                 at once (ClaimHeld, naming the holder and the seconds left) and the asker
+                 moves on. Renew, release, revoke and expiry as for every lease. Taking a
+                 maintenance lease needs no claim.
     switch       ingest running|paused (no commit grants), maintenance enabled|disabled (no
                  maintenance grants); leases already live are not cut short by a switch.
                  Neither setting refuses a claim: a claim writes nothing, and a compactor
