@@ -15,8 +15,9 @@ The lake (`local.lake.*` in a Hadoop catalog under `--out`):
               (one INSERT of 12 slices, one DELETE), which a plan compacts
     stream    `--ingest` tables of the demo's click events, each fed by the ingest job itself
               (`python -m ingest_gate`, one process per table, gated by the same service):
-              `--ingest-batches` micro-batches of `--ingest-rows` events per round, each batch
-              a MERGE that adds small files and position deletes (benchmarks/streams.py)
+              `--ingest-batches` files of `--ingest-rows` events per round, read one per
+              micro-batch until none is left (available-now), each batch a MERGE that adds
+              small files and position deletes (benchmarks/streams.py)
 
 Then, against one lakelock service (SQLite), `compactor run --config F --every 2s --ticks N`
 over the pattern `local.lake.*`:

@@ -1,7 +1,8 @@
 """Streaming ingest for a benchmark lake: the ingest job itself (`python -m ingest_gate`), one
 process per table, reading JSON-lines files that `python -m demo.generate` wrote into its
-landing folder, gated by a lakelock service, by counts: each job stops after `batches`
-micro-batches of one file each.
+landing folder, gated by a lakelock service, by counts: each start lands `batches` files and the
+job reads them one per micro-batch, then ends by itself (available-now), its checkpoint
+committed, so the next start begins with the next files.
 
     streams = Streams(out, tables, service=service, warehouse=warehouse, catalog="local")
     streams.create(spark)                 # the demo's click-event table, for each
@@ -77,7 +78,7 @@ class Streams:
     def _folder(self, table: str) -> Path:
         return self.out / "streams" / table.rsplit(".", 1)[1]
 
-    def _config(self, table: str, batches: int) -> Path:
+    def _config(self, table: str) -> Path:
         folder = self._folder(table)
         path = folder / "ingest.toml"
         path.write_text(
@@ -87,8 +88,7 @@ landing_path = "{folder / "landing"}"
 dead_letter_path = "{folder / "dead-letter"}"
 checkpoint_path = "{folder / "checkpoint"}"
 max_files_per_trigger = 1
-trigger_interval_s = 1.0
-max_batches = {batches}
+available_now = true
 key_columns = ["event_id", "dt", "hr"]
 lakelock_url = "{self.service.url}"
 holder = "ingest-{table.rsplit(".", 1)[1]}"
@@ -101,8 +101,8 @@ warehouse = "{self.warehouse.resolve()}"
         return path
 
     def start(self, *, batches: int, rows: int, seed: int) -> list[Job]:
-        """Write `batches` files of `rows` events into each landing folder, then start each job
-        for that many micro-batches."""
+        """Write `batches` files of `rows` events into each landing folder, then start each job,
+        which reads them, one micro-batch each, and ends."""
         jobs = []
         for i, table in enumerate(self.tables):
             folder = self._folder(table)
@@ -117,7 +117,7 @@ warehouse = "{self.warehouse.resolve()}"
             )
             env = {**os.environ, "LAKELOCK_TOKEN": self.service.token("job")}
             log = folder / f"ingest-{seed}.log"
-            config = self._config(table, batches)
+            config = self._config(table)
             process = subprocess.Popen(
                 [sys.executable, "-m", "ingest_gate", "--config", str(config)],
                 cwd=ROOT,

@@ -40,7 +40,9 @@ than `max_lease_partitions` partitions leases the whole table (its MERGE keeps t
 
 A batch that raises fails the streaming query; a restart from the same checkpoint replays the
 batch, which step 3 and the MERGE's event-time guard make harmless. The query id (not the run
-id) survives restarts, so it identifies a batch across them.
+id) survives restarts, so it identifies a batch across them. A run stopped at its bound
+(`max_batches`, `run_for_s`) or by `stop()` interrupts the batch running then; that batch ends
+`interrupted`, the run does not fail, and the next start runs the batch again.
 """
 
 from __future__ import annotations
@@ -167,7 +169,8 @@ class BatchRecord:
 
     outcome: committed | proceeded_without_lease | proceeded_after_lease_lost | ungated (the
              MERGE ran) | empty (no valid rows) | replayed (committed before) | timed_out |
-             lease_lost | failed (nothing committed, the batch raised)
+             lease_lost | failed (nothing committed, the batch raised) | interrupted (the run
+             was stopped while the batch ran; the next start runs it again)
     scope:   the partitions its commit lease covered, or "table"
     merge_filter: how its MERGE was limited to its partitions: exact, superset (see
              ingest_gate.merge), or None (the whole table)
@@ -299,6 +302,9 @@ class BatchWriter:
         # (batch id, step) of the batch being written, for operators and tests; None between
         self.in_progress: tuple[int, str] | None = None
         self.last_error: BaseException | None = None
+        # set by IngestRun.stop() before the query is stopped: what a batch raises from then on
+        # is the stop's interruption, not a failure
+        self.stopping = threading.Event()
         # the table's partition scope, decided at the first batch that merges (see _table_scope)
         # and again after the table changed
         self._scope: PartitionScope | None = None
@@ -331,11 +337,13 @@ class BatchWriter:
             if self.progress is not None:
                 record.lag = self.progress.after_batch(batch_id, record.query_id)
         except BaseException as exc:
-            if record.outcome not in ("timed_out", "lease_lost"):
+            if self.stopping.is_set():
+                record.outcome = "interrupted"
+            elif record.outcome not in ("timed_out", "lease_lost"):
                 record.outcome = "failed"
             record.error = error_message(exc)
             self.last_error = exc
-            raise
+            raise  # never swallowed: Spark must not mark the batch done in its checkpoint
         finally:
             self.in_progress = None
             if parsed is not None:
@@ -623,7 +631,7 @@ class IngestRun:
 
     def summary(self) -> dict[str, Any]:
         """What the run did, summed over its batches; `note` says when nothing was there."""
-        records = [r for r in self.records if r.outcome != "failed"]
+        records = [r for r in self.records if r.outcome not in ("failed", "interrupted")]
         skipped: dict[str, int] = {}
         for r in records:
             for why, n in r.skipped.items():
@@ -660,7 +668,9 @@ class IngestRun:
         return str(self.query.id)
 
     def stop(self) -> None:
-        """Stop the query (a running batch is interrupted; it is replayed on the next start)."""
+        """Stop the query. A running batch is interrupted: it ends `interrupted`, not failed, and
+        the next start runs it again (its checkpoint was not committed)."""
+        self.writer.stopping.set()
         self.query.stop()
         if self.writer.progress is not None:
             self.writer.progress.close()
@@ -668,6 +678,8 @@ class IngestRun:
     def wait(self, timeout: float | None = None) -> list[BatchRecord]:
         """Block until the query ends by itself (available-now), `max_batches` batches ran,
         `run_for_s` passed or `timeout` passed; then stop it and return the records.
+
+        Stopping at a bound interrupts a batch that is running then; that is not a failure.
 
         Raises:
             The exception that failed the last batch (e.g. GateTimeout), when the query died of
@@ -696,11 +708,16 @@ class IngestRun:
 
     def _raise_failure(self) -> None:
         failure = self.query.exception()
-        if failure is None:
+        if failure is None or self._interrupted_by_stop():
             return
         if self.writer.last_error is not None:
             raise self.writer.last_error from failure
         raise failure
+
+    def _interrupted_by_stop(self) -> bool:
+        """The query died of our own stop: its last batch raised after stop() was called."""
+        records = self.writer.records
+        return bool(records) and records[-1].outcome == "interrupted"
 
 
 def run(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -203,6 +205,36 @@ def test_restart_after_crash_between_iceberg_commit_and_checkpoint_loses_and_dup
     assert table_rows(spark, config.table) == gen.expected_rows()
     batch_ids = [s["summary"][BATCH_ID] for s in snapshots(spark, config.table)]
     assert batch_ids == ["0", "1", "2"]
+
+
+def test_a_run_stopped_at_its_bound_mid_batch_ends_cleanly_and_the_batch_runs_again(
+    spark, tmp_path
+):
+    """`max_batches` reached while the next batch runs: stopping interrupts that batch, which is
+    not a failure (the job exits 0); the next start runs it, and the table is exact."""
+    config = _config(
+        spark, tmp_path, "stopped", available_now=False, max_batches=1, trigger_interval_s=0.1
+    )
+    gen = EventGenerator(seed=12, update_ratio=0.4)
+    for _ in range(2):
+        gen.write_file(config.landing_path, 15)
+    in_second = threading.Event()
+
+    def hold_the_second(batch_id, gate_pass):
+        if batch_id == 1:
+            in_second.set()
+            # on the query's own thread in the JVM, as a MERGE waits: the stop interrupts it
+            spark.sparkContext._jvm.java.lang.Thread.sleep(WAIT_S * 1000)
+
+    first = run(config, spark=spark, hooks=BatchHooks(before_merge=hold_the_second))
+    assert in_second.wait(WAIT_S), "the second batch never started"
+    records = first.wait(timeout=WAIT_S)  # the bound is reached: stops at once
+
+    assert [(r.batch_id, r.outcome) for r in records] == [(0, "ungated"), (1, "interrupted")]
+    assert first.summary()["batches"] == 1
+    second = run(replace(config, available_now=True, max_batches=None), spark=spark)
+    assert [(r.batch_id, r.outcome) for r in second.wait(timeout=WAIT_S)] == [(1, "ungated")]
+    assert table_rows(spark, config.table) == gen.expected_rows()
 
 
 def test_within_a_batch_a_tie_on_event_time_goes_to_the_record_written_later(spark, tmp_path):
