@@ -526,7 +526,7 @@ class Pipeline:
                     handle.stop()
                 self._collect(handle, seen)
             failure = handle.query.exception()
-            if failure is not None:
+            if failure is not None and not handle.interrupted:
                 last = handle.writer.records[-1] if handle.writer.records else None
                 self._failed(last.batch_id if last else None, (last and last.error) or failure)
                 time.sleep(1.0)

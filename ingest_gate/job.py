@@ -613,6 +613,7 @@ class IngestRun:
     handle.records      # BatchRecords so far, oldest first
     handle.wait()       # until the configured bound, then stop; raises if the query failed
     handle.stop()
+    handle.interrupted  # the stop interrupted a batch (not a failure; it runs again)
     """
 
     def __init__(
@@ -708,14 +709,16 @@ class IngestRun:
 
     def _raise_failure(self) -> None:
         failure = self.query.exception()
-        if failure is None or self._interrupted_by_stop():
+        if failure is None or self.interrupted:
             return
         if self.writer.last_error is not None:
             raise self.writer.last_error from failure
         raise failure
 
-    def _interrupted_by_stop(self) -> bool:
-        """The query died of our own stop: its last batch raised after stop() was called."""
+    @property
+    def interrupted(self) -> bool:
+        """The query ended by `stop()` while a batch ran: that batch ended `interrupted` and the
+        next start runs it again. Not a failure, whatever the query's exception says."""
         records = self.writer.records
         return bool(records) and records[-1].outcome == "interrupted"
 

@@ -231,7 +231,7 @@ def test_a_run_stopped_at_its_bound_mid_batch_ends_cleanly_and_the_batch_runs_ag
     records = first.wait(timeout=WAIT_S)  # the bound is reached: stops at once
 
     assert [(r.batch_id, r.outcome) for r in records] == [(0, "ungated"), (1, "interrupted")]
-    assert first.summary()["batches"] == 1
+    assert first.interrupted and first.summary()["batches"] == 1
     second = run(replace(config, available_now=True, max_batches=None), spark=spark)
     assert [(r.batch_id, r.outcome) for r in second.wait(timeout=WAIT_S)] == [(1, "ungated")]
     assert table_rows(spark, config.table) == gen.expected_rows()
