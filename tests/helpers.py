@@ -140,8 +140,18 @@ def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, A
 
 def backdate(db_url: str, lease: dict[str, Any], seconds: float = 3600) -> None:
     """Move a lease's expiry into the past, as if its TTL ran out without renewal."""
-    leases = "lakelock_claims" if lease["kind"] == "claim" else f"lakelock_{lease['kind']}_leases"
-    _backdate(db_url, leases, "id = :id", {"id": lease["lease_id"]}, seconds)
+    _backdate(db_url, _lease_rows(lease), "id = :id", {"id": lease["lease_id"]}, seconds)
+
+
+def held_since(db_url: str, lease: dict[str, Any], seconds: float) -> None:
+    """Move a lease's start `seconds` into the past, as if it had been held that long (its
+    expiry stays ahead)."""
+    where, values = "id = :id", {"id": lease["lease_id"]}
+    _backdate(db_url, _lease_rows(lease), where, values, seconds, column="acquired_at")
+
+
+def _lease_rows(lease: dict[str, Any]) -> str:
+    return "lakelock_claims" if lease["kind"] == "claim" else f"lakelock_{lease['kind']}_leases"
 
 
 def backdate_intent(
@@ -160,14 +170,22 @@ def backdate_reader(db_url: str, table: str, reader: str, seconds: float = 3600)
     _backdate(db_url, "lakelock_readers", where, values, seconds)
 
 
-def _backdate(db_url: str, rows: str, where: str, values: dict[str, Any], seconds: float) -> None:
+def _backdate(
+    db_url: str,
+    rows: str,
+    where: str,
+    values: dict[str, Any],
+    seconds: float,
+    *,
+    column: str = "expires_at",
+) -> None:
     engine = create_engine(db_url)
     with engine.begin() as conn:
-        found = conn.execute(text(f"SELECT expires_at FROM {rows} WHERE {where}"), values).all()
+        found = conn.execute(text(f"SELECT {column} FROM {rows} WHERE {where}"), values).all()
         assert found, f"nothing in {rows} where {where} {values}"
         for (at,) in found:
             conn.execute(
-                text(f"UPDATE {rows} SET expires_at = :at WHERE {where} AND expires_at = :was"),
+                text(f"UPDATE {rows} SET {column} = :at WHERE {where} AND {column} = :was"),
                 {**values, "at": _minus(at, seconds), "was": at},
             )
     engine.dispose()

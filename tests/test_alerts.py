@@ -77,15 +77,20 @@ def test_every_metric_the_rules_read_is_exported(api):
         f"/v1/leases/{lease['lease_id']}", params={"holder": "compactor-1", "token": lease["token"]}
     ).raise_for_status()
     commit(api, partitions=["dt=2024-06-21"]).raise_for_status()
+    api.post(
+        f"/v1/tables/{TABLE}/maintenance-lease",
+        json={"holder": "compactor-1", "ttl_s": 60, "partitions": ["dt=2024-06-22"]},
+    ).raise_for_status()  # live at the scrape
     text = api.get("/metrics").text
     exported = set(re.findall(r"^(lakelock_[a-z_]+)", text, flags=re.MULTILINE))
     read = _metrics_read_by_the_rules()
     assert read == {
         "lakelock_table_partitions_over_bound",
         "lakelock_backpressure_partitions",
-        "lakelock_oldest_lease_seconds",
+        "lakelock_maintenance_lease_seconds",
         "lakelock_lease_hold_seconds_bucket",
     }
     assert read <= exported, sorted(read - exported)
     assert f'lakelock_backpressure_partitions{{table="{TABLE}"}} 1.0' in text
     assert f'lakelock_table_partitions_over_bound{{table="{TABLE}"}} 1.0' in text
+    assert re.search(rf'^lakelock_maintenance_lease_seconds{{table="{TABLE}"}} \d', text, re.M)

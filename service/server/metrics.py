@@ -6,10 +6,11 @@ metrics and the trail cannot disagree; refusals that change nothing are counted 
     counters, histograms   per process; with LAKELOCK_WORKERS > 1, `python -m service` sets up
                            prometheus-client's multiprocess mode (PROMETHEUS_MULTIPROC_DIR), so
                            whichever worker answers a scrape reports the sum over all of them
-    state gauges           live leases by kind (commit, maintenance, claim), open intents,
-                           paused tables, and the reported debt of the tables that owe most
-                           (small files, delete files, partitions over target, per table, for
-                           at most LAKELOCK_METRICS_MAX_TABLES tables), and the source lag
+    state gauges           live leases by kind (commit, maintenance, claim) and the age of
+                           each table's oldest maintenance lease, open intents, paused tables,
+                           and the reported debt of the tables that owe most (small files,
+                           delete files, partitions over target, per table, for at most
+                           LAKELOCK_METRICS_MAX_TABLES tables), and the source lag
                            of the tables whose ingest is furthest behind: read from the
                            database at scrape time, so they are right whichever replica granted
                            the lease, and need no multiprocess handling
@@ -215,6 +216,15 @@ class StateCollector(Collector):
             age.add_metric([kind], state[f"{kind}_age"])
         yield live
         yield age
+        held_for = GaugeMetricFamily(
+            "lakelock_maintenance_lease_seconds",
+            "How long the oldest live maintenance lease of each table has been held (the tables "
+            "that have one)",
+            labels=["table"],
+        )
+        for table, age_s in state["maintenance_by_table"]:
+            held_for.add_metric([table], age_s)
+        yield held_for
         yield GaugeMetricFamily(
             "lakelock_open_intents",
             "Open intents: drains of maintenance requests and backpressure",
@@ -270,8 +280,9 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
 
 
 def read_state(conn: Connection) -> dict[str, Any]:
-    """Counts of live leases of each kind, open intents and paused tables; (table, partitions)
-    of the tables whose writers a compactor's backpressure holds."""
+    """Counts of live leases of each kind, open intents and paused tables; (table, seconds) of
+    the oldest live maintenance lease of each table that has one; (table, partitions) of the
+    tables whose writers a compactor's backpressure holds."""
     at = now(conn)
     counts: dict[str, Any] = {}
     kinds = (
@@ -287,6 +298,16 @@ def read_state(conn: Connection) -> dict[str, Any]:
         )
         counts[kind], oldest = conn.execute(live).one()
         counts[f"{kind}_age"] = 0.0 if oldest is None else max(0.0, seconds(at - oldest))
+    c = maintenance_leases_t.c
+    oldest_per_table = (
+        select(c.table_name, func.min(c.acquired_at))
+        .where(c.ended_at.is_(None), c.expires_at > at)
+        .group_by(c.table_name)
+    )
+    counts["maintenance_by_table"] = [
+        (table, max(0.0, seconds(at - oldest)))
+        for table, oldest in conn.execute(oldest_per_table).all()
+    ]
     counts["intents"] = conn.execute(
         select(func.count()).where(intents_t.c.expires_at > at)
     ).scalar_one()
