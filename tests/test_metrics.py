@@ -1,6 +1,6 @@
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import backdate, commit, held_since, maintenance, release, renew
+from tests.helpers import backdate, commit, maintenance, release, renew
 
 
 def _samples(api):
@@ -60,28 +60,3 @@ def test_request_latency_is_recorded_per_route(api):
         ),
     )
     assert samples[key] == 1
-
-
-def test_each_table_with_a_live_maintenance_lease_shows_how_long_its_oldest_is_held(api, db_url):
-    older = maintenance(api, partitions=["dt=2024-06-19"]).json()
-    newer = maintenance(api, holder="compactor-2", partitions=["dt=2024-06-20"]).json()
-    other = maintenance(api, table="lake.db.other").json()
-    held_since(db_url, older, 1200)
-    held_since(db_url, newer, 300)
-    held_since(db_url, other, 60)
-    commit(api, table="lake.db.third")  # a table with no maintenance lease: no series
-
-    def held():
-        return {
-            labels[0][1]: value
-            for (name, labels), value in _samples(api).items()
-            if name == "lakelock_maintenance_lease_seconds"
-        }
-
-    first = held()
-    assert set(first) == {"lake.db.events", "lake.db.other"}
-    assert 1200 <= first["lake.db.events"] < 1300 and 60 <= first["lake.db.other"] < 160
-    release(api, older)
-    backdate(db_url, other)  # expired, not yet swept: no longer live
-    after = held()
-    assert set(after) == {"lake.db.events"} and 300 <= after["lake.db.events"] < 400

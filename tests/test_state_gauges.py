@@ -5,7 +5,7 @@ from __future__ import annotations
 from demo.local import free_port
 from service.lock.db import make_engine
 from service.server.metrics import Metrics, read_state
-from tests.helpers import backdate, commit, maintenance, release, switch
+from tests.helpers import backdate, commit, held_since, maintenance, release, switch
 from tests.test_metrics import _samples
 
 LIVE_COMMIT = ("lakelock_live_leases", (("kind", "commit"),))
@@ -31,6 +31,31 @@ def test_gauges_count_live_leases_open_intents_and_paused_tables(api):
     assert samples[PAUSED] == 2
 
 
+def test_each_table_with_a_live_maintenance_lease_shows_how_long_its_oldest_is_held(api, db_url):
+    older = maintenance(api, partitions=["dt=2024-06-19"]).json()
+    newer = maintenance(api, holder="compactor-2", partitions=["dt=2024-06-20"]).json()
+    other = maintenance(api, table="lake.db.other").json()
+    held_since(db_url, older, 1200)
+    held_since(db_url, newer, 300)
+    held_since(db_url, other, 60)
+    commit(api, table="lake.db.third")  # a table with no maintenance lease: no series
+
+    def held():
+        return {
+            labels[0][1]: value
+            for (name, labels), value in _samples(api).items()
+            if name == "lakelock_maintenance_lease_seconds"
+        }
+
+    first = held()
+    assert set(first) == {"lake.db.events", "lake.db.other"}
+    assert 1200 <= first["lake.db.events"] < 1300 and 60 <= first["lake.db.other"] < 160
+    release(api, older)
+    backdate(db_url, other)  # expired, not yet swept: no longer live
+    after = held()
+    assert set(after) == {"lake.db.events"} and 300 <= after["lake.db.events"] < 400
+
+
 def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url):
     lease = commit(api).json()
     held = maintenance(api, table="lake.db.b").json()
@@ -42,7 +67,7 @@ def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url)
             state = read_state(conn)
     finally:
         engine.dispose()
-    assert (state["commit"], state["maintenance"]) == (0, 0)
+    assert (state["commit"], state["maintenance"], state["maintenance_by_table"]) == (0, 0, [])
 
 
 def test_a_scrape_without_the_database_still_has_the_counters():
