@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -216,42 +216,41 @@ class StateCollector(Collector):
             age.add_metric([kind], state[f"{kind}_age"])
         yield live
         yield age
-        held_for = GaugeMetricFamily(
+        yield _per_table(
             "lakelock_maintenance_lease_seconds",
             "How long the oldest live maintenance lease of each table has been held (the tables "
             "that have one)",
-            labels=["table"],
+            state["maintenance_by_table"],
         )
-        for table, age_s in state["maintenance_by_table"]:
-            held_for.add_metric([table], age_s)
-        yield held_for
         yield GaugeMetricFamily(
             "lakelock_open_intents",
             "Open intents: drains of maintenance requests and backpressure",
             value=state["intents"],
         )
-        held = GaugeMetricFamily(
+        yield _per_table(
             "lakelock_backpressure_partitions",
             "Partitions whose commits a compactor's backpressure holds (debt over its hard bound; "
             "not while the table's backpressure or maintenance switch is off)",
-            labels=["table"],
+            state["backpressure"],
         )
-        for table, partitions in state["backpressure"]:
-            held.add_metric([table], partitions)
-        yield held
         yield GaugeMetricFamily(
             "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
         )
         yield from _debt_gauges(heaviest)
-        lag = GaugeMetricFamily(
+        yield _per_table(
             "lakelock_ingest_lag_records",
             "Records an ingest query was behind its source after its last batch, over all its "
             "topic-partitions (the LAKELOCK_METRICS_MAX_TABLES tables furthest behind)",
-            labels=["table"],
+            [(table, reported.records) for table, reported in behind],
         )
-        for table, reported in behind:
-            lag.add_metric([table], reported.records)
-        yield lag
+
+
+def _per_table(name: str, help_text: str, values: Iterable[tuple[str, float]]) -> GaugeMetricFamily:
+    """A gauge with one series per (table, value) given."""
+    family = GaugeMetricFamily(name, help_text, labels=["table"])
+    for table, value in values:
+        family.add_metric([table], value)
+    return family
 
 
 _DEBT_GAUGES = (
@@ -267,16 +266,13 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
     """`lakelock_table_<count>{table}` for the tables given (the most indebted): one series per
     table and count, so the number of series is bounded by LAKELOCK_METRICS_MAX_TABLES."""
     for name, help_text in _DEBT_GAUGES:
-        family = GaugeMetricFamily(
+        values = [(table, getattr(owed, name)) for table, owed in heaviest]
+        yield _per_table(
             f"lakelock_table_{name}",
             f"{help_text} (the LAKELOCK_METRICS_MAX_TABLES tables with the most debt)",
-            labels=["table"],
+            # None: not in a report from before the count existed
+            [(table, value) for table, value in values if value is not None],
         )
-        for table, owed in heaviest:
-            value = getattr(owed, name)
-            if value is not None:  # not in a report from before the count existed
-                family.add_metric([table], value)
-        yield family
 
 
 def read_state(conn: Connection) -> dict[str, Any]:
