@@ -109,9 +109,11 @@ class Workload:
         with self.service(rng) as api:
             while not self.done.is_set():
                 day = rng.choice(DAYS)
+                # a TTL well past an append's retries on a busy machine: a lease that expired
+                # mid-append would let a compactor in and have the append refused, rightly
                 granted = api.post(
                     f"/v1/tables/{TABLE}/commit-leases",
-                    json={"holder": f"ingest-{seed}", "ttl_s": 5, "partitions": [partition(day)]},
+                    json={"holder": f"ingest-{seed}", "ttl_s": 30, "partitions": [partition(day)]},
                 )
                 if granted.status_code != 201:
                     time.sleep(0.05)
