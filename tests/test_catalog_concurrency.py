@@ -34,7 +34,6 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
-from tests.helpers import HANG_GUARD_S
 from tests.iceberg_commits import rewrite_body
 from tests.invariants import History, check, fenced, load_history
 from tests.test_invariants_concurrency import _event
@@ -50,6 +49,7 @@ SCHEMA = Schema(
 )
 # what the run must have seen before it stops (counts, not seconds)
 ENOUGH = {"replace.passed": 4, "replace.refused": 4, "append.passed": 10, "append.held": 1}
+WORKLOAD_GUARD_S = 600.0  # only against a hang: the whole workload, not one step of it
 
 
 def partition(day: date) -> str:
@@ -136,18 +136,21 @@ class Workload:
             while not self.done.is_set():
                 day = rng.choice(DAYS)
                 scope = None if rng.random() < 0.3 else [partition(day)]
+                mischief = rng.random()
+                paused = mischief < 0.25
+                # a lease outlives any rewrite here, however slow the machine, unless the
+                # attempt is the one paused past (or near) its 1 s TTL
                 granted = api.post(
                     f"/v1/tables/{TABLE}/maintenance-lease",
-                    json={"holder": holder, "ttl_s": 1.0, "partitions": scope},
+                    json={"holder": holder, "ttl_s": 1.0 if paused else 30.0, "partitions": scope},
                 )
                 if granted.status_code != 201:
                     time.sleep(0.05)
                     continue
                 lease = granted.json()
                 token = lease["token"]
-                mischief = rng.random()
-                if mischief < 0.25:
-                    time.sleep(rng.uniform(0.9, 1.4))  # paused past (or near) its TTL
+                if paused:
+                    time.sleep(rng.uniform(0.9, 1.4))
                 elif mischief < 0.35:
                     token -= 1  # a stale token
                 elif mischief < 0.45 and scope is not None:
@@ -200,7 +203,7 @@ class Workload:
         threads = [threading.Thread(target=self.guarded(a), daemon=True) for a in actors]
         for t in threads:
             t.start()
-        finished = self.done.wait(timeout=HANG_GUARD_S)
+        finished = self.done.wait(timeout=WORKLOAD_GUARD_S)
         self.done.set()
         for t in threads:
             t.join(timeout=60)

@@ -18,7 +18,7 @@ from ingest_gate.gate import Gate, GateTimeout, LeaseLost
 from service.client import LeaseClient
 from service.wire.errors import PROBLEM_TYPE_PREFIX
 from tests.conftest import auth
-from tests.helpers import metric, wait_until
+from tests.helpers import HANG_GUARD_S, metric, wait_until
 
 TABLE = "cat.db.events"
 
@@ -34,12 +34,15 @@ class FakeLakelock:
 
     `blocked_by` is None (grant), "paused", "maintenance" or "intent". A long-polling acquire
     waits on a condition until the state changes or its wait_s passes, as the service does.
+    `refuse_in_turn(*reasons)` refuses the next asks one reason each, then grants: a test
+    driven by the asks the gate makes, not by the time a timer fires.
     `down` makes every call fail to connect; `release_fails` answers DELETE with 503.
     """
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.blocked_by: str | None = None
+        self.then: list[str | None] = []  # what blocks after each refusal, in turn
         self.version = 0
         self.down = False
         self.release_fails = False
@@ -55,6 +58,13 @@ class FakeLakelock:
     def block(self, reason: str | None) -> None:
         with self.cond:
             self.blocked_by = reason
+            self.version += 1
+            self.cond.notify_all()
+
+    def refuse_in_turn(self, *reasons: str) -> None:
+        with self.cond:
+            self.blocked_by, *rest = reasons
+            self.then = [*rest, None]
             self.version += 1
             self.cond.notify_all()
 
@@ -98,7 +108,10 @@ class FakeLakelock:
                 lambda: self.blocked_by is None or self.version != seen, timeout=body["wait_s"]
             )
             if self.blocked_by is not None:
-                return problem(423, "locked", reason=self.blocked_by, retry_after_s=0.05)
+                refused = problem(423, "locked", reason=self.blocked_by, retry_after_s=0.05)
+                if self.then:
+                    self.blocked_by = self.then.pop(0)
+                return refused
             lease_id = self.by_request.get(body["request_id"]) or str(uuid.uuid4())
             self.by_request[body["request_id"]] = lease_id
             lease = self.leases.setdefault(
@@ -182,13 +195,11 @@ def test_gate_waits_while_paused_and_commits_after_resume(
 def test_every_distinct_wait_reason_is_recorded_once(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
-    service.block("paused")
-    threading.Timer(0.2, service.block, args=("intent",)).start()
-    threading.Timer(0.5, service.block, args=("maintenance",)).start()
-    threading.Timer(0.8, service.block, args=(None,)).start()
+    service.refuse_in_turn("paused", "paused", "intent", "maintenance", "maintenance")
     with make_gate(client).commit(TABLE) as gate_pass:
         pass
     assert gate_pass.wait_reasons == ["paused", "intent", "maintenance"]
+    assert len(service.acquire_ids) == 6  # five refusals, then the grant
     assert len(set(service.acquire_ids)) == 1  # one request id for the whole pass
     assert gate_pass.as_dict()["wait_reasons"] == ["paused", "intent", "maintenance"]
 
@@ -258,13 +269,15 @@ def test_lease_revoked_mid_body_cancels_the_job_group_and_raises_lease_lost(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
     groups = FakeJobGroups()
-    gate = make_gate(client, ttl_s=0.3, job_groups=groups)
+    # renewed every second, lost by the deadline only after 2 s without one: the revoke,
+    # seen at the next renew, is what ends it, however busy the machine
+    gate = make_gate(client, ttl_s=3.0, job_groups=groups)
     with pytest.raises(LeaseLost, match="not-owner") as caught:
         with gate.commit(TABLE) as gate_pass:
             group = groups.current
             assert gate_pass.lease is not None
             service.revoke(gate_pass.lease.lease_id)
-            assert groups.cancelled_event.wait(3.0)
+            assert groups.cancelled_event.wait(HANG_GUARD_S)
             with pytest.raises(LeaseLost):
                 gate_pass.check()
             # the body returns as if its MERGE had finished: the gate must still fail it
@@ -279,10 +292,10 @@ def test_body_failing_after_the_lease_was_lost_raises_lease_lost_from_its_error(
 ) -> None:
     groups = FakeJobGroups()
     with pytest.raises(LeaseLost) as caught:
-        with make_gate(client, ttl_s=0.3, job_groups=groups).commit(TABLE) as gate_pass:
+        with make_gate(client, ttl_s=3.0, job_groups=groups).commit(TABLE) as gate_pass:
             assert gate_pass.lease is not None
             service.revoke(gate_pass.lease.lease_id)
-            groups.cancelled_event.wait(3.0)
+            assert groups.cancelled_event.wait(HANG_GUARD_S)
             raise RuntimeError("Job group cancelled")  # what Spark raises in the MERGE
     assert isinstance(caught.value.__cause__, RuntimeError)
 
@@ -291,13 +304,11 @@ def test_policy_proceed_keeps_the_batch_running_when_the_lease_is_lost(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
     groups = FakeJobGroups()
-    gate = make_gate(client, ttl_s=0.3, job_groups=groups, policy="proceed")
+    gate = make_gate(client, ttl_s=3.0, job_groups=groups, policy="proceed")
     with gate.commit(TABLE) as gate_pass:
         assert gate_pass.lease is not None
         service.revoke(gate_pass.lease.lease_id)
-        deadline = time.monotonic() + 3.0
-        while gate_pass.lost_reason is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: gate_pass.lost_reason is not None, "the revoke seen at a renew")
         gate_pass.check()
     assert groups.cancelled == []
     assert gate_pass.outcome == "lease_lost"
@@ -306,13 +317,14 @@ def test_policy_proceed_keeps_the_batch_running_when_the_lease_is_lost(
 def test_lease_is_renewed_while_a_body_outlasts_its_ttl(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
-    with make_gate(client, ttl_s=0.3).commit(TABLE) as gate_pass:
+    # renewed every 0.5 s; lost only after 1 s without a renew
+    with make_gate(client, ttl_s=1.5).commit(TABLE) as gate_pass:
         entered = time.monotonic()
         # a body that outlasts two TTLs, renewed at least three times meanwhile
-        wait_until(lambda: service.renews >= 3 and time.monotonic() - entered > 0.6, "three renews")
+        wait_until(lambda: service.renews >= 3 and time.monotonic() - entered > 3.0, "three renews")
         gate_pass.check()
     assert gate_pass.outcome == "committed"
-    assert gate_pass.held_s > 0.6
+    assert gate_pass.held_s > 3.0
 
 
 def test_lease_is_released_when_the_body_raises(service: FakeLakelock, client: LeaseClient) -> None:
@@ -362,11 +374,10 @@ def test_scoped_pass_asks_for_exactly_its_partitions_on_every_try(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
     names = ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]
-    service.block("maintenance")
-    threading.Timer(0.3, service.block, args=(None,)).start()
+    service.refuse_in_turn("maintenance", "maintenance")
     with make_gate(client).commit(TABLE, partitions=names) as gate_pass:
         pass
-    assert len(service.acquire_bodies) >= 2
+    assert len(service.acquire_bodies) == 3
     assert all(b["partitions"] == names for b in service.acquire_bodies)
     assert gate_pass.partitions == tuple(names)
     report = gate_pass.as_dict()
@@ -382,10 +393,10 @@ def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server:
     threading.Timer(
         0.5, operator.set_switch, args=(table,), kwargs={"ingest": "running", "reason": "resume"}
     ).start()
-    gate = Gate(job, holder="ingest:it", ttl_s=3.0, max_hold_s=20.0, poll_s=5.0)
+    gate = Gate(job, holder="ingest:it", ttl_s=6.0, max_hold_s=20.0, poll_s=5.0)
     with gate.commit(table) as gate_pass:
         assert gate_pass.lease is not None
-        # three renews at ttl/3 (1 s): past the renew deadline (2 s), only they keep it safe
+        # three renews at ttl/3 (2 s): past the renew deadline (4 s), only they keep it safe
         with httpx.Client(base_url=lakelock_server.url, headers=auth("reader")) as reader:
             renewals = partial(metric, reader, "lakelock_renewals_total", kind="commit")
             before = renewals()
@@ -401,9 +412,7 @@ def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server:
 def test_the_time_backpressure_held_a_pass_is_counted_apart_and_logged_once(
     service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    service.block("paused")
-    threading.Timer(0.2, service.block, args=("backpressure",)).start()
-    threading.Timer(0.6, service.block, args=(None,)).start()
+    service.refuse_in_turn("paused", "paused", "backpressure", "backpressure", "backpressure")
     with caplog.at_level(logging.WARNING, logger="ingest_gate.gate"):
         with make_gate(client, poll_s=0.1).commit(TABLE) as gate_pass:
             pass

@@ -258,7 +258,8 @@ def test_a_compactor_that_dies_while_draining_holds_ingest_only_until_its_intent
             f"{server.url}/v1/tables/{table}/maintenance-lease",
             json={"holder": "compactor-dead", "ttl_s": 60, "wait_s": 50},
             headers=job,
-            timeout=1.5,
+            # it dies 5 s in (long after its intent opened, even on a busy machine)
+            timeout=httpx.Timeout(5.0, connect=30.0),
         )
     later = httpx.post(
         f"{server.url}/v1/tables/{table}/commit-leases",

@@ -18,12 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from demo.generate import KEY_FIELDS, create_events_table
 from ingest_gate.config import IngestConfig, load_config
 from ingest_gate.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
+from tests.helpers import wait_parked
 
 
 def start_spark(
@@ -93,7 +95,7 @@ def ingest_config(
         "lakelock_url": server.url,
         "lakelock_token": server.token("job"),
         "holder": f"ingest-test-{name}",
-        "lease_ttl_s": 3.0,
+        "lease_ttl_s": 10.0,  # renewed every 3 s: a slow renew on a busy machine loses nothing
         "poll_s": 1.0,
         "max_hold_s": 60.0,
         "key_columns": KEY_FIELDS,
@@ -102,3 +104,12 @@ def ingest_config(
     config = load_config(overrides=values)
     create_events_table(spark, config.table)
     return config
+
+
+def wait_held_at_the_service(server: Any) -> None:
+    """The gate's request for a commit lease waits at the service (a long-poll parked there):
+    whatever the batch does next, it does after the service answers."""
+    with httpx.Client(
+        base_url=server.url, headers={"Authorization": f"Bearer {server.token('reader')}"}
+    ) as reader:
+        wait_parked(reader, 1)

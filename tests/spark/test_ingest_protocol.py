@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from demo.generate import EventGenerator
@@ -12,8 +11,7 @@ from ingest_gate.gate import GateTimeout, LeaseLost
 from ingest_gate.job import BatchHooks, run
 from ingest_gate.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient
-from tests.helpers import wait_parked
-from tests.spark.conftest import ingest_config, snapshots, table_rows
+from tests.spark.conftest import ingest_config, snapshots, table_rows, wait_held_at_the_service
 
 pytestmark = pytest.mark.spark
 
@@ -32,15 +30,6 @@ def _wait_at_gate(handle) -> None:
         assert time.monotonic() < deadline, "the first batch never reached the gate"
         assert handle.query.isActive, handle.query.exception()
         time.sleep(0.1)
-
-
-def _wait_held_at_the_service(server) -> None:
-    """The gate's request for a commit lease waits at the service (a long-poll parked there):
-    whatever the batch does next, it does after the service answers."""
-    with httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {server.token('reader')}"}
-    ) as reader:
-        wait_parked(reader, 1)
 
 
 def _commit_times_ms(spark, table: str) -> list[int]:
@@ -66,7 +55,7 @@ def test_no_ingest_commit_while_a_maintenance_lease_is_held(
     handle = run(config, spark=spark, hooks=BatchHooks(before_merge=note_job_group))
     try:
         _wait_at_gate(handle)
-        _wait_held_at_the_service(lakelock_server)
+        wait_held_at_the_service(lakelock_server)
         assert _commit_times_ms(spark, config.table) == []
         released_ms = time.time() * 1000
         operator.release(lease)
@@ -93,7 +82,7 @@ def test_paused_ingest_commits_nothing_until_resumed(spark, tmp_path, lakelock_s
     handle = run(config, spark=spark)
     try:
         _wait_at_gate(handle)
-        _wait_held_at_the_service(lakelock_server)
+        wait_held_at_the_service(lakelock_server)
         assert _commit_times_ms(spark, config.table) == []
         assert handle.records == []
         operator.set_switch(config.table, ingest="running", reason="test: resume ingest")

@@ -17,7 +17,7 @@ from ingest_gate.merge import merge_sql
 from jobkit.partition import batch_partition_values, read_spec, table_partition_names
 from jobkit.predicate import partition_predicate
 from service.client import Lease, LeaseClient
-from tests.spark.conftest import ingest_config, snapshots, table_rows
+from tests.spark.conftest import ingest_config, snapshots, table_rows, wait_held_at_the_service
 
 pytestmark = pytest.mark.spark
 
@@ -140,6 +140,8 @@ def test_maintenance_on_a_partition_the_batch_writes_holds_it_until_release(
             assert time.monotonic() < deadline, "the hot batch never reached the gate"
             assert handle.query.isActive, handle.query.exception()
             time.sleep(0.1)
+        # the gate's ask waits at the service: released now, it is answered by the release
+        wait_held_at_the_service(lakelock_server)
         assert len(snapshots(spark, config.table)) == 1  # only the cold batch so far
         released_ms = time.time() * 1000
         operator.release(lease)
