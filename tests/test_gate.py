@@ -56,15 +56,14 @@ class FakeLakelock:
 
     # operator side
     def block(self, reason: str | None) -> None:
-        with self.cond:
-            self.blocked_by = reason
-            self.version += 1
-            self.cond.notify_all()
+        self._set(reason, then=[])
 
-    def refuse_in_turn(self, *reasons: str) -> None:
+    def refuse_in_turn(self, first: str, *rest: str) -> None:
+        self._set(first, then=[*rest, None])
+
+    def _set(self, reason: str | None, *, then: list[str | None]) -> None:
         with self.cond:
-            self.blocked_by, *rest = reasons
-            self.then = [*rest, None]
+            self.blocked_by, self.then = reason, then
             self.version += 1
             self.cond.notify_all()
 

@@ -109,7 +109,5 @@ def ingest_config(
 def wait_held_at_the_service(server: Any) -> None:
     """The gate's request for a commit lease waits at the service (a long-poll parked there):
     whatever the batch does next, it does after the service answers."""
-    with httpx.Client(
-        base_url=server.url, headers={"Authorization": f"Bearer {server.token('reader')}"}
-    ) as reader:
+    with httpx.Client(base_url=server.url, headers=server.headers("reader")) as reader:
         wait_parked(reader, 1)
