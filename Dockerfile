@@ -62,7 +62,7 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request as u; u.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('LAKELOCK_PORT', '8737'), timeout=4)"]
 
 # SIGTERM: pending long-polls answer at once, in-flight requests finish, exit 0 within
-# LAKELOCK_SHUTDOWN_GRACE_S. Proxy headers (X-Forwarded-For) are honoured; workers from
-# LAKELOCK_WORKERS.
+# LAKELOCK_SHUTDOWN_GRACE_S. X-Forwarded-For is believed from LAKELOCK_TRUSTED_PROXIES only
+# (the load balancer's subnets, set by the deployment); workers from LAKELOCK_WORKERS.
 STOPSIGNAL SIGTERM
 CMD ["python", "-m", "service"]

@@ -237,6 +237,9 @@ def _direct_cycle(engine: Any) -> Cycle:
 
     from service.lock import leases
     from service.lock.db import run_transaction
+    from service.lock.rows import Caller
+
+    bench = Caller("bench")
 
     ttl = timedelta(seconds=TTL_S)
 
@@ -245,14 +248,19 @@ def _direct_cycle(engine: Any) -> Cycle:
         lease = run_transaction(
             engine,
             lambda conn: leases.acquire_commit(
-                conn, table=table, holder="bench", ttl=ttl, request_id=request_id
+                conn,
+                table=table,
+                holder="bench",
+                ttl=ttl,
+                request_id=request_id,
+                caller=bench,
             ),
         )
         t1 = time.perf_counter()
         run_transaction(
             engine,
             lambda conn: leases.release(
-                conn, lease_id=lease.lease_id, actor="bench", holder="bench"
+                conn, lease_id=lease.lease_id, caller=bench, holder="bench"
             ),
         )
         return t1 - t0, time.perf_counter() - t1

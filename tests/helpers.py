@@ -83,17 +83,35 @@ def unactivated_env(**extra: str) -> dict[str, str]:
     return {**env, "PATH": os.pathsep.join(path), **extra}
 
 
-def commit(api: httpx.Client, table: str = "lake.db.events", holder: str = "ingest-1", **body: Any):
+# `headers` sends the call with another token than the client's own (a lease belongs to the
+# token that took it: docs/design.md §12)
+
+
+def commit(
+    api: httpx.Client,
+    table: str = "lake.db.events",
+    holder: str = "ingest-1",
+    headers: dict[str, str] | None = None,
+    **body: Any,
+):
     return api.post(
-        f"/v1/tables/{table}/commit-leases", json={"holder": holder, "ttl_s": 30, **body}
+        f"/v1/tables/{table}/commit-leases",
+        json={"holder": holder, "ttl_s": 30, **body},
+        headers=headers,
     )
 
 
 def maintenance(
-    api: httpx.Client, table: str = "lake.db.events", holder: str = "compactor-1", **body: Any
+    api: httpx.Client,
+    table: str = "lake.db.events",
+    holder: str = "compactor-1",
+    headers: dict[str, str] | None = None,
+    **body: Any,
 ):
     return api.post(
-        f"/v1/tables/{table}/maintenance-lease", json={"holder": holder, "ttl_s": 60, **body}
+        f"/v1/tables/{table}/maintenance-lease",
+        json={"holder": holder, "ttl_s": 60, **body},
+        headers=headers,
     )
 
 
@@ -127,11 +145,13 @@ def release(api: httpx.Client, lease: dict[str, Any], **params: Any):
     return api.delete(f"/v1/leases/{lease['lease_id']}", params=params)
 
 
-def renew(api: httpx.Client, lease: dict[str, Any], **body: Any):
+def renew(
+    api: httpx.Client, lease: dict[str, Any], headers: dict[str, str] | None = None, **body: Any
+):
     payload = {"holder": lease["holder"], **body}
     if lease.get("token") and "token" not in body:
         payload["token"] = lease["token"]
-    return api.post(f"/v1/leases/{lease['lease_id']}/renew", json=payload)
+    return api.post(f"/v1/leases/{lease['lease_id']}/renew", json=payload, headers=headers)
 
 
 def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, Any]]:

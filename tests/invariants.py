@@ -20,7 +20,10 @@ everything; the checker has its own `_overlap` for that, apart from the service'
   intersecting partition, unless the table's backpressure or maintenance switch is off; and
   no writer held back without a live claim: each backpressure intent opens and ends within
   the life of the claim it was opened under (by replay, and on database-time intervals, so a
-  claim that expired before any sweep said so counts as ended at its expiry).
+  claim that expired before any sweep said so counts as ended at its expiry);
+- inv9: a lease is released, an intent withdrawn and a maintenance commit made under a lease
+  only by the token that took it (docs/design.md §12), or by an operator (`operators`); what
+  the service ends by itself is its own (`lakelock`).
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -60,6 +63,8 @@ class History:
     events: list[dict[str, Any]]
     commit_leases: list[dict[str, Any]]
     renews: list[RenewObservation] = field(default_factory=list)
+    # the names of the operator tokens of the run: they may end what others took
+    operators: frozenset[str] = frozenset({"operator-client"})
 
 
 def load_history(db_url: str, renews: list[RenewObservation]) -> History:
@@ -364,6 +369,38 @@ def _unfenced(e: dict[str, Any], lease: dict[str, Any] | None, renewed: set[str]
     return None
 
 
+def owned(history: History) -> list[str]:
+    """Invariant 9, over the trail: who took each lease and opened each intent (the `actor`
+    of its grant or opening), and who ended it or committed under it."""
+    violations: list[str] = []
+    taker: dict[str, str] = {}  # lease id, or (table, request id) of an intent: its principal
+    allowed = history.operators | {"lakelock"}
+    for e in history.events:
+        name, actor = e["event"], e.get("actor")
+        request = f"{e['table_name']}/{e['detail'].get('request_id')}"
+        if name == "lease.acquired":
+            taker[e["lease_id"]] = actor
+        elif name in ("intent.opened", "backpressure.on"):
+            for request_id in e["detail"].get("request_ids") or [e["detail"]["request_id"]]:
+                taker[f"{e['table_name']}/{request_id}"] = actor
+        ended_by = {
+            "lease.released": taker.get(e["lease_id"] or ""),
+            "intent.withdrawn": taker.get(request),
+        }
+        if name in ended_by and actor not in allowed and actor != ended_by[name]:
+            violations.append(
+                f"inv9: {e['table_name']} event {e['id']}: {name} by {actor}, "
+                f"taken by {ended_by[name]}"
+            )
+        if name == "catalog.commit" and e["kind"] == "maintenance" and e["lease_id"]:
+            if actor != taker.get(e["lease_id"]):
+                violations.append(
+                    f"inv9: {e['table_name']} event {e['id']}: committed by {actor} under "
+                    f"lease {e['lease_id']} of {taker.get(e['lease_id'])}"
+                )
+    return violations
+
+
 def check(history: History) -> list[str]:
     return (
         replay(history)
@@ -371,4 +408,5 @@ def check(history: History) -> list[str]:
         + backpressure_outside_claims(history)
         + renewals(history)
         + fenced(history)
+        + owned(history)
     )

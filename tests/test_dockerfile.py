@@ -143,6 +143,13 @@ def test_the_service_gets_its_tokens_and_the_migration_task_does_not():
     assert migrate_env["LAKELOCK_AUTH"] == "off"
 
 
+def test_the_service_believes_x_forwarded_for_from_the_load_balancer_subnets_only():
+    from service.server.settings import parse_proxies
+
+    env = {e["name"]: e["value"] for e in container(SERVICE)["environment"]}
+    assert parse_proxies(env["LAKELOCK_TRUSTED_PROXIES"]) == ["10.0.0.0/24", "10.0.1.0/24"]
+
+
 @pytest.mark.parametrize("task", [SERVICE, MIGRATE], ids=["service", "migrate"])
 def test_logs_go_to_cloudwatch_with_awslogs(task):
     logging = container(task)["logConfiguration"]

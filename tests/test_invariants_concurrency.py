@@ -1,6 +1,8 @@
-"""The five invariants of docs/design.md §3.1 under concurrency: 16 ingest clients, 3 compactors
-and an operator, over two service processes sharing one database, with short TTLs, abandoned leases
-(expiry), revokes and pauses mixed in. The checker in `invariants.py` reads the recorded
+"""The five invariants of docs/design.md §3.1 under concurrency: 16 ingest clients, 3 compactors,
+an operator and an intruder (a job token of its own that tries to renew, release and withdraw
+what the others took, with their ids, holders and tokens: docs/design.md §12), over two service
+processes sharing one database, with short TTLs, abandoned leases (expiry), revokes and pauses
+mixed in. The checker in `invariants.py` reads the recorded
 history afterwards and fails on any violation."""
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import datetime, timedelta
 import httpx
 import pytest
 
-from tests.conftest import auth, start_server
+from tests.conftest import TOKENS, auth, start_server
 from tests.invariants import (
     History,
     RenewObservation,
@@ -33,6 +35,11 @@ PARTITIONS = [f"dt=2024-06-20/hr={hour:02d}" for hour in range(8)]
 INGEST_CLIENTS = 16
 COMPACTORS = 3
 ROUNDS = 70  # per ingest client; each round is 1-4 calls
+INTRUDER = "intruder-secret-00000009"
+TOKENS_ENV = ",".join(
+    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()]
+    + [f"intruder:job:{INTRUDER}"]
+)
 
 
 class Workload:
@@ -54,6 +61,8 @@ class Workload:
         return {"partitions": rng.sample(PARTITIONS, rng.choice([1, 1, 2]))}
 
     def client(self, role: str) -> httpx.Client:
+        if role == "intruder":
+            return httpx.Client(headers={"Authorization": f"Bearer {INTRUDER}"}, timeout=30)
         return httpx.Client(headers=auth(role), timeout=30)
 
     def call(self, http: httpx.Client, rng: random.Random, method: str, path: str, **kw):
@@ -180,6 +189,47 @@ class Workload:
                     time.sleep(rng.uniform(0.05, 0.15))
                     self.call(http, rng, "PUT", path, json={"ingest": "running", "reason": "ok"})
 
+    def intruder(self, seed: int) -> None:
+        """Another job token, handed what any reader sees: each call must be refused as
+        another principal's (or find the lease already ended), never pass."""
+        rng = random.Random(seed)
+        with self.client("intruder") as http:
+            while not self.stop.is_set():
+                time.sleep(rng.uniform(0.02, 0.1))
+                response = self.call(http, rng, "GET", f"/v1/tables/{rng.choice(TABLES)}")
+                if response.status_code != 200:
+                    continue
+                state = response.json()
+                theirs = state["commit_leases"] + state["maintenance_leases"]
+                if theirs:
+                    lease = rng.choice(theirs)
+                    key = {"holder": lease["holder"], "token": lease["token"]}
+                    key = {k: v for k, v in key.items() if v is not None}
+                    path = f"/v1/leases/{lease['lease_id']}"
+                    answer = (
+                        self.call(http, rng, "POST", path + "/renew", json=key)
+                        if rng.random() < 0.5
+                        else self.call(http, rng, "DELETE", path, params=key)
+                    )
+                    self.refused(answer)
+                for intent in state["intents"]:
+                    path = f"/v1/tables/{state['table']}/intents/{intent['request_id']}"
+                    answer = self.call(
+                        http, rng, "DELETE", path, params={"holder": intent["holder"]}
+                    )
+                    if answer.status_code != 200 or answer.json()["withdrawn"]:
+                        self.refused(answer)
+
+    def refused(self, answer: httpx.Response) -> None:
+        """An intruder's call answered as it must: another principal's (409), or about a
+        lease that ended meanwhile (410 expired; 409 revoked)."""
+        problem = answer.json() if answer.status_code >= 400 else {}
+        mine = problem.get("reason") == "other_principal"
+        with self.lock:
+            self.calls["intruder refused"] += mine
+            if not mine and answer.status_code not in (409, 410):
+                self.errors.append(f"the intruder got {answer.status_code}: {answer.text}")
+
     def guarded(self, role, seed: int) -> threading.Thread:
         """A thread whose failure is recorded: a role that dies early would leave the run
         without the transitions it was there to cause."""
@@ -196,7 +246,8 @@ class Workload:
 
     def run(self) -> None:
         background = [self.guarded(self.compactor, 100 + n) for n in range(COMPACTORS)] + [
-            self.guarded(self.operator, 200)
+            self.guarded(self.operator, 200),
+            self.guarded(self.intruder, 300),
         ]
         self.run_until_done(
             [self.guarded(self.ingest, n) for n in range(INGEST_CLIENTS)], background
@@ -218,7 +269,11 @@ class Workload:
 def run_on_two_services(db_url: str, tmp_path, workload_of) -> tuple[Workload, History]:
     """`workload_of(urls)`'s run against two service processes on one database; its history
     once both stopped, after the checker found nothing and no client thread died."""
-    env = {"LAKELOCK_MIN_TTL_S": "0.1", "LAKELOCK_SWEEP_INTERVAL_S": "0.2"}
+    env = {
+        "LAKELOCK_MIN_TTL_S": "0.1",
+        "LAKELOCK_SWEEP_INTERVAL_S": "0.2",
+        "LAKELOCK_TOKENS": TOKENS_ENV,
+    }
     servers = [start_server(db_url, tmp_path, **env) for _ in range(2)]
     try:
         workload = workload_of([s.url for s in servers])
@@ -250,6 +305,7 @@ def test_invariants_hold_under_concurrency_across_two_service_processes(db_url, 
     ]:
         assert seen[needed] > 0, f"the workload never produced {needed}: {seen}"
     assert workload.calls["POST 423"] > 0
+    assert workload.calls["intruder refused"] > 0, workload.calls
     # and scopes let through what they must: leases on disjoint partitions live at once
     together = _disjoint_overlaps(history)
     assert together["maintenance"] > 0 and together["commit"] > 0, together
@@ -279,7 +335,7 @@ def _disjoint_overlaps(history: History) -> Counter[str]:
 T0 = datetime(2026, 1, 1)
 
 
-def _event(id_, event, lease_id=None, kind=None, token=None, at=0.0, **detail):
+def _event(id_, event, lease_id=None, kind=None, token=None, at=0.0, actor="job-client", **detail):
     return {
         "id": id_,
         "table_name": "db.t",
@@ -288,9 +344,31 @@ def _event(id_, event, lease_id=None, kind=None, token=None, at=0.0, **detail):
         "kind": kind,
         "token": token,
         "holder": "h",
+        "actor": actor,
         "at": T0 + timedelta(seconds=at),
         "detail": detail,
     }
+
+
+def test_checker_flags_what_another_token_ended_and_lets_operators_and_expiry_be():
+    history = History(
+        events=[
+            _event(1, "lease.acquired", "m1", "maintenance", 1, at=0, ttl_s=30),
+            _event(2, "lease.released", "m1", "maintenance", at=1, actor="intruder"),
+            _event(3, "lease.acquired", "m2", "maintenance", 2, at=2, ttl_s=30),
+            _event(4, "lease.revoked", "m2", "maintenance", at=3, actor="operator-client"),
+            _event(5, "intent.opened", kind="maintenance", at=4, request_id="r1"),
+            _event(
+                6, "intent.withdrawn", kind="maintenance", at=5, actor="intruder", request_id="r1"
+            ),
+            _event(7, "intent.opened", kind="maintenance", at=6, request_id="r2"),
+            _event(8, "intent.expired", at=7, actor="lakelock", request_id="r2"),
+        ],
+        commit_leases=[],
+    )
+    found = [v for v in check(history) if v.startswith("inv9")]
+    assert len(found) == 2, found
+    assert "lease.released by intruder" in found[0] and "intent.withdrawn" in found[1]
 
 
 def test_checker_flags_overlapping_maintenance_and_a_token_going_back():

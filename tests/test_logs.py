@@ -24,10 +24,13 @@ UNKNOWN_SECRET = "not-a-configured-secret-42"
 
 @pytest.fixture
 def server(db_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
-    """A service at log level info; on MariaDB it logs in with a password."""
+    """A service at log level info, behind a load balancer on loopback (the test's client);
+    on MariaDB it logs in with a password."""
     user = password_user(db_url) if db_url.startswith("mysql") else nullcontext(db_url)
     with user as url:
-        server = start_server(url, tmp_path, LAKELOCK_LOG_LEVEL="info")
+        server = start_server(
+            url, tmp_path, LAKELOCK_LOG_LEVEL="info", LAKELOCK_TRUSTED_PROXIES="127.0.0.1"
+        )
         yield server
         server.stop()
 

@@ -5,7 +5,8 @@ from sqlalchemy import create_engine, inspect, text
 
 from service.lock import leases, migrate, state
 from service.lock.db import make_engine, now, run_transaction
-from service.wire.errors import Locked
+from service.lock.rows import Caller
+from service.wire.errors import Locked, NotOwner
 
 TABLES = {
     "lakelock_tables",
@@ -160,6 +161,7 @@ def test_a_live_maintenance_lease_and_intent_survive_the_move_to_scoped_leases(e
                         holder="ingest-1",
                         ttl=timedelta(seconds=30),
                         request_id="batch-1",
+                        caller=Caller("ingest"),
                         partitions=["dt=2024-06-20"],
                     ),
                 )
@@ -184,6 +186,7 @@ def test_going_back_before_scopes_keeps_the_live_maintenance_lease(empty_url):
                 ttl=timedelta(minutes=10),
                 request_id=request_id,
                 intent_ttl=timedelta(seconds=5),
+                caller=Caller("compactor"),
                 partitions=partitions,
             ),
         )
@@ -194,10 +197,60 @@ def test_going_back_before_scopes_keeps_the_live_maintenance_lease(empty_url):
         run_transaction(
             engine,
             lambda conn: leases.release(
-                conn, lease_id=ended.lease_id, actor="t", holder="compactor-1", token=ended.token
+                conn,
+                lease_id=ended.lease_id,
+                caller=Caller("compactor"),
+                holder="compactor-1",
+                token=ended.token,
             ),
         )
     finally:
         engine.dispose()
     migrate.downgrade(empty_url, "0004")
     assert _row_before_scopes(empty_url, "maint_lease_id", "maint_end") == (live.lease_id, None)
+
+
+def test_a_lease_granted_before_principals_is_ended_by_an_operator_only(empty_url):
+    """Migration 0013: a row of unknown principal gives no job token anything."""
+    migrate.upgrade(empty_url, "0012")
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO lakelock_tables (name, ingest, maintenance, backpressure, "
+                "next_token, created_at) VALUES ('lake.db.a', 'running', 'enabled', 'enabled', "
+                "8, '2024-06-20 12:00:00')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO lakelock_maintenance_leases (id, table_name, holder, request_id, "
+                "token, partitions, ttl_s, acquired_at, expires_at) VALUES ("
+                "'00000000-0000-4000-8000-000000000007', 'lake.db.a', 'compactor-1', 'run-1', "
+                "7, NULL, 60, '2024-06-20 12:00:00', '2099-01-01 00:00:00')"
+            )
+        )
+    engine.dispose()
+    migrate.upgrade(empty_url)
+    engine = make_engine(empty_url)
+    lease_id = "00000000-0000-4000-8000-000000000007"
+    try:
+        for call in (
+            lambda conn: leases.renew(
+                conn, lease_id=lease_id, holder="compactor-1", caller=Caller("job"), token=7
+            ),
+            lambda conn: leases.release(
+                conn, lease_id=lease_id, holder="compactor-1", caller=Caller("job"), token=7
+            ),
+        ):
+            with pytest.raises(NotOwner) as refused:
+                run_transaction(engine, call)
+            assert refused.value.extra["reason"] == "other_principal"
+            assert "before lakelock recorded who takes what" in refused.value.detail
+        ended = run_transaction(
+            engine,
+            lambda conn: leases.release(conn, lease_id=lease_id, caller=Caller("ops", True)),
+        )
+        assert ended.state == "revoked" and ended.principal is None
+    finally:
+        engine.dispose()

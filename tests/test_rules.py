@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
+from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow
 from service.lock.rules import (
     Ask,
     Drain,
@@ -42,6 +42,9 @@ from service.wire.errors import (
 from service.wire.scope import covers
 
 AT = datetime(2024, 6, 20, 12, 0, 0)
+JOB = Caller("job-a")  # the principal of every lease and intent below
+OTHER = Caller("job-b")
+OP = Caller("ops", operator=True)
 TTL = timedelta(seconds=30)
 P1, P2, P3 = "dt=1", "dt=2", "dt=3"
 
@@ -72,18 +75,31 @@ def lease(kind: str = "commit", *parts: str, holder: str = "h", **changes: objec
         "acquired_at": AT - timedelta(seconds=5),
         "expires_at": AT + timedelta(seconds=25),
         "token": 3 if kind == "maintenance" else None,
+        "principal": JOB.principal,
     }
     return LeaseRow(**{**values, **changes})  # type: ignore[arg-type]
 
 
 def intent(*parts: str, holder: str = "c", request_id: str = "m1") -> IntentRow:
     return IntentRow(
-        "lake.db.t", request_id, holder, tuple(parts) or None, AT, AT + timedelta(seconds=5)
+        "lake.db.t",
+        request_id,
+        holder,
+        tuple(parts) or None,
+        AT,
+        AT + timedelta(seconds=5),
+        principal=JOB.principal,
     )
 
 
-def ask(kind: str = "commit", *parts: str, holder: str = "h", request_id: str = "r1") -> Ask:
-    return Ask(kind, "lake.db.t", holder, request_id, tuple(parts) or None, TTL)  # type: ignore[arg-type]
+def ask(
+    kind: str = "commit",
+    *parts: str,
+    holder: str = "h",
+    request_id: str = "r1",
+    caller: Caller = JOB,
+) -> Ask:
+    return Ask(kind, "lake.db.t", holder, request_id, tuple(parts) or None, TTL, caller)  # type: ignore[arg-type]
 
 
 # -- commit ----------------------------------------------------------------------------------
@@ -256,9 +272,11 @@ def test_a_held_claim_as_an_error_names_its_holder_and_the_time_left():
 
 
 def test_a_claim_is_renewed_and_released_without_a_token():
-    assert decide_renew(C, RenewAsk("x", "compactor-1", None, None), AT) == Extend(AT + TTL, TTL)
-    assert decide_release(C, ReleaseAsk("x", "compactor-1", None, False), AT) == End("released")
-    refusal = decide_renew(C, RenewAsk("x", "compactor-2", None, None), AT)
+    assert decide_renew(C, RenewAsk("x", "compactor-1", None, None, JOB), AT) == Extend(
+        AT + TTL, TTL
+    )
+    assert decide_release(C, ReleaseAsk("x", "compactor-1", None, JOB), AT) == End("released")
+    refusal = decide_renew(C, RenewAsk("x", "compactor-2", None, None, JOB), AT)
     assert refusal == Refuse("not_owner", C)
 
 
@@ -299,15 +317,15 @@ M = lease("maintenance", holder="c")
 @pytest.mark.parametrize(
     ("row", "asked", "reason"),
     [
-        (lease(end="revoked", ended_at=AT), RenewAsk("x", "h", None, None), "revoked"),
-        (lease(end="released", ended_at=AT), RenewAsk("x", "h", None, None), "expired"),
-        (lease(expires_at=AT), RenewAsk("x", "h", None, None), "expired"),
+        (lease(end="revoked", ended_at=AT), RenewAsk("x", "h", None, None, JOB), "revoked"),
+        (lease(end="released", ended_at=AT), RenewAsk("x", "h", None, None, JOB), "expired"),
+        (lease(expires_at=AT), RenewAsk("x", "h", None, None, JOB), "expired"),
         # revoked and expired are said before the holder
-        (lease(end="revoked", ended_at=AT), RenewAsk("x", "other", None, None), "revoked"),
-        (lease(), RenewAsk("x", "other", None, None), "not_owner"),
-        (M, RenewAsk("x", "c", None, None), "token_missing"),
-        (M, RenewAsk("x", "c", 2, None), "token_mismatch"),
-        (M, RenewAsk("x", "other", 2, None), "not_owner"),
+        (lease(end="revoked", ended_at=AT), RenewAsk("x", "other", None, None, JOB), "revoked"),
+        (lease(), RenewAsk("x", "other", None, None, JOB), "not_owner"),
+        (M, RenewAsk("x", "c", None, None, JOB), "token_missing"),
+        (M, RenewAsk("x", "c", 2, None, JOB), "token_mismatch"),
+        (M, RenewAsk("x", "other", 2, None, JOB), "not_owner"),
     ],
 )
 def test_renew_refusals(row, asked, reason):
@@ -316,28 +334,28 @@ def test_renew_refusals(row, asked, reason):
 
 
 def test_renew_extends_from_now_by_the_asked_or_the_lease_own_ttl():
-    assert decide_renew(M, RenewAsk("x", "c", 3, None), AT) == Extend(AT + TTL, TTL)
+    assert decide_renew(M, RenewAsk("x", "c", 3, None, JOB), AT) == Extend(AT + TTL, TTL)
     ten = timedelta(seconds=10)
-    assert decide_renew(lease(), RenewAsk("x", "h", None, ten), AT) == Extend(AT + ten, ten)
+    assert decide_renew(lease(), RenewAsk("x", "h", None, ten, JOB), AT) == Extend(AT + ten, ten)
 
 
 @pytest.mark.parametrize(
     ("row", "asked", "answer"),
     [
-        (lease(), ReleaseAsk("x", "h", None, False), End("released")),
-        (lease(), ReleaseAsk("x", None, None, True), End("revoked", "released by an operator")),
-        (lease(), ReleaseAsk("x", "h", None, True), End("released")),
-        (M, ReleaseAsk("x", "c", 3, False), End("released")),
+        (lease(), ReleaseAsk("x", "h", None, JOB), End("released")),
+        (lease(), ReleaseAsk("x", None, None, OP), End("revoked", "released by an operator")),
+        (lease(), ReleaseAsk("x", "h", None, OP), End("released")),
+        (M, ReleaseAsk("x", "c", 3, JOB), End("released")),
         # idempotent: an ended lease is answered as it is, by its holder
-        (lease(end="released", ended_at=AT), ReleaseAsk("x", "h", None, False), Unchanged()),
-        (lease(expires_at=AT), ReleaseAsk("x", None, None, True), Unchanged()),
+        (lease(end="released", ended_at=AT), ReleaseAsk("x", "h", None, JOB), Unchanged()),
+        (lease(expires_at=AT), ReleaseAsk("x", None, None, OP), Unchanged()),
         # another holder names another lease, whoever sends it, live or not
-        (lease(), ReleaseAsk("x", "other", None, True), "not_owner"),
-        (lease(end="released", ended_at=AT), ReleaseAsk("x", "other", None, False), "not_owner"),
-        (lease(), ReleaseAsk("x", None, None, False), "holder_missing"),
-        (M, ReleaseAsk("x", "c", None, False), "token_missing"),
-        (M, ReleaseAsk("x", "c", 2, False), "token_mismatch"),
-        (M, ReleaseAsk("x", None, None, True), End("revoked", "released by an operator")),
+        (lease(), ReleaseAsk("x", "other", None, OP), "not_owner"),
+        (lease(end="released", ended_at=AT), ReleaseAsk("x", "other", None, JOB), "not_owner"),
+        (lease(), ReleaseAsk("x", None, None, JOB), "holder_missing"),
+        (M, ReleaseAsk("x", "c", None, JOB), "token_missing"),
+        (M, ReleaseAsk("x", "c", 2, JOB), "token_mismatch"),
+        (M, ReleaseAsk("x", None, None, OP), End("revoked", "released by an operator")),
     ],
 )
 def test_release_rule(row, asked, answer):
@@ -348,12 +366,66 @@ def test_release_rule(row, asked, answer):
         assert decision == answer
 
 
+@pytest.mark.parametrize(
+    ("row", "asked"),
+    [
+        # the right holder, token and TTL, sent by another job token: its id and token are
+        # not secrets, who took it is what counts
+        (lease(), RenewAsk("x", "h", None, None, OTHER)),
+        (M, RenewAsk("x", "c", 3, None, OTHER)),
+        (lease(), ReleaseAsk("x", "h", None, OTHER)),
+        (M, ReleaseAsk("x", "c", 3, OTHER)),
+        (lease(end="released", ended_at=AT), ReleaseAsk("x", "h", None, OTHER)),
+        # renewing is the holder's: an operator ends a lease, it does not keep one alive
+        (lease(), RenewAsk("x", "h", None, None, OP)),
+        # a lease granted before principals were recorded: no job token may act on it
+        (lease(principal=None), RenewAsk("x", "h", None, None, JOB)),
+        (lease(principal=None), ReleaseAsk("x", "h", None, JOB)),
+    ],
+)
+def test_another_principal_may_not_renew_or_release(row, asked):
+    decide = decide_renew if isinstance(asked, RenewAsk) else decide_release
+    decision = decide(row, asked, AT)
+    assert decision == Refuse("other_principal", row)
+    error = refused(decision, asked, AT)  # type: ignore[arg-type]
+    assert isinstance(error, NotOwner) and error.extra["reason"] == "other_principal"
+    assert f"not by token {asked.caller.principal}" in error.detail
+
+
+def test_an_operator_ends_a_lease_of_any_principal_or_of_none():
+    assert decide_release(lease(principal=None), ReleaseAsk("x", None, None, OP), AT) == End(
+        "revoked", "released by an operator"
+    )
+    assert decide_release(M, ReleaseAsk("x", "c", 3, OP), AT) == End("released")
+
+
+def test_a_request_id_of_another_principal_is_not_handed_out():
+    earlier = lease("maintenance", P1)
+    decision = decide_repeat(earlier, ask("maintenance", P1, caller=OTHER), AT)
+    assert decision == Refuse("request_id_taken", earlier)
+    # nor is its open intent kept for another principal, nor fulfilled by its grant
+    mine = intent(P1, holder="h", request_id="r1")
+    live = Live((), (mine,))
+    asked = ask("maintenance", P1, caller=OTHER)
+    assert decide_maintenance(table(), live, asked) == Refuse("request_id_taken", mine)
+    again = ask("maintenance", P1, request_id="r2", caller=OTHER)
+    assert decide_maintenance(table(), live, again) == Grant(token=7)
+
+
+def test_only_its_principal_or_an_operator_withdraws_an_intent():
+    mine = intent(holder="c")
+    assert decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "c", OP)) is None
+    other = decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "c", OTHER))
+    assert other == Refuse("other_principal", mine)
+    assert isinstance(refused(other, WithdrawAsk("lake.db.t", "m1", "c", OTHER), AT), NotOwner)
+
+
 def test_only_its_holder_withdraws_an_intent():
     mine = intent(holder="c")
-    assert decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "c")) is None
-    other = decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "x"))
+    assert decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "c", JOB)) is None
+    other = decide_withdraw(mine, WithdrawAsk("lake.db.t", "m1", "x", JOB))
     assert other == Refuse("not_owner", mine)
-    assert isinstance(refused(other, WithdrawAsk("lake.db.t", "m1", "x"), AT), NotOwner)
+    assert isinstance(refused(other, WithdrawAsk("lake.db.t", "m1", "x", JOB), AT), NotOwner)
 
 
 # -- the acquire rules against a brute-force model -------------------------------------------

@@ -1,16 +1,18 @@
-"""What a catalog commit is, read from its updates and the manifests its snapshots wrote.
+"""What a catalog commit is, read from its updates and the manifests its snapshots wrote
+(docs/design.md §10, "What a commit is").
 
-    change = read_change(table, base, updated, updates, principal=..., headers=...)
+    change = read_change(table, base, updated, updates, io, principal=..., headers=...,
+                         held=...)
     change.kind          "maintenance" | "data" | "table"
     change.partitions    the partition names its snapshots' new manifests add or delete in
+    change.counts        files and records added and removed, counted in those manifests
 
-A commit is maintenance when one of its snapshots has operation `replace` (rewrite of data
-files, of position delete files, of manifests), or removes delete files and adds nothing (a
-removal of dangling deletes), or when it removes snapshots (`expire_snapshots`). It is data when
-a snapshot appends, overwrites or deletes; else it changes the table only (schema, properties,
-refs). The lease it names: `lakelock.lease-id` and `lakelock.token` in the summary of its
-snapshot, else the `X-Lakelock-Lease-Id` and `X-Lakelock-Token` headers (a commit that removes
-snapshots carries no summary).
+What a snapshot did is read from the entries of its new manifests (those its manifest list
+names and its parent's does not), never from its summary, which the client writes as it likes:
+the summary's `operation` counts only where it says `replace`. The lease a commit names:
+`lakelock.lease-id` and `lakelock.token` in the summary of its snapshot, else the
+`X-Lakelock-Lease-Id` and `X-Lakelock-Token` headers (a commit that removes snapshots carries
+no summary).
 
 Partitions are named as lakelock names them (docs/design.md §4): the Iceberg partition path,
 `PartitionSpec.partitionToPath`. pyiceberg's `partition_to_path` escapes with Python's
@@ -20,39 +22,66 @@ mapped back here.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestEntryStatus
+from pyiceberg.manifest import DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AddSnapshotUpdate, RemoveSnapshotsUpdate, TableUpdate
+from pyiceberg.typedef import Record
 
+from service.catalog.locations import inside
 from service.lock.fence import Change, ChangeKind
 from service.wire.errors import InvalidRequest
 from service.wire.scope import Scope
 
-__all__ = ["read_change", "LEASE_HEADER", "TOKEN_HEADER", "LEASE_ID", "TOKEN"]
+__all__ = ["read_change", "Written", "LEASE_HEADER", "TOKEN_HEADER", "LEASE_ID", "TOKEN"]
 
 LEASE_ID, TOKEN = "lakelock.lease-id", "lakelock.token"
 LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"
 
-_MAINTENANCE_OPS = {"replace"}
 _DATA_OPS = {"append", "overwrite", "delete"}
-# the summary totals a commit's event carries and a data commit adds to the table's debt
-_COUNTED = (
-    "added-data-files",
-    "deleted-data-files",
-    "added-delete-files",
-    "removed-delete-files",
-    "added-records",
-    "deleted-records",
-)
+LISTED_KEPT = 64  # manifest lists remembered (their manifests' paths): a parent is read once
+
+
+@dataclass
+class Written:
+    """What one snapshot's new manifests add and delete, counted from their entries."""
+
+    added_data: int = 0
+    deleted_data: int = 0
+    added_deletes: int = 0
+    removed_deletes: int = 0
+    added_records: int = 0
+    deleted_records: int = 0
+    new_manifests: int = 0
+    older_sequence: bool = False  # a file added with a data sequence number before the commit's
+    partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
+
+    @property
+    def files(self) -> int:
+        return self.added_data + self.deleted_data + self.added_deletes + self.removed_deletes
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "added-data-files": self.added_data,
+            "deleted-data-files": self.deleted_data,
+            "added-delete-files": self.added_deletes,
+            "removed-delete-files": self.removed_deletes,
+            "added-records": self.added_records,
+            "deleted-records": self.deleted_records,
+        }
 
 
 def read_change(
     table: str,
+    base: TableMetadata | None,
     updated: TableMetadata,
     updates: Sequence[TableUpdate],
     io: FileIO,
@@ -61,47 +90,51 @@ def read_change(
     headers: Mapping[str, str],
     held: Callable[[], bool],
 ) -> Change:
-    """The commit `updates`, which make `updated`, as service.lock.fence judges it.
+    """The commit `updates`, which make `updated` of `base`, as service.lock.fence judges it.
 
-    The partitions a data commit touched are named only when `held()` says a maintenance lease
-    or intent may be live on the table, so that the fence needs them: reading a snapshot's
-    manifest list is most of what a commit costs the service (about 10 ms at 200 manifests).
-    Otherwise they are left unnamed (the whole table, to the fence) and the event carries the
-    summary's `changed-partition-count`."""
+    Every snapshot's new manifests are read (typically one to three small files, and the
+    parent's manifest list, remembered from the commit that made it): what a snapshot is
+    depends on them. Their partitions are named only when `held()` says a maintenance lease or
+    intent may be live on the table, or the commit is maintenance, so that the fence needs
+    them; otherwise they are only counted (the whole table, to the fence)."""
     snapshots = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
     removes = any(isinstance(u, RemoveSnapshotsUpdate) for u in updates)
-    operations = [_operation(s) for s in snapshots] + (["remove-snapshots"] if removes else [])
-    kind = _kind(snapshots, removes)
-    summary = {}
+    written = [_written(s, _parent(s, updated, base), io, updated.location) for s in snapshots]
+    kind = _kind(snapshots, written, removes)
+    summary: dict[str, str] = {}
     for snapshot in snapshots:
-        summary.update(snapshot.summary.additional_properties if snapshot.summary else {})
-    lease_id = _lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER))
-    token_text = summary.get(TOKEN) or headers.get(TOKEN_HEADER)
-    counts: dict[str, int] = {}
-    for name in _COUNTED:
-        total = sum(int(summary_of(s).get(name, 0)) for s in snapshots)
-        if total:
-            counts[name] = total
-    changed = [int(summary_of(s).get("changed-partition-count", 0)) for s in snapshots]
-    if any(changed):  # several snapshots of one commit may change the same partitions
-        counts["changed-partition-count"] = max(changed)
+        summary.update(summary_of(snapshot))
     named = kind != "data" or held()
     if not snapshots:
         partitions: Scope = frozenset()
     else:
-        partitions = touched(updated, snapshots, io) if named else None
+        partitions = _named(updated, written) if named else None
     return Change(
         table=table,
         kind=kind,
         principal=principal,
-        operations=tuple(operations),
+        operations=tuple(
+            [_operation(s) for s in snapshots] + (["remove-snapshots"] if removes else [])
+        ),
         snapshot_id=snapshots[-1].snapshot_id if snapshots else None,
-        lease_id=lease_id,
-        token=_int(token_text),
+        lease_id=_lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER)),
+        token=_int(summary.get(TOKEN) or headers.get(TOKEN_HEADER)),
         partitions=partitions,
         named=named,
-        counts=counts,
+        counts=_counts(written),
     )
+
+
+def _counts(written: list[Written]) -> dict[str, int]:
+    """The commit's totals, those not zero; the partitions changed is the most any one
+    snapshot changed (several snapshots of one commit may change the same partitions)."""
+    counts: dict[str, int] = {}
+    for w in written:
+        for name, value in w.counts().items():
+            counts[name] = counts.get(name, 0) + value
+    changed = max((len(w.partitions) for w in written), default=0)
+    counts["changed-partition-count"] = changed
+    return {name: value for name, value in counts.items() if value}
 
 
 def _lease_id(text: str | None) -> str | None:
@@ -130,23 +163,36 @@ def _operation(snapshot: Snapshot) -> str:
     return snapshot.summary.operation.value if snapshot.summary else "unknown"
 
 
-def _kind(snapshots: list[Snapshot], removes: bool) -> ChangeKind:
-    ops = {_operation(s) for s in snapshots}
-    if removes or ops & _MAINTENANCE_OPS or any(_only_removes_deletes(s) for s in snapshots):
+def _kind(snapshots: list[Snapshot], written: list[Written], removes: bool) -> ChangeKind:
+    kinds = {_snapshot_kind(s, w) for s, w in zip(snapshots, written, strict=True)}
+    if removes or "maintenance" in kinds:
         return "maintenance"
-    if ops & _DATA_OPS:
+    return "data" if "data" in kinds else "table"
+
+
+def _snapshot_kind(snapshot: Snapshot, w: Written) -> ChangeKind:
+    """Maintenance: labelled `replace`; a file added with an older data sequence number (only
+    a rewrite keeps its inputs' numbers); delete files removed and nothing else; data files
+    replaced by others holding as many records, with no delete file added (a rewrite,
+    whatever its label); new manifests that add and delete nothing (their rewrite). Data:
+    any other file added or removed, or an append, overwrite or delete of nothing. Else the
+    table only."""
+    if _operation(snapshot) == "replace" or w.older_sequence:
+        return "maintenance"
+    if w.removed_deletes and not (w.added_data or w.deleted_data or w.added_deletes):
+        return "maintenance"
+    if (
+        w.added_data
+        and w.deleted_data
+        and not w.added_deletes
+        and w.added_records == w.deleted_records
+    ):
+        return "maintenance"
+    if w.new_manifests and not w.files:
+        return "maintenance"
+    if w.files or _operation(snapshot) in _DATA_OPS:
         return "data"
     return "table"
-
-
-def _only_removes_deletes(snapshot: Snapshot) -> bool:
-    s = summary_of(snapshot)
-    removed = int(s.get("removed-delete-files", 0))
-    others = sum(
-        int(s.get(name, 0))
-        for name in ("added-data-files", "deleted-data-files", "added-delete-files")
-    )
-    return removed > 0 and others == 0
 
 
 def _int(text: str | None) -> int | None:
@@ -156,24 +202,153 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def touched(metadata: TableMetadata, snapshots: list[Snapshot], io: FileIO) -> Scope:
-    """The partitions the snapshots' own manifests add files to or delete files from; None
-    (the whole table) when a file is in an unpartitioned spec."""
+def _parent(
+    snapshot: Snapshot, updated: TableMetadata, base: TableMetadata | None
+) -> Snapshot | None:
+    """The snapshot `snapshot` builds on: in the new metadata, or in the base when the same
+    commit removed it; None for a first snapshot (or a parent no one knows: all is new)."""
+    if snapshot.parent_snapshot_id is None:
+        return None
+    found = updated.snapshot_by_id(snapshot.parent_snapshot_id)
+    if found is None and base is not None:
+        found = base.snapshot_by_id(snapshot.parent_snapshot_id)
+    return found
+
+
+class _Listed:
+    """Manifest lists already read, as the set of their manifests' paths: a commit's parent
+    is usually the snapshot the last commit through this process added (files never change)."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def paths(self, snapshot: Snapshot, io: FileIO) -> frozenset[str]:
+        with self._lock:
+            found = self._kept.get(snapshot.manifest_list)
+        if found is None:
+            found = self.remember(snapshot.manifest_list, snapshot.manifests(io))
+        return found
+
+    def remember(self, manifest_list: str, manifests: Iterable[ManifestFile]) -> frozenset[str]:
+        paths = frozenset(m.manifest_path for m in manifests)
+        with self._lock:
+            self._kept[manifest_list] = paths
+            self._kept.move_to_end(manifest_list)
+            while len(self._kept) > LISTED_KEPT:
+                self._kept.popitem(last=False)
+        return paths
+
+
+_listed = _Listed()
+
+
+def _written(snapshot: Snapshot, parent: Snapshot | None, io: FileIO, location: str) -> Written:
+    """What `snapshot`'s new manifests (listed by it and not by `parent`) add and delete.
+
+    The service reads a manifest list or manifest a client names only inside the table's own
+    folder (`location`), where its writers put them (docs/design.md §12): never a path or a
+    host of the client's choosing.
+
+    Raises:
+        InvalidRequest: a manifest list or new manifest outside the table's folder, or one
+            that cannot be read; a new manifest that says another snapshot added it; a file
+            with a negative record count.
+    """
+    _own(snapshot.manifest_list, location, f"snapshot {snapshot.snapshot_id}'s manifest list")
+    manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list)
+    _listed.remember(snapshot.manifest_list, manifests)
+    before = _listed.paths(parent, io) if parent is not None else frozenset()
+    written = Written()
+    for manifest in manifests:
+        if manifest.manifest_path in before:
+            continue
+        _own(manifest.manifest_path, location, f"snapshot {snapshot.snapshot_id}'s manifest")
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            raise InvalidRequest(
+                f"snapshot {snapshot.snapshot_id} lists the new manifest "
+                f"{manifest.manifest_path} as added by snapshot {manifest.added_snapshot_id}; "
+                "a manifest a snapshot adds names that snapshot"
+            )
+        written.new_manifests += 1
+        entries = _readable(
+            lambda m=manifest: m.fetch_manifest_entry(io, discard_deleted=False),
+            manifest.manifest_path,
+        )
+        for entry in entries:
+            _count(written, entry, manifest, snapshot)
+    return written
+
+
+def _own(path: str, location: str, what: str) -> None:
+    """Refuse a `path` the commit names outside the table's folder `location`."""
+    if not inside(path, location):
+        raise InvalidRequest(
+            f"{what} {path[:300]} is outside the table's folder {location}; write manifest "
+            "lists and manifests under the table's location"
+        )
+
+
+T = TypeVar("T")
+
+
+def _readable(read: Callable[[], T], path: str) -> T:
+    """`read()`, with a file the client named that is missing or no Iceberg file as the
+    client's mistake (400), not a fault of the service."""
+    try:
+        return read()
+    except FileNotFoundError as exc:
+        raise InvalidRequest(f"{path[:300]} does not exist; write it before committing") from exc
+    except (OSError, ValueError, KeyError, EOFError) as exc:
+        raise InvalidRequest(
+            f"{path[:300]} cannot be read as an Iceberg file ({type(exc).__name__}); commit "
+            "the files Iceberg wrote"
+        ) from exc
+
+
+def _count(
+    written: Written, entry: ManifestEntry, manifest: ManifestFile, snapshot: Snapshot
+) -> None:
+    if entry.status == ManifestEntryStatus.EXISTING:
+        return  # carried into a rewritten manifest: nothing this commit wrote
+    file = entry.data_file
+    records = file.record_count
+    if records is None or records < 0:
+        raise InvalidRequest(
+            f"manifest {manifest.manifest_path} lists {file.file_path} with record_count "
+            f"{records}: a file holds zero or more records"
+        )
+    added = entry.status == ManifestEntryStatus.ADDED
+    if file.content == DataFileContent.DATA:
+        if added:
+            written.added_data += 1
+            written.added_records += records
+        else:
+            written.deleted_data += 1
+            written.deleted_records += records
+    elif added:
+        written.added_deletes += 1
+    else:
+        written.removed_deletes += 1
+    sequence = snapshot.sequence_number or 0
+    if added and entry.sequence_number is not None and entry.sequence_number < sequence:
+        written.older_sequence = True
+    key = (manifest.partition_spec_id, repr(file.partition))
+    written.partitions.setdefault(key, file.partition)
+
+
+def _named(metadata: TableMetadata, written: list[Written]) -> Scope:
+    """The partition names the snapshots' new manifests add files to or delete files from;
+    None (the whole table) when a file is in an unpartitioned spec."""
     names: set[str] = set()
     specs = metadata.specs()
     schema = metadata.schema()
-    for snapshot in snapshots:
-        for manifest in snapshot.manifests(io):
-            if manifest.added_snapshot_id != snapshot.snapshot_id:
-                continue  # carried over from the parent: nothing of this commit
-            spec = specs[manifest.partition_spec_id]
-            if spec.is_unpartitioned():
-                return None
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
-                if entry.status in (ManifestEntryStatus.ADDED, ManifestEntryStatus.DELETED):
-                    names.add(
-                        _java_escaped(spec.partition_to_path(entry.data_file.partition, schema))
-                    )
+    for w in written:
+        for (spec_id, _), partition in w.partitions.items():
+            spec = specs.get(spec_id)
+            if spec is None or spec.is_unpartitioned():
+                return None  # a spec the table does not know is no smaller than the table
+            names.add(_java_escaped(spec.partition_to_path(partition, schema)))
     return frozenset(names)
 
 

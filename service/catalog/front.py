@@ -13,6 +13,10 @@ clients do on 403 and on 409 after their retries).
 
 Names: a table served here is `<catalog name>.<namespace>.<table>` in lakelock's leases,
 switch and events, the names the jobs use when their Spark catalog has the same name.
+
+What a client may not choose (docs/catalogs.md, "What the front refuses"): a class (a table
+property naming one: service.catalog.limits), a folder outside its table's own
+(service.catalog.locations), sizes past the caps (`Limits`).
 """
 
 from __future__ import annotations
@@ -31,15 +35,23 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.io import FileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table import StagedTable, Table
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
-from pyiceberg.table.update import AssertCreate, TableRequirement, TableUpdate
+from pyiceberg.table.update import (
+    AssertCreate,
+    SetPropertiesUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from pyiceberg.typedef import Identifier
 from sqlalchemy.engine import Connection
 
+from service.catalog import limits, locations
 from service.catalog.changes import read_change
+from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
 from service.lock import fence
 from service.wire import TABLE_PATTERN
@@ -69,10 +81,12 @@ class Front:
         *,
         transact: Callable[[Callable[[Connection], T]], T],
         read: Callable[[Callable[[Connection], T]], T],
+        caps: Limits | None = None,
     ) -> None:
         self.pointers = pointers
         self._transact = transact
         self._read = read
+        self.limits = caps or Limits()
 
     @property
     def name(self) -> str:
@@ -92,6 +106,11 @@ class Front:
             raise _no_namespace(parent) from exc
 
     def create_namespace(self, namespace: Identifier, properties: Mapping[str, str]) -> None:
+        self._check_namespace_name(namespace)
+        limits.check_namespace_properties(self.limits, properties)
+        limits.check_property_count(
+            self.limits, len(properties), what=f"namespace {'.'.join(namespace)}"
+        )
         try:
             self.pointers.create_namespace(namespace, dict(properties))
         except NamespaceAlreadyExistsError as exc:
@@ -106,6 +125,11 @@ class Front:
     def update_namespace(
         self, namespace: Identifier, removals: set[str], updates: Mapping[str, str]
     ) -> dict[str, list[str]]:
+        limits.check_namespace_properties(self.limits, updates)
+        kept = set(self.namespace_properties(namespace)) - removals
+        limits.check_property_count(
+            self.limits, len(kept | set(updates)), what=f"namespace {'.'.join(namespace)}"
+        )
         try:
             summary = self.pointers.update_namespace_properties(namespace, removals, dict(updates))
         except NoSuchNamespaceError as exc:
@@ -119,6 +143,16 @@ class Front:
             raise _no_namespace(namespace) from exc
         except NamespaceNotEmptyError as exc:
             raise NotEmpty(f"namespace {'.'.join(namespace)} still holds tables") from exc
+
+    def _check_namespace_name(self, namespace: Identifier) -> None:
+        for level in namespace:
+            limits.check_name(self.limits, level, what="namespace level")
+        joined = ".".join(namespace)
+        if len(joined) > limits.NAMESPACE_CHARS:
+            raise InvalidRequest(
+                f"namespace {joined[:80]!r}...: its levels joined with dots are "
+                f"{len(joined)} characters, more than the catalog's {limits.NAMESPACE_CHARS}"
+            )
 
     # -- tables -----------------------------------------------------------------------------
 
@@ -154,28 +188,99 @@ class Front:
         client's commit with `assert-create` creates it."""
         identifier = (*namespace, request.name)
         self._check_name(identifier)
+        self._check_namespace_name(namespace)
+        limits.check_name(self.limits, request.name, what="table name")
+        properties = dict(request.properties)
+        self._check_properties(identifier, properties, len(properties))
         if not self.pointers.namespace_exists(namespace):
             raise _no_namespace(namespace)
         if self.pointers.table_exists(identifier):
             raise AlreadyExists(f"table {'.'.join(identifier)} exists")
-        table_spec = (
-            identifier,
-            request.table_schema,
-            request.location,
-            request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
-            request.write_order or UNSORTED_SORT_ORDER,
-            request.properties,
-        )
-        if request.stage_create:
-            staged = self.pointers._create_staged_table(*table_spec)
-            return None, staged.metadata, staged.metadata.model_dump_json(exclude_none=True)
+        location = self._location(identifier, request.location)
+        locations.check_paths(properties, location)
         try:
-            table = self.pointers.create_table(*table_spec)
-        except TableAlreadyExistsError as exc:
-            raise AlreadyExists(f"table {'.'.join(identifier)} exists") from exc
+            metadata = new_table_metadata(
+                schema=request.table_schema,
+                partition_spec=request.partition_spec or UNPARTITIONED_PARTITION_SPEC,
+                sort_order=request.write_order or UNSORTED_SORT_ORDER,
+                location=location,
+                properties=properties,
+            )
+        except ValueError as exc:  # pyiceberg's word for a table it cannot make
+            raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
+        text, raw = self._serialized(identifier, metadata, before=0)
+        if request.stage_create:
+            return None, metadata, text
+        new = locations.metadata_file(location, 0)
+        io = self.pointers._load_file_io(location=new)
+        self._write(identifier, metadata, io, new, text, raw)
+        try:
+            created = self._transact(
+                lambda conn: self.pointers.swap(conn, identifier, None, new, moved=location)
+            )
+        except LakelockError:
+            self._delete(io, new)
+            raise
+        if not created:
+            self._delete(io, new)
+            raise AlreadyExists(f"table {'.'.join(identifier)} exists")
         log.info("table created", extra={"table": self.table_name(identifier), "actor": principal})
-        metadata, text = self.pointers.read_metadata(table.metadata_location)
-        return table.metadata_location, metadata, text
+        return new, metadata, text
+
+    def _location(self, identifier: Identifier, requested: str | None) -> str:
+        """Where a new table goes: the location asked for, if allowed and free; else the
+        default, or a fresh folder beside it when another table (renamed from this name)
+        keeps the default's.
+
+        Raises:
+            InvalidRequest: the location asked for is not allowed, or not free.
+        """
+        warehouse, namespace = self.pointers.warehouse, identifier[:-1]
+        if requested:
+            location = locations.place(warehouse, namespace, requested)
+        else:
+            location = locations.default_location(warehouse, namespace, identifier[-1])
+        holder = self._read(lambda conn: self.pointers.holder(conn, location, besides=identifier))
+        if holder is None:
+            return location
+        if requested:
+            raise self.pointers._taken(location, holder)
+        return locations.fresh_location(warehouse, namespace, identifier[-1])
+
+    def _check_properties(
+        self, identifier: Identifier, properties: Mapping[str, str], total: int
+    ) -> None:
+        limits.check_table_properties(self.limits, properties)
+        limits.check_property_count(self.limits, total, what=f"table {'.'.join(identifier)}")
+
+    def _serialized(
+        self, identifier: Identifier, metadata: TableMetadata, *, before: int
+    ) -> tuple[str, bytes]:
+        """The metadata's JSON text and its bytes, once for the cap, the file and the answer.
+
+        Raises:
+            InvalidRequest: it grew past LAKELOCK_CATALOG_MAX_METADATA_BYTES.
+        """
+        text = metadata.model_dump_json(exclude_none=True)
+        raw = text.encode("utf-8")
+        limits.check_metadata_size(self.limits, len(raw), before, ".".join(identifier))
+        return text, raw
+
+    def _write(
+        self,
+        identifier: Identifier,
+        metadata: TableMetadata,
+        io: FileIO,
+        location: str,
+        text: str,
+        raw: bytes,
+    ) -> None:
+        try:
+            self.pointers.write_metadata(metadata, io, location, text, raw)
+        except FileExistsError as exc:
+            raise CommitConflict(
+                f"{'.'.join(identifier)}: {location} exists; commit again"
+            ) from exc
 
     def commit(
         self,
@@ -194,6 +299,7 @@ class Front:
             Fenced, CommitHeld: service.lock.fence refused it.
         """
         self._check_name(identifier)
+        self._check_set_properties(identifier, updates)
         try:
             current: Table | None = self.pointers.load_table(identifier)
         except NoSuchTableError:
@@ -209,25 +315,28 @@ class Front:
         except ValueError as exc:  # pyiceberg's word for an update that cannot apply
             raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
         old = current.metadata_location if current is not None else None
-        new = staged.metadata_location
+        metadata, new, moved = self._placed(identifier, current, staged, updates)
+        text, raw = self._serialized(
+            identifier, metadata, before=len(self.pointers.read_metadata(old)[1]) if old else 0
+        )
         table = self.table_name(identifier)
         change = read_change(
             table,
-            staged.metadata,
+            current.metadata if current is not None else None,
+            metadata,
             updates,
             staged.io,
             principal=principal,
             headers=headers,
             held=lambda: self._read(lambda conn: fence.may_be_held(conn, table)),
         )
-        try:
-            text = self.pointers.write_metadata(staged.metadata, staged.io, new)
-        except FileExistsError as exc:
-            raise CommitConflict(f"{'.'.join(identifier)}: {new} exists; commit again") from exc
+        self._write(identifier, metadata, staged.io, new, text, raw)
         try:
             self._transact(
                 lambda conn: fence.commit(
-                    conn, change, swap=lambda c: self.pointers.swap(c, identifier, old, new)
+                    conn,
+                    change,
+                    swap=lambda c: self.pointers.swap(c, identifier, old, new, moved=moved),
                 )
             )
         except LakelockError:
@@ -236,19 +345,65 @@ class Front:
             raise
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
         # the pointer may name the file, so it stays (an orphan at worst)
-        return new, staged.metadata, text
+        return new, metadata, text
+
+    def _check_set_properties(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
+        for update in updates:
+            if isinstance(update, SetPropertiesUpdate):
+                limits.check_table_properties(self.limits, update.updates)
+
+    def _placed(
+        self,
+        identifier: Identifier,
+        current: Table | None,
+        staged: StagedTable,
+        updates: Sequence[TableUpdate],
+    ) -> tuple[TableMetadata, str, str | None]:
+        """The new metadata, its file's location, and the table's location when the commit
+        creates the table or moves it (in canonical form, checked against the warehouse; the
+        swap checks it against the other tables). Path properties are checked against the
+        table's location when either may have changed, the count when properties changed.
+
+        Raises:
+            InvalidRequest: a location or path property outside what is allowed; too many
+                properties.
+        """
+        metadata, new, moved = staged.metadata, staged.metadata_location, None
+        if current is None or metadata.location != current.metadata.location:
+            moved = locations.place(self.pointers.warehouse, identifier[:-1], metadata.location)
+            if moved != metadata.location:
+                metadata = metadata.model_copy(update={"location": moved})
+                version = self.pointers._parse_metadata_version(new)
+                new = locations.metadata_file(moved, version)
+        setting = [u.updates for u in updates if isinstance(u, SetPropertiesUpdate)]
+        if moved is not None or any(set(s) & set(locations.PATH_PROPERTIES) for s in setting):
+            locations.check_paths(metadata.properties, metadata.location)
+        if setting:
+            limits.check_property_count(
+                self.limits, len(metadata.properties), what=f"table {'.'.join(identifier)}"
+            )
+        return metadata, new, moved
 
     def drop(self, identifier: Identifier, *, purge: bool) -> None:
-        """Forget the table's pointer; with `purge`, its files too where the catalog can."""
+        """Forget the table's pointer; with `purge`, the files in its own location too (those
+        elsewhere, another table's above all, are left and logged)."""
         try:
-            if purge:
-                self.pointers.purge_table(identifier)
-            else:
-                self.pointers.drop_table(identifier)
+            table = self.pointers.load_table(identifier) if purge else None
+            self.pointers.drop_table(identifier)
         except NoSuchTableError as exc:
             raise self._no_table(identifier) from exc
+        if table is not None:
+            deleted, left = self.pointers.purge_files(table)
+            log.info(
+                "table purged",
+                extra={"table": self.table_name(identifier), "deleted": deleted, "left": len(left)},
+            )
 
     def rename(self, source: Identifier, destination: Identifier) -> None:
+        """A new name; the table keeps its location (and a later table of the old name gets
+        a folder of its own: `_location`)."""
+        self._check_namespace_name(destination[:-1])
+        limits.check_name(self.limits, destination[-1], what="table name")
         try:
             self.pointers.rename_table(source, destination)
         except NoSuchTableError as exc:

@@ -10,18 +10,22 @@ the service's own engine, for namespaces, create, load, drop and rename. Commits
 through it: `swap` is the compare-and-swap of the metadata pointer, run by service.lock.fence
 inside the transaction that checked the leases.
 
-Two differences from pyiceberg's defaults, both to match the JdbcCatalog a site may already
-have: a table's default location is `<warehouse>/<namespace levels>/<table>` (Iceberg's
-JdbcCatalog), not `<namespace>.db/<table>`; and metadata files are cached by location, parsed
-and as their JSON text (a metadata file is never rewritten), so a load or a commit reads a file
-once and answers with the text it read or wrote, serialized once.
+Differences from pyiceberg's defaults. A table's default location is
+`<warehouse>/<namespace levels>/<table>` (Iceberg's JdbcCatalog), not `<namespace>.db/<table>`.
+Metadata files are cached by location, parsed and as their JSON text (a metadata file is never
+rewritten), so a load or a commit reads a file once and answers with the text it read or wrote,
+serialized once. Files are reached with the catalog's own properties only, never a table's, and
+a table's metadata file is always written in `<location>/metadata/`, so its location is known
+from its pointer and no table property chooses a class or a folder here
+(service.catalog.locations; docs/catalogs.md, "Where tables live").
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
 from pyiceberg.catalog import Catalog
@@ -29,23 +33,31 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
-from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from pyiceberg.table.update import (
+    RemovePropertiesUpdate,
+    SetPropertiesUpdate,
     TableRequirement,
     TableUpdate,
     _apply_table_update,
     _TableMetadataUpdateContext,
     _update_table_metadata_log,
+    update_table_metadata,
 )
-from pyiceberg.typedef import Identifier
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import Engine, and_, insert, update
+from sqlalchemy import Engine, and_, insert, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
-from service.lock.db import iceberg_tables_t
+from service.catalog import locations
+from service.lock.db import iceberg_namespaces_t, iceberg_tables_t
+from service.wire.errors import CommitConflict, InvalidRequest
 
 __all__ = ["Pointers", "CACHED_METADATA", "applied"]
+
+log = logging.getLogger("lakelock.catalog")
+PURGE_SAMPLE = 5  # file names a purge's log line shows of those it left
 
 CACHED_METADATA = 256  # metadata files kept parsed, the latest used
 CACHED_CHARS = (
@@ -64,9 +76,20 @@ class Pointers(SqlCatalog):
         self._cached_chars = 0
         self._lock = threading.Lock()
 
+    @property
+    def warehouse(self) -> str:
+        return self.properties["warehouse"]
+
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
         levels = "/".join(database_name.split("."))
-        return f"{self.properties['warehouse']}/{levels}/{table_name}"
+        return f"{self.warehouse}/{levels}/{table_name}"
+
+    def _load_file_io(
+        self, properties: Properties = EMPTY_DICT, location: str | None = None
+    ) -> FileIO:
+        """The catalog's own file access: a table's properties never reach it (they would
+        choose its class, endpoints and credentials)."""
+        return load_file_io(properties=self.properties, location=location)
 
     def read_metadata(self, location: str) -> tuple[TableMetadata, str]:
         """The metadata file at `location`, parsed and as its JSON text; read once."""
@@ -75,7 +98,7 @@ class Pointers(SqlCatalog):
             if found is not None:
                 self._cache.move_to_end(location)
                 return found
-        io = load_file_io(properties=self.properties, location=location)
+        io = self._load_file_io(location=location)
         with io.new_input(location).open() as stream:
             raw = Compressor.get_compressor(location).stream_decompressor(stream).read()
         text = raw.decode("utf-8")
@@ -83,19 +106,19 @@ class Pointers(SqlCatalog):
         self._remember(location, metadata, text)
         return metadata, text
 
-    def write_metadata(self, metadata: TableMetadata, io: FileIO, location: str) -> str:
-        """Write `metadata` to a new file at `location`; its JSON text, serialized once for
-        the file and the client's answer.
+    def write_metadata(
+        self, metadata: TableMetadata, io: FileIO, location: str, text: str, raw: bytes
+    ) -> None:
+        """Write `metadata` to a new file at `location`: `raw`, its JSON `text` encoded, as
+        serialized once for the size check, the file and the client's answer.
 
         Raises:
             FileExistsError: a file is at `location` already.
         """
-        text = metadata.model_dump_json(exclude_none=True)
-        data = Compressor.get_compressor(location).bytes_compressor()(text.encode("utf-8"))
+        data = Compressor.get_compressor(location).bytes_compressor()(raw)
         with io.new_output(location).create(overwrite=False) as stream:
             stream.write(data)
         self._remember(location, metadata, text)
-        return text
 
     def _remember(self, location: str, metadata: TableMetadata, text: str) -> None:
         with self._lock:
@@ -118,22 +141,29 @@ class Pointers(SqlCatalog):
         updates: tuple[TableUpdate, ...],
     ) -> StagedTable:
         """pyiceberg's, for an existing table without the deep copy of the whole metadata
-        that its `update_table_metadata` ends with (`applied`). A create goes through
-        pyiceberg's own, which validates the new metadata."""
+        that its `update_table_metadata` ends with (`applied`); a create is validated by
+        pyiceberg's `update_table_metadata`. The new metadata file goes where
+        `locations.metadata_file` says, never where a table property would put it."""
+        base = current_table.metadata.properties if current_table is not None else {}
+        updates = _absent_removals_dropped(base, updates)
         if current_table is None:
-            return super()._update_and_stage_table(None, table_identifier, requirements, updates)
-        base = current_table.metadata
-        for requirement in requirements:
-            requirement.validate(base)
-        metadata = applied(base, updates, current_table.metadata_location)
-        version = self._parse_metadata_version(current_table.metadata_location) + 1
-        provider = load_location_provider(metadata.location, metadata.properties)
-        location = provider.new_table_metadata_file_location(version)
+            for requirement in requirements:
+                requirement.validate(None)
+            metadata = update_table_metadata(
+                self._empty_table_metadata(), updates, enforce_validation=True
+            )
+            version = 0
+        else:
+            for requirement in requirements:
+                requirement.validate(current_table.metadata)
+            metadata = applied(current_table.metadata, updates, current_table.metadata_location)
+            version = self._parse_metadata_version(current_table.metadata_location) + 1
+        location = locations.metadata_file(metadata.location, version)
         return StagedTable(
             identifier=table_identifier,
             metadata=metadata,
             metadata_location=location,
-            io=self._load_file_io(properties=metadata.properties, location=location),
+            io=self._load_file_io(location=location),
             catalog=self,
         )
 
@@ -147,13 +177,29 @@ class Pointers(SqlCatalog):
             + (orm_table.table_name,),
             metadata=metadata,
             metadata_location=location,
-            io=self._load_file_io(metadata.properties, location),
+            io=self._load_file_io(location=location),
             catalog=self,
         )
 
-    def swap(self, conn: Connection, identifier: Identifier, old: str | None, new: str) -> bool:
+    def swap(
+        self,
+        conn: Connection,
+        identifier: Identifier,
+        old: str | None,
+        new: str,
+        *,
+        moved: str | None = None,
+    ) -> bool:
         """Point `identifier` at `new` if it still points at `old` (None: create its row);
-        False when it moved meanwhile (or, creating, a row exists)."""
+        False when it moved meanwhile (or, creating, a row exists). `moved`: the table's
+        location, when this creates the table or changes its location; checked first
+        (`settle`).
+
+        Raises:
+            InvalidRequest: `moved` overlaps another table's location.
+        """
+        if moved is not None:
+            self.settle(conn, identifier, moved)
         namespace = Catalog.namespace_to_string(identifier[:-1])
         t = iceberg_tables_t.c
         key = and_(
@@ -182,6 +228,138 @@ class Pointers(SqlCatalog):
             .values(metadata_location=new, previous_metadata_location=old)
         )
         return changed.rowcount == 1
+
+    # -- where tables live (docs/catalogs.md, "Where tables live") -----------------------------
+
+    def settle(self, conn: Connection, identifier: Identifier, location: str) -> None:
+        """In the transaction that creates `identifier` at `location` or moves it there:
+        lock its namespace (every create and move of a location in a namespace's folder does,
+        so two cannot both pass this check), then check that no other table's location
+        overlaps it.
+
+        Raises:
+            InvalidRequest: another table's location is, contains or lies in `location`.
+            CommitConflict: another process made the namespace's row at the same instant.
+        """
+        self._lock_namespace(conn, identifier[:-1])
+        holder = self.holder(conn, location, besides=identifier)
+        if holder is not None:
+            raise self._taken(location, holder)
+
+    def holder(
+        self, conn: Connection, location: str, *, besides: Identifier | None = None
+    ) -> Identifier | None:
+        """A table of this catalog, other than `besides`, whose location overlaps `location`
+        (each table's location as its pointer shows it: `locations.location_of_metadata`)."""
+        t = iceberg_tables_t.c
+        found = conn.execute(
+            select(t.table_namespace, t.table_name, t.metadata_location).where(
+                t.catalog_name == self.name, t.metadata_location.is_not(None)
+            )
+        )
+        for namespace, name, metadata_location in found:
+            identifier = (*Catalog.identifier_to_tuple(namespace), name)
+            if identifier == besides:
+                continue
+            if locations.overlap(location, locations.location_of_metadata(metadata_location)):
+                return identifier
+        return None
+
+    @staticmethod
+    def _taken(location: str, holder: Identifier) -> InvalidRequest:
+        return InvalidRequest(
+            f"location {location} overlaps table {'.'.join(holder)}'s: a table's location is "
+            "a folder no other table's location is, contains or lies in; send another "
+            "location (or none, for the default)"
+        )
+
+    def _lock_namespace(self, conn: Connection, namespace: Identifier) -> None:
+        """Lock the namespace's rows; a namespace known only by its tables (made by an older
+        JdbcCatalog) gets the `exists` row the JdbcCatalog writes for a new namespace."""
+        n = iceberg_namespaces_t.c
+        key = and_(
+            n.catalog_name == self.name, n.namespace == Catalog.namespace_to_string(namespace)
+        )
+        if conn.execute(select(n.property_key).where(key).with_for_update()).first() is not None:
+            return
+        try:  # a failed insert ends only itself: the transaction goes on to its refusal
+            conn.execute(
+                insert(iceberg_namespaces_t).values(
+                    catalog_name=self.name,
+                    namespace=Catalog.namespace_to_string(namespace),
+                    property_key="exists",
+                    property_value="true",
+                )
+            )
+        except IntegrityError as exc:
+            raise CommitConflict(
+                f"namespace {'.'.join(namespace)} changed meanwhile; send the request again"
+            ) from exc
+
+    # -- purge ---------------------------------------------------------------------------------
+
+    def purge_files(self, table: Table) -> tuple[int, list[str]]:
+        """Delete the files of dropped `table` that lie in its own location: data and delete
+        files, manifests, manifest lists, metadata files. Files elsewhere (another table's,
+        added by `add_files`) are left and logged. The number deleted, and those left."""
+        io = self._load_file_io(location=table.metadata_location)
+        own = table.metadata.location
+        deleted, left = 0, []
+        for path in sorted(set(_files_of(table.metadata, table.metadata_location, io))):
+            if not locations.inside(path, own):
+                left.append(path)
+                continue
+            try:
+                io.delete(path)
+            except FileNotFoundError:
+                continue  # removed before (an expired snapshot's file, a failed write)
+            deleted += 1
+        if left:
+            log.warning(
+                "purge of %s left %d files outside its location %s, e.g. %s",
+                ".".join(table.name()),
+                len(left),
+                own,
+                ", ".join(left[:PURGE_SAMPLE]),
+                extra={"deleted": deleted, "left": len(left)},
+            )
+        return deleted, left
+
+
+def _files_of(metadata: TableMetadata, metadata_location: str, io: FileIO) -> Iterator[str]:
+    """Every file `metadata` names: its metadata files, each snapshot's manifest list, its
+    manifests and the data and delete files they list."""
+    yield metadata_location
+    yield from (entry.metadata_file for entry in metadata.metadata_log)
+    manifests = {}
+    for snapshot in metadata.snapshots:
+        yield snapshot.manifest_list
+        for manifest in snapshot.manifests(io):
+            manifests[manifest.manifest_path] = manifest
+    for path, manifest in manifests.items():
+        yield path
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+            yield entry.data_file.file_path
+
+
+def _absent_removals_dropped(
+    properties: Iterable[str], updates: Sequence[TableUpdate]
+) -> tuple[TableUpdate, ...]:
+    """`updates` with each `remove-properties` naming only the keys the table has at that
+    point of the commit: removing an absent property changes nothing, as in Iceberg's own
+    `TableMetadata.Builder.removeProperties` (pyiceberg's raises KeyError on one)."""
+    present = set(properties)
+    kept: list[TableUpdate] = []
+    for update in updates:
+        if isinstance(update, SetPropertiesUpdate):
+            present |= set(update.updates)
+        elif isinstance(update, RemovePropertiesUpdate):
+            removals = [key for key in update.removals if key in present]
+            if len(removals) != len(update.removals):
+                update = update.model_copy(update={"removals": removals})
+            present -= set(removals)
+        kept.append(update)
+    return tuple(kept)
 
 
 def applied(base: TableMetadata, updates: Sequence[TableUpdate], location: str) -> TableMetadata:

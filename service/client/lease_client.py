@@ -523,8 +523,17 @@ class LeaseClient:
         return self._call("GET", f"/v1/tables/{table}", params=params, wait_s=wait_s).json()
 
     def tables(self) -> list[dict[str, Any]]:
-        """The state of every known table. Raises: OutcomeUnknown, Unavailable, ServerError."""
-        return self._call("GET", "/v1/tables").json()["tables"]
+        """The state of every known table, by name, read a page at a time (a service before
+        paging answers them all in one, without `next`). Raises: OutcomeUnknown, Unavailable,
+        ServerError."""
+        found: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": 1000}
+        while True:
+            page = self._call("GET", "/v1/tables", params=params).json()
+            found.extend(page["tables"])
+            if not page.get("next"):
+                return found
+            params["after"] = page["next"]
 
     def events(self, *, table: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Audit events, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""

@@ -59,9 +59,11 @@ def record(
     kind: str | None = None,
     holder: str | None = None,
     token: int | None = None,
-    actor: str | None = None,
+    actor: str,
     **detail: Any,
 ) -> None:
+    """Append one event; `actor` is the token (its name) whose call made it, or
+    `rows.SYSTEM` for what the service does by itself (expiry): every event names one."""
     if event not in EVENTS:
         raise ValueError(f"unknown audit event {event!r}")
     row = {

@@ -106,6 +106,9 @@ def _lease_table(name: str, *own: Column, scoped: bool = True) -> Table:
         Column("id", String(ID), primary_key=True),
         Column("table_name", String(NAME), nullable=False),
         Column("holder", String(255), nullable=False),
+        # the token that took it (docs/design.md §12); NULL: granted before principals were
+        # recorded, so only an operator may end it
+        Column("principal", String(255)),
         Column("request_id", String(128), nullable=False),
         *own,
         *((Column("partitions", Scope),) if scoped else ()),
@@ -114,6 +117,7 @@ def _lease_table(name: str, *own: Column, scoped: bool = True) -> Table:
         Column("expires_at", Instant, nullable=False),
         Column("ended_at", Instant),
         Column("end", String(16)),  # released | expired | revoked
+        Column("renewals", Integer, nullable=False, server_default="0"),
         Index(f"ix_{name}_live", "table_name", "ended_at", "expires_at"),
         # a repeated acquire is caught by the insert itself
         Index(f"ux_{name}_request", "table_name", "request_id", unique=True),
@@ -139,6 +143,7 @@ intents_t = Table(
     Column("table_name", String(NAME), primary_key=True),
     Column("request_id", String(128), primary_key=True),
     Column("holder", String(255), nullable=False),
+    Column("principal", String(255)),  # the token that opened it, as a lease's
     Column("partitions", Scope),
     Column("opened_at", Instant, nullable=False),
     Column("expires_at", Instant, nullable=False),

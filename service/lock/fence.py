@@ -9,16 +9,18 @@ swaps the table's metadata pointer (docs/design.md §10).
 expiry cannot slip between the check and the swap; then decides:
 
     maintenance  files replaced, delete files removed, snapshots removed: needs a live
-                 maintenance lease of this table, named with its current token, whose scope
-                 covers the partitions the commit touches, and maintenance enabled. A commit
+                 maintenance lease of this table taken by the committing token (§12), named
+                 with its current token, whose scope covers the partitions the commit
+                 touches, and maintenance enabled. A commit
                  that only removes snapshots may name the table's live claim instead (it
                  touches no partition; expiry then drains no writer). Else Fenced (403, not
                  retried by Iceberg clients: the writer cleans up).
     data         appends, overwrites, deletes: a commit naming a live commit lease of the
-                 table whose scope covers what it touched is the protocol's own writer and
-                 passes. Any other (a foreign writer) that touches partitions a live
-                 maintenance lease or an open intent covers is held: CommitHeld (429 with a
-                 short Retry-After, which the client retries by itself), never a long wait.
+                 table, taken by the committing token, whose scope covers what it touched is
+                 the protocol's own writer and passes. Any other (a foreign writer) that
+                 touches partitions a live maintenance lease or an open intent covers is held:
+                 CommitHeld (429 with a short Retry-After, which the client retries by
+                 itself), never a long wait.
                  Else it passes.
     table        schema, properties, refs and the like: passes.
 
@@ -137,6 +139,14 @@ def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at
         raise _fenced(change, "unknown-lease", f"{change.lease_id} is no {what}")
     if lease.table != change.table:
         raise _fenced(change, "other-table", f"lease {lease.id} is on {lease.table}")
+    if lease.principal is None or lease.principal != change.principal:
+        # a lease id and token are not secrets (snapshot summaries carry them): who took the
+        # lease is what lets a commit use it
+        raise _fenced(
+            change,
+            "other-principal",
+            f"lease {lease.id} was not taken by token {change.principal}",
+        )
     if not lease.live(at):
         raise _fenced(
             change, lease.end or "expired", f"lease {lease.id} is {lease.end or 'expired'}"
@@ -155,7 +165,14 @@ def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at
 
 
 def _live_here(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
-    return lease is not None and lease.live(at) and lease.table == change.table
+    """The commit names a live lease of its table that its own token took."""
+    return (
+        lease is not None
+        and lease.live(at)
+        and lease.table == change.table
+        and lease.principal is not None
+        and lease.principal == change.principal
+    )
 
 
 def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:

@@ -87,7 +87,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, readers, rules, store
-from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
+from service.lock.rows import SYSTEM, Caller, IntentRow, LeaseRow, Live, TableRow, seconds
 from service.lock.rules import (
     Ask,
     Drain,
@@ -136,9 +136,11 @@ def acquire_commit(
     holder: str,
     ttl: timedelta,
     request_id: str,
+    caller: Caller,
     partitions: list[str] | None = None,
 ) -> Lease:
-    """Grant a shared commit lease on `table`, or on `partitions` of it (None: the whole table).
+    """Grant a shared commit lease on `table`, or on `partitions` of it (None: the whole table),
+    to `caller`'s principal.
 
     Raises:
         Locked: ingest is paused, or a maintenance lease or intent intersecting the scope is
@@ -146,7 +148,7 @@ def acquire_commit(
         LeaseExpired: this request id was granted a lease that has ended since.
         NotOwner: this request id belongs to another holder.
     """
-    ask = Ask("commit", table, holder, request_id, _names(partitions), ttl)
+    ask = Ask("commit", table, holder, request_id, _names(partitions), ttl, caller)
     row, at = _locked_table(conn, table)
     row, live = _live(conn, row, at)
     settled = _settle(conn, row, ask, at, rules.decide_commit(row, live, ask))
@@ -162,6 +164,7 @@ def acquire_maintenance(
     ttl: timedelta,
     request_id: str,
     intent_ttl: timedelta,
+    caller: Caller,
     partitions: list[str] | None = None,
 ) -> Lease | Draining:
     """Grant an exclusive maintenance lease on `table` or on `partitions` of it, or open (keep)
@@ -173,7 +176,7 @@ def acquire_maintenance(
         LeaseExpired: this request id was granted a lease that has ended since.
         NotOwner: this request id belongs to another holder.
     """
-    ask = Ask("maintenance", table, holder, request_id, _names(partitions), ttl)
+    ask = Ask("maintenance", table, holder, request_id, _names(partitions), ttl, caller)
     row, at = _locked_table(conn, table)
     for expired in store.expired_commits(conn, table, at):
         _end_expired(conn, expired, at)
@@ -185,7 +188,7 @@ def acquire_maintenance(
 
 
 def acquire_claim(
-    conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str
+    conn: Connection, *, table: str, holder: str, ttl: timedelta, request_id: str, caller: Caller
 ) -> Lease:
     """Grant the claim on `table` (always the whole table), or refuse it at once.
 
@@ -197,7 +200,7 @@ def acquire_claim(
         LeaseExpired: this request id was granted a claim that has ended since.
         NotOwner: this request id belongs to another holder.
     """
-    ask = Ask("claim", table, holder, request_id, None, ttl)
+    ask = Ask("claim", table, holder, request_id, None, ttl, caller)
     row, at = _locked_table(conn, table)
     claims = store.unended_claims(conn, table)
     for claim in claims:
@@ -230,6 +233,7 @@ def _settle(
             acquired_at=at,
             expires_at=at + ask.ttl,
             token=decision.token,
+            principal=ask.caller.principal,
         )
         if store.insert_lease(conn, lease):
             _granted(conn, row, lease, decision, at)
@@ -261,6 +265,7 @@ def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at:
         kind=lease.kind,
         holder=lease.holder,
         token=lease.token,
+        actor=lease.principal,
         request_id=lease.request_id,
         partitions=_list(lease.partitions),
         ttl_s=lease.ttl_s,
@@ -272,6 +277,7 @@ def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at:
             intent,
             at,
             "intent.fulfilled",
+            actor=lease.principal,
             kind="maintenance",
             lease_id=lease.id,
             open_s=seconds(at - intent.opened_at),
@@ -289,7 +295,15 @@ def _drain(
         # asking again keeps the intent open; not a state change, so no version bump
         store.keep_intent(conn, intent, expires)
     else:
-        intent = IntentRow(ask.table, ask.request_id, ask.holder, ask.partitions, at, expires)
+        intent = IntentRow(
+            ask.table,
+            ask.request_id,
+            ask.holder,
+            ask.partitions,
+            at,
+            expires,
+            principal=ask.caller.principal,
+        )
         store.insert_intent(conn, intent)
         audit.record(
             conn,
@@ -298,6 +312,7 @@ def _drain(
             event="intent.opened",
             kind="maintenance",
             holder=ask.holder,
+            actor=ask.caller.principal,
             request_id=ask.request_id,
             partitions=_list(ask.partitions),
             in_flight_commits=len(drain.in_flight),
@@ -326,19 +341,22 @@ def renew(
     *,
     lease_id: str,
     holder: str,
+    caller: Caller,
     ttl: timedelta | None = None,
     token: int | None = None,
 ) -> Lease:
     """Extend a live lease by `ttl` (default: its own TTL) from now. Never resurrects one.
+    Only the principal that took it may; each renewal is counted on the lease.
 
     Raises:
         NotFound: no lease has this id.
         LeaseExpired: the lease expired or was released.
-        NotOwner: the lease is another holder's, or an operator revoked it.
+        NotOwner: the lease is another principal's or another holder's, or an operator
+            revoked it.
         StaleToken: a maintenance lease renewed with a token that is not its own.
         InvalidRequest: a live maintenance lease renewed without a token.
     """
-    ask = RenewAsk(lease_id, holder, token, ttl)
+    ask = RenewAsk(lease_id, holder, token, ttl, caller)
     found = _found(conn, lease_id)
     lease, at = found.lease, found.at
     decision = rules.decide_renew(lease, ask, at)
@@ -361,7 +379,10 @@ def renew(
 def _extended(lease: LeaseRow, extend: Extend) -> LeaseRow:
     # the row is ours under the table lock: its new state is known without reading it back
     return dataclasses.replace(
-        lease, expires_at=extend.expires_at, ttl_s=extend.ttl.total_seconds()
+        lease,
+        expires_at=extend.expires_at,
+        ttl_s=extend.ttl.total_seconds(),
+        renewals=lease.renewals + 1,
     )
 
 
@@ -393,7 +414,9 @@ def _renew_failed(
             kind=lease.kind,
             holder=ask.holder,
             token=ask.token,
+            actor=ask.caller.principal,
             outcome=error.extra["outcome"],
+            **({"reason": refusal.reason} if refusal.reason == "other_principal" else {}),
         )
     return error
 
@@ -402,30 +425,30 @@ def release(
     conn: Connection,
     *,
     lease_id: str,
-    actor: str,
+    caller: Caller,
     holder: str | None = None,
     token: int | None = None,
-    operator: bool = False,
 ) -> Lease:
     """End a lease; releasing an ended lease answers its state again (idempotent).
 
-    The holder releases its own lease: `holder` must be the lease's and, for a maintenance
-    lease, `token` its token. An operator may end any lease by leaving both out; that is a
-    revoke (audited as `lease.revoked` by `actor`), so the holder hears `not_owner` at its next
-    renew. A holder that is not the lease's is refused whoever sends it: it names another lease.
+    The principal that took it releases its own lease: `holder` must be the lease's and, for a
+    maintenance lease, `token` its token. An operator may end any lease by leaving both out;
+    that is a revoke (audited as `lease.revoked` with the operator as actor), so the holder
+    hears `not_owner` at its next renew. A holder that is not the lease's is refused whoever
+    sends it: it names another lease.
 
     Raises:
         NotFound: no lease has this id.
-        NotOwner: `holder` is not the lease's holder.
+        NotOwner: another principal took the lease, or `holder` is not its holder.
         StaleToken: a maintenance lease released with a token that is not its own.
         InvalidRequest: no holder sent (and not an operator), or no token for a maintenance lease.
     """
-    ask = ReleaseAsk(lease_id, holder, token, operator)
+    ask = ReleaseAsk(lease_id, holder, token, caller)
     found = _found(conn, lease_id)
     decision = rules.decide_release(found.lease, ask, found.at)
     if isinstance(decision, Refuse):
         raise rules.refused(decision, ask, found.at)
-    return _ended(conn, found, decision, actor)
+    return _ended(conn, found, decision, caller.principal)
 
 
 def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease:
@@ -453,21 +476,24 @@ def _ended(
     if lease.kind == "maintenance":
         _holds_ended(conn, lease.table)
     detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
-    _audit_end(conn, lease, at, f"lease.{end}", actor=actor, **detail)
+    _audit_end(conn, lease, at, f"lease.{end}", actor, **detail)
     if lease.kind == "claim" and found.holds_until is not None:
         # no compactor holds the table now: nothing may hold its writers back (an intent
         # already expired is left to the sweep, which says so)
         _, intents = store.holds(conn, lease.table)
-        _end_backpressure(conn, lease.table, at, [x for x in intents if x.live(at)])
+        _end_backpressure(conn, lease.table, at, [x for x in intents if x.live(at)], actor=actor)
     return lease_view(lease, at)
 
 
-def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: str) -> bool:
+def withdraw_intent(
+    conn: Connection, *, table: str, request_id: str, holder: str, caller: Caller
+) -> bool:
     """Close the open intent of maintenance request `request_id` (a compactor that gives up
     draining); True when one was open. Commit leases on its scope are granted again at once.
 
     Raises:
-        NotOwner: the intent is another holder's.
+        NotOwner: the intent is another principal's (and `caller` no operator) or another
+            holder's.
     """
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
@@ -477,7 +503,7 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
     intent = live.intent(request_id)
     if intent is None:
         return False
-    ask = WithdrawAsk(table, request_id, holder)
+    ask = WithdrawAsk(table, request_id, holder, caller)
     refusal = rules.decide_withdraw(intent, ask)
     if refusal is not None:
         raise rules.refused(refusal, ask, at)
@@ -486,6 +512,7 @@ def withdraw_intent(conn: Connection, *, table: str, request_id: str, holder: st
         intent,
         at,
         "intent.withdrawn",
+        actor=caller.principal,
         # a drain stands for a maintenance request; a backpressure intent is the claim's
         kind="maintenance" if intent.cause == "drain" else "intent",
         open_s=seconds(at - intent.opened_at),
@@ -505,6 +532,7 @@ def hold_back(
     holder: str,
     partitions: Sequence[str],
     reason: str,
+    caller: Caller,
 ) -> Backpressure:
     """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
     intent of cause `backpressure` per partition, opened or kept open (docs/design.md §11).
@@ -520,7 +548,8 @@ def hold_back(
     Raises:
         NotFound: the table or the claim is unknown.
         LeaseExpired: the claim is no longer live.
-        NotOwner: `holder` is not the claim's holder nor a run under it.
+        NotOwner: `caller` did not take the claim, or `holder` is not the claim's holder
+            nor a run under it.
     """
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
@@ -529,7 +558,7 @@ def hold_back(
     row, live = _live(conn, row, at)
     found = store.read_lease(conn, claim_id)
     claim = found if found is not None and found.kind == "claim" and found.table == table else None
-    refusal = rules.hold_back_refusal(table, claim_id, claim, holder, at)
+    refusal = rules.hold_back_refusal(table, claim_id, claim, holder, caller, at)
     if refusal is not None:
         raise refusal
     assert claim is not None
@@ -546,7 +575,16 @@ def hold_back(
             continue
         store.insert_intent(
             conn,
-            IntentRow(table, request_id, holder, (name,), at, claim.expires_at, "backpressure"),
+            IntentRow(
+                table,
+                request_id,
+                holder,
+                (name,),
+                at,
+                claim.expires_at,
+                "backpressure",
+                principal=caller.principal,
+            ),
         )
         opened[name] = request_id
     if opened:
@@ -557,6 +595,7 @@ def hold_back(
             event="backpressure.on",
             kind="intent",
             holder=holder,
+            actor=caller.principal,
             partitions=list(opened),
             request_ids=list(opened.values()),
             lease_id=claim_id,
@@ -572,34 +611,47 @@ def hold_back(
 
 
 def let_go(
-    conn: Connection, *, table: str, holder: str, partitions: Sequence[str] | None = None
+    conn: Connection,
+    *,
+    table: str,
+    holder: str,
+    caller: Caller,
+    partitions: Sequence[str] | None = None,
 ) -> Backpressure:
     """End `holder`'s backpressure on `table`, on `partitions` only when given (a group that
     was skipped, a run that ends without compacting every partition it held): each intent
-    `intent.withdrawn`; answers the partitions let go."""
+    `intent.withdrawn`; answers the partitions let go.
+
+    Raises:
+        NotOwner: another principal opened them (and `caller` is no operator); none ends.
+    """
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
         return Backpressure(table=table, partitions=[], switch="enabled")
     row, at = locked
     row, live = _live(conn, row, at)
     wanted = None if partitions is None else set(partitions)
-    names = _end_backpressure(
-        conn,
-        table,
-        at,
-        [
-            x
-            for x in live.intents
-            if x.holder == holder and (wanted is None or wanted.intersection(x.partitions or ()))
-        ],
-    )
+    pressed = [
+        x
+        for x in live.intents
+        if x.cause == "backpressure"
+        and x.holder == holder
+        and (wanted is None or wanted.intersection(x.partitions or ()))
+    ]
+    theirs = next((x for x in pressed if not caller.may_end(x)), None)
+    if theirs is not None:
+        raise rules.other_principal(
+            f"the backpressure of {holder} on {table}", theirs, caller, "let go of"
+        )
+    names = _end_backpressure(conn, table, at, pressed, actor=caller.principal)
     return Backpressure(table=table, partitions=names, switch=row.backpressure)
 
 
 def _end_backpressure(
-    conn: Connection, table: str, at: datetime, intents: Sequence[IntentRow]
+    conn: Connection, table: str, at: datetime, intents: Sequence[IntentRow], *, actor: str
 ) -> list[str]:
-    """End the backpressure intents among `intents` (`intent.withdrawn`); their partitions."""
+    """End the backpressure intents among `intents` (`intent.withdrawn` by `actor`); their
+    partitions."""
     ended = [x for x in intents if x.cause == "backpressure"]
     for intent in ended:
         _end_intent(
@@ -607,6 +659,7 @@ def _end_backpressure(
             intent,
             at,
             "intent.withdrawn",
+            actor=actor,
             kind="intent",
             open_s=seconds(at - intent.opened_at),
         )
@@ -711,7 +764,12 @@ def _live(
     for intent in intents:
         if not intent.live(at):
             _end_intent(
-                conn, intent, at, "intent.expired", expired_at=intent.expires_at.isoformat()
+                conn,
+                intent,
+                at,
+                "intent.expired",
+                actor=SYSTEM,
+                expired_at=intent.expires_at.isoformat(),
             )
     live_leases = tuple(x for x in leases if x.live(at))
     live_intents = tuple(x for x in intents if x.live(at))
@@ -746,7 +804,8 @@ def _end_expired(conn: Connection, lease: LeaseRow, at: datetime) -> None:
     """Mark a lease whose expiry passed as ended, with its `lease.expired` event; a claim's
     backpressure ends with it (docs/design.md §11), in the same transaction."""
     store.end_lease(conn, lease, "expired", lease.expires_at)
-    _audit_end(conn, dataclasses.replace(lease, ended_at=lease.expires_at), at, "lease.expired")
+    ended = dataclasses.replace(lease, ended_at=lease.expires_at)
+    _audit_end(conn, ended, at, "lease.expired", SYSTEM)
     if lease.kind == "claim":
         _end_claims_backpressure(conn, lease.table, at)
 
@@ -759,15 +818,25 @@ def _end_claims_backpressure(conn: Connection, table: str, at: datetime) -> None
     pressed = [x for x in intents if x.cause == "backpressure"]
     expired = [x for x in pressed if not x.live(at)]
     for intent in expired:
-        _end_intent(conn, intent, at, "intent.expired", expired_at=intent.expires_at.isoformat())
+        _end_intent(
+            conn,
+            intent,
+            at,
+            "intent.expired",
+            actor=SYSTEM,
+            expired_at=intent.expires_at.isoformat(),
+        )
     if expired:
         _holds_ended(conn, table)
-    _end_backpressure(conn, table, at, [x for x in pressed if x.live(at)])
+    _end_backpressure(conn, table, at, [x for x in pressed if x.live(at)], actor=SYSTEM)
 
 
-def _audit_end(conn: Connection, lease: LeaseRow, at: datetime, event: str, **detail: Any) -> None:
-    """The event that ends a lease. It says what the lease was (its request id, TTL and how
-    long it was held), so the trail still answers for it once retention pruned its row."""
+def _audit_end(
+    conn: Connection, lease: LeaseRow, at: datetime, event: str, actor: str, **detail: Any
+) -> None:
+    """The event that ends a lease, by `actor`. It says what the lease was (its principal,
+    request id, TTL, how long it was held and how often renewed), so the trail still answers
+    for it once retention pruned its row."""
     audit.record(
         conn,
         at=at,
@@ -777,10 +846,13 @@ def _audit_end(conn: Connection, lease: LeaseRow, at: datetime, event: str, **de
         kind=lease.kind,
         holder=lease.holder,
         token=lease.token,
+        actor=actor,
         partitions=_list(lease.partitions),
         request_id=lease.request_id,
         ttl_s=lease.ttl_s,
         held_s=seconds((lease.ended_at or at) - lease.acquired_at),
+        principal=lease.principal,
+        renewals=lease.renewals,
         **detail,
     )
 
@@ -791,11 +863,13 @@ def _end_intent(
     at: datetime,
     event: str,
     *,
+    actor: str,
     kind: str | None = None,
     lease_id: str | None = None,
     **detail: Any,
 ) -> None:
-    """Delete an intent that ended, with its event (which names a backpressure intent's cause)."""
+    """Delete an intent that ended, with its event by `actor` (which names a backpressure
+    intent's cause)."""
     store.delete_intent(conn, intent)
     if intent.cause != "drain":
         detail["cause"] = intent.cause
@@ -807,6 +881,7 @@ def _end_intent(
         lease_id=lease_id,
         kind=kind,
         holder=intent.holder,
+        actor=actor,
         request_id=intent.request_id,
         partitions=_list(intent.partitions),
         **detail,

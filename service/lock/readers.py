@@ -1,7 +1,7 @@
 """Reader holds: jobs that stream out of a table keep `expire_snapshots` back from where they are.
 
-    hold(conn, table=t, reader="summary@h1", body=ReaderBody(...), by="job")   ReaderHold
-    release(conn, table=t, reader="summary@h1", by="job")                       bool (was live)
+    hold(conn, table=t, reader="summary@h1", body=ReaderBody(...), by=Caller("job"))  ReaderHold
+    release(conn, table=t, reader="summary@h1", by=Caller("job"))            bool (was live)
     expire(conn, table=t, at=at)       the sweep: holds past their TTL deleted, each audited
     live(conn, t, at)                  [ReaderHold], the oldest position first
 
@@ -10,7 +10,8 @@ table's state before it plans `expire_snapshots` (every snapshot at or after the
 position is kept). One row per (table, reader name); a PUT both starts and renews a hold, and
 moves its position. Audited: `reader.held` when a hold starts (or starts again after it lapsed),
 `reader.released`, `reader.expired` when the sweep finds it past its TTL. A renewal is not an
-event, as a lease's renew is not.
+event, as a lease's renew is not. A live hold belongs to the token that put it (`holder`): only
+that token moves, renews or releases it, an operator may release any (docs/design.md §12).
 """
 
 from __future__ import annotations
@@ -23,24 +24,32 @@ from sqlalchemy.engine import Connection
 
 from service.lock import audit, store
 from service.lock.db import readers_t
-from service.lock.rows import seconds
+from service.lock.rows import SYSTEM, Caller, seconds
+from service.lock.rules import other_principal_of
 from service.wire import ReaderBody, ReaderHold
 
 __all__ = ["hold", "release", "expire", "live", "due"]
 
 
-def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: str) -> ReaderHold:
-    """Start or renew `reader`'s hold on `table` at `body.snapshot_id`, for `body.ttl_s`."""
+def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: Caller) -> ReaderHold:
+    """Start or renew `reader`'s hold on `table` at `body.snapshot_id`, for `body.ttl_s`.
+
+    Raises:
+        NotOwner: another token holds `reader` on `table` live (an operator's too: moving a
+            hold is its reader's).
+    """
     locked = store.lock_table(conn, table)
     assert locked is not None  # created
     _, at = locked
     where, row = _hold_row(conn, table, reader)
+    if row is not None and row.expires_at > at and row.holder != by.principal:
+        raise other_principal_of(f"reader {reader!r} on {table}", row.holder, by, "move")
     values: dict[str, Any] = {
         "snapshot_id": body.snapshot_id,
         "snapshots_behind": body.snapshots_behind,
         "ttl_s": body.ttl_s,
         "expires_at": at + timedelta(seconds=body.ttl_s),
-        "holder": by,
+        "holder": by.principal,
     }
     if row is not None and row.expires_at > at:
         moved = row.snapshot_id != body.snapshot_id
@@ -59,15 +68,19 @@ def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: str
             table=table,
             event="reader.held",
             holder=reader,
-            actor=by,
+            actor=by.principal,
             snapshot_id=body.snapshot_id,
             ttl_s=body.ttl_s,
         )
     return _view({"reader": reader, **values}, at)
 
 
-def release(conn: Connection, *, table: str, reader: str, by: str) -> bool:
-    """End `reader`'s hold; False (and nothing written) when it holds nothing live."""
+def release(conn: Connection, *, table: str, reader: str, by: Caller) -> bool:
+    """End `reader`'s hold; False (and nothing written) when it holds nothing live.
+
+    Raises:
+        NotOwner: another token holds `reader` on `table` live, and `by` is no operator.
+    """
     locked = store.lock_table(conn, table, create=False)
     if locked is None:
         return False
@@ -75,6 +88,8 @@ def release(conn: Connection, *, table: str, reader: str, by: str) -> bool:
     where, row = _hold_row(conn, table, reader)
     if row is None:
         return False
+    if row.expires_at > at and row.holder != by.principal and not by.operator:
+        raise other_principal_of(f"reader {reader!r} on {table}", row.holder, by, "release")
     conn.execute(delete(readers_t).where(where))
     if row.expires_at <= at:
         _expired(conn, row._asdict(), at)
@@ -85,7 +100,7 @@ def release(conn: Connection, *, table: str, reader: str, by: str) -> bool:
         table=table,
         event="reader.released",
         holder=reader,
-        actor=by,
+        actor=by.principal,
         snapshot_id=row.snapshot_id,
         held_s=seconds(at - row.held_since),
     )
@@ -136,6 +151,7 @@ def _expired(conn: Connection, row: dict[str, Any], at: datetime) -> None:
         table=row["table_name"],
         event="reader.expired",
         holder=row["reader"],
+        actor=SYSTEM,
         snapshot_id=row["snapshot_id"],
         held_s=seconds(row["expires_at"] - row["held_since"]),
     )

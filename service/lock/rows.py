@@ -4,6 +4,7 @@
     LeaseRow      one per grant, of any kind (a kind is a table of its own in the database)
     IntentRow     one per open intent (writer preference of one maintenance request)
     Live          what is live on a table now, oldest first: leases and intents
+    Caller        who asks: the token's name (the principal) and whether it is an operator
 
 Frozen and free of SQL: `service.lock.store` builds them from the database,
 `service.lock.rules` reads them. Instants are naive UTC datetimes read from the database clock.
@@ -27,6 +28,8 @@ __all__ = [
     "IntentRow",
     "IntentCause",
     "Live",
+    "Caller",
+    "SYSTEM",
     "seconds",
 ]
 
@@ -35,6 +38,32 @@ LeaseEnd = Literal["released", "expired", "revoked"]
 
 IntentCause = Literal["drain", "backpressure"]
 """Why an intent holds commits: a maintenance request's drain, or a compactor's backpressure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sends a request: `principal`, the name of its bearer token, and whether that token
+    is an operator's. A lease, claim or intent belongs to the principal that took it; only
+    that principal acts under it, and an operator may end any (docs/design.md §12).
+
+        Caller("ingest")                     a job token
+        Caller("alice", operator=True)       an operator
+    """
+
+    principal: str
+    operator: bool = False
+
+    def owns(self, row: LeaseRow | IntentRow) -> bool:
+        """Whether `row` was taken by this caller's token (never one of unknown principal)."""
+        return row.principal is not None and row.principal == self.principal
+
+    def may_end(self, row: LeaseRow | IntentRow) -> bool:
+        """Whether this caller may end `row`: its own, or any as an operator."""
+        return self.operator or self.owns(row)
+
+
+SYSTEM = "lakelock"
+"""The actor of what the service does by itself: an expiry, a sweep, retention."""
 
 
 def seconds(delta: timedelta) -> float:
@@ -74,6 +103,9 @@ class LeaseRow:
     ended_at: datetime | None = None
     end: LeaseEnd | None = None
     token: int | None = None  # maintenance leases only
+    # the token (its name) that took it; None: granted before principals were recorded
+    principal: str | None = None
+    renewals: int = 0
 
     @property
     def scope(self) -> Scope:
@@ -103,6 +135,7 @@ class IntentRow:
     expires_at: datetime
     # drain (a maintenance request's) | backpressure (a compactor's, on a partition in debt)
     cause: IntentCause = "drain"
+    principal: str | None = None  # as a lease's
 
     kind = "intent"  # for service.wire.scope.conflicts
 

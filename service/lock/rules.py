@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from service.lock.rows import IntentRow, LeaseKind, LeaseRow, Live, TableRow, seconds
+from service.lock.rows import Caller, IntentRow, LeaseKind, LeaseRow, Live, TableRow, seconds
 from service.wire.errors import (
     ClaimHeld,
     InvalidRequest,
@@ -61,6 +61,8 @@ __all__ = [
     "decide_release",
     "decide_withdraw",
     "hold_back_refusal",
+    "other_principal",
+    "other_principal_of",
     "refused",
 ]
 
@@ -70,7 +72,8 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Ask:
-    """An acquire: `kind` lease on `table` (or `partitions` of it) for `holder`."""
+    """An acquire: `kind` lease on `table` (or `partitions` of it) for `holder`, sent by
+    `caller`, whose principal the lease will belong to."""
 
     kind: LeaseKind
     table: str
@@ -78,6 +81,7 @@ class Ask:
     request_id: str
     partitions: tuple[str, ...] | None
     ttl: timedelta
+    caller: Caller
 
     @property
     def scope(self) -> Scope:
@@ -90,6 +94,7 @@ class RenewAsk:
     holder: str
     token: int | None
     ttl: timedelta | None  # None: the lease's own TTL
+    caller: Caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +102,7 @@ class WithdrawAsk:
     table: str
     request_id: str
     holder: str
+    caller: Caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +113,11 @@ class ReleaseAsk:
     lease_id: str
     holder: str | None
     token: int | None
-    operator: bool
+    caller: Caller
+
+    @property
+    def operator(self) -> bool:
+        return self.caller.operator
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -131,6 +141,7 @@ Reason = Literal[
     "expired",
     "revoked",
     "not_owner",
+    "other_principal",
     "token_mismatch",
     "token_missing",
     "holder_missing",
@@ -246,7 +257,7 @@ def decide_maintenance(table: TableRow, live: Live, ask: Ask) -> Grant | Drain |
     or another holder's, stays: it still stands for a request that may ask again."""
     mine = live.intent(ask.request_id)
     if mine is not None:
-        if mine.holder != ask.holder:
+        if mine.holder != ask.holder or not ask.caller.owns(mine):
             return Refuse("request_id_taken", mine)
         if mine.scope != ask.scope:
             return Refuse("scope_changed", mine)
@@ -261,7 +272,9 @@ def decide_maintenance(table: TableRow, live: Live, ask: Ask) -> Grant | Drain |
     if in_flight:
         return Drain(in_flight, mine)
     fulfils = tuple(
-        x for x in live.intents if x.holder == ask.holder and covers(ask.scope, x.scope)
+        x
+        for x in live.intents
+        if x.holder == ask.holder and ask.caller.owns(x) and covers(ask.scope, x.scope)
     )
     return Grant(token=table.next_token, fulfils=fulfils)
 
@@ -281,10 +294,10 @@ def decide_claim(live: Live, ask: Ask) -> Grant | Refuse:
 
 def decide_repeat(earlier: LeaseRow, ask: Ask, at: datetime) -> Repeat | Refuse:
     """The answer to an acquire whose request id was granted `earlier`, whatever the table's
-    state now: another holder's request id is refused (its lease and token must not be handed
-    out by id), so is another scope (the lease would not cover it), so is a lease that ended
-    since; else the same lease again."""
-    if earlier.holder != ask.holder:
+    state now: another holder's or another principal's request id is refused (its lease and
+    token must not be handed out by id), so is another scope (the lease would not cover it),
+    so is a lease that ended since; else the same lease again."""
+    if earlier.holder != ask.holder or not ask.caller.owns(earlier):
         return Refuse("request_id_taken", earlier)
     if earlier.scope != ask.scope:
         return Refuse("scope_changed", earlier)
@@ -298,12 +311,15 @@ def decide_repeat(earlier: LeaseRow, ask: Ask, at: datetime) -> Repeat | Refuse:
 
 def decide_renew(lease: LeaseRow, ask: RenewAsk, at: datetime) -> Extend | Refuse:
     """Extend a live lease only: refused when an operator revoked it, when it ended or expired,
-    when it is another holder's, and for a maintenance lease without its token (a client
-    mistake) or with another one; else live `ttl` (default its own) from now."""
+    when another principal took it (an operator's token too: renewing is the holder's), when
+    it is another holder's, and for a maintenance lease without its token (a client mistake)
+    or with another one; else live `ttl` (default its own) from now."""
     if lease.end == "revoked":
         return Refuse("revoked", lease)
     if not lease.live(at):
         return Refuse("expired", lease)
+    if not ask.caller.owns(lease):
+        return Refuse("other_principal", lease)
     if lease.holder != ask.holder:
         return Refuse("not_owner", lease)
     if lease.kind == "maintenance":
@@ -316,10 +332,13 @@ def decide_renew(lease: LeaseRow, ask: RenewAsk, at: datetime) -> Extend | Refus
 
 
 def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unchanged | Refuse:
-    """A holder that is not the lease's is refused, whoever sends it (it names another lease);
-    a release needs the holder unless an operator sends it, and a maintenance lease's holder
-    its token. An ended lease is left as it is; a live one ends `released` by its holder,
-    `revoked` by an operator who left the holder out."""
+    """Another principal's lease is refused unless an operator sends the release; a holder
+    that is not the lease's is refused, whoever sends it (it names another lease); a release
+    needs the holder unless an operator sends it, and a maintenance lease's holder its token.
+    An ended lease is left as it is; a live one ends `released` by its holder, `revoked` by an
+    operator who left the holder out."""
+    if not ask.caller.may_end(lease):
+        return Refuse("other_principal", lease)
     if ask.holder is not None and ask.holder != lease.holder:
         return Refuse("not_owner", lease)
     if ask.holder is None and not ask.operator:
@@ -337,7 +356,10 @@ def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unch
 
 
 def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
-    """Only the intent's holder withdraws it (None: withdraw it)."""
+    """Only the principal that opened the intent (or an operator), naming its holder,
+    withdraws it (None: withdraw it)."""
+    if not ask.caller.may_end(intent):
+        return Refuse("other_principal", intent)
     if intent.holder != ask.holder:
         return Refuse("not_owner", intent)
     return None
@@ -347,10 +369,11 @@ def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
 
 
 def hold_back_refusal(
-    table: str, claim_id: str, claim: LeaseRow | None, holder: str, at: datetime
+    table: str, claim_id: str, claim: LeaseRow | None, holder: str, caller: Caller, at: datetime
 ) -> LakelockError | None:
     """Why a backpressure request may not hold writers, or None: only the holder of the
-    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/design.md §11)."""
+    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/design.md §11),
+    and only with the token that took the claim (§12)."""
     if claim is None:
         return NotFound(
             f"no claim {claim_id} on {table}; claim the table before holding its writers",
@@ -363,6 +386,10 @@ def hold_back_refusal(
             lease_id=claim_id,
             state=state,
         )
+    if not caller.owns(claim):
+        return other_principal(
+            f"the claim {claim_id} on {table}", claim, caller, "hold back writers under"
+        )
     if holder != claim.holder and not holder.startswith(claim.holder + "/"):
         return NotOwner(
             f"holder {holder!r} is neither the claim's holder {claim.holder!r} nor a run under "
@@ -370,6 +397,26 @@ def hold_back_refusal(
             field="holder",
         )
     return None
+
+
+def other_principal(what: str, row: LeaseRow | IntentRow, caller: Caller, verb: str) -> NotOwner:
+    """The refusal of a token acting on what another token took (docs/design.md §12)."""
+    return other_principal_of(what, row.principal, caller, verb)
+
+
+def other_principal_of(what: str, principal: str | None, caller: Caller, verb: str) -> NotOwner:
+    """`other_principal` for what `principal` took (None: taken before principals were kept)."""
+    taken = (
+        f"was taken by token {principal}"
+        if principal is not None
+        else "was taken before lakelock recorded who takes what"
+    )
+    return NotOwner(
+        f"{what} {taken}, not by token {caller.principal}: only that token may {verb} it "
+        "(an operator may end it); take your own",
+        outcome="not_owner",
+        reason="other_principal",
+    )
 
 
 def _where(partitions: tuple[str, ...] | None) -> str:
@@ -410,6 +457,15 @@ def refused(
         )
     if isinstance(ask, Ask):
         return _acquire_refused(reason, blocking, ask, at)
+    if reason == "other_principal":
+        assert isinstance(blocking, LeaseRow | IntentRow)
+        what = (
+            f"the intent {ask.request_id!r} on {ask.table}"
+            if isinstance(ask, WithdrawAsk)
+            else f"lease {ask.lease_id}"
+        )
+        verb = {RenewAsk: "renew", ReleaseAsk: "release", WithdrawAsk: "withdraw"}[type(ask)]
+        return other_principal(what, blocking, ask.caller, verb)
     if isinstance(ask, WithdrawAsk):
         assert isinstance(blocking, IntentRow)
         return NotOwner(

@@ -5,7 +5,8 @@ expired, and leaves ending it to the next transition or sweep.
 
     table_state(conn, table=t)    TableState: switch, live leases, claims and intents, debt,
                                   version
-    list_tables(conn)             every known table's TableState
+    list_tables(conn, limit=, after=)  a page of the known tables' TableStates, by name, and
+                                  the name the next page starts after
     lease_state(conn, lease_id=i) Lease in any state (from the audit trail once pruned)
     table_version(conn, table=t)  the id of the table's newest event; table_versions for many
     tables_due_for_sweep(conn)    tables with something expired that is not marked ended
@@ -13,13 +14,14 @@ expired, and leaves ending it to the next transition or sweep.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from service.lock import debt, ingest, readers, store
-from service.lock.db import events_t, intents_t, now
+from service.lock.db import events_t, intents_t, now, tables_t
 from service.lock.rows import IntentRow, LeaseRow, TableRow, seconds
 from service.wire import Intent, Lease, Switch, TableState
 from service.wire.errors import NotFound
@@ -52,6 +54,8 @@ def lease_view(lease: LeaseRow, at: datetime) -> Lease:
         held_s=seconds((lease.ended_at or min(at, lease.expires_at)) - lease.acquired_at),
         state=lease.state(at),
         partitions=lease.partitions,
+        principal=lease.principal,
+        renewals=lease.renewals,
     )
 
 
@@ -63,6 +67,7 @@ def intent_view(intent: IntentRow, at: datetime) -> Intent:
         remaining_s=seconds(intent.expires_at - at),
         open_s=seconds(at - intent.opened_at),
         cause=intent.cause,
+        principal=intent.principal,
     )
 
 
@@ -113,9 +118,40 @@ def table_state(conn: Connection, *, table: str) -> TableState:
     return state_of(conn, row, at)
 
 
-def list_tables(conn: Connection) -> list[TableState]:
+def list_tables(
+    conn: Connection,
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+    shown: Callable[[str], bool] | None = None,
+) -> tuple[list[TableState], str | None]:
+    """The states of the known tables ordered by name, those after `after` only, at most
+    `limit` of them (None: all), and the name to ask `after` for the next page (None: this is
+    the last). `shown` leaves out the names it is false for. Each state costs a few queries,
+    names are cheap: a page bounds what one call reads."""
     at = now(conn)
-    return [state_of(conn, row, at) for row in store.read_tables(conn)]
+    page: list[str] = []
+    more = False
+    while not more:
+        names = select(tables_t.c.name).order_by(tables_t.c.name).limit(_NAMES_READ)
+        if after is not None:
+            names = names.where(tables_t.c.name > after)
+        batch = list(conn.execute(names).scalars())
+        for name in batch:
+            if shown is None or shown(name):
+                if limit is not None and len(page) == limit:
+                    more = True
+                    break
+                page.append(name)
+        if len(batch) < _NAMES_READ:
+            break
+        after = batch[-1]
+    rows = [row for row in (store.read_table(conn, name) for name in page) if row is not None]
+    return [state_of(conn, row, at) for row in rows], page[-1] if more else None
+
+
+# names read per query while filling a page
+_NAMES_READ = 1000
 
 
 def lease_state(conn: Connection, *, lease_id: str) -> Lease:

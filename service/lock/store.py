@@ -105,6 +105,8 @@ def _lease(kind: LeaseKind, row: Any) -> LeaseRow:
         ended_at=row.ended_at,
         end=row.end,
         token=row.token if kind == "maintenance" else None,
+        principal=row.principal,
+        renewals=row.renewals,
     )
 
 
@@ -117,6 +119,7 @@ def _intent(row: Any) -> IntentRow:
         opened_at=row.opened_at,
         expires_at=row.expires_at,
         cause=row.cause,
+        principal=row.principal,
     )
 
 
@@ -206,6 +209,8 @@ def _from_trail(event: Event) -> LeaseRow:
         ended_at=event.at,
         end=_ENDS.get(event.event, "expired"),
         token=event.token,
+        principal=detail.get("principal"),
+        renewals=int(detail.get("renewals", 0)),
     )
 
 
@@ -321,6 +326,7 @@ _LEASE_COLUMNS = (
     "id",
     "table_name",
     "holder",
+    "principal",
     "request_id",
     "partitions",
     "ttl_s",
@@ -352,6 +358,7 @@ def insert_lease(conn: Connection, lease: LeaseRow) -> bool:
         "id": lease.id,
         "table_name": lease.table,
         "holder": lease.holder,
+        "principal": lease.principal,
         "request_id": lease.request_id,
         "ttl_s": lease.ttl_s,
         "acquired_at": lease.acquired_at,
@@ -370,9 +377,12 @@ def insert_lease(conn: Connection, lease: LeaseRow) -> bool:
 
 
 def extend_lease(conn: Connection, lease: LeaseRow, expires_at: datetime, ttl_s: float) -> None:
+    """A renewal: the new expiry and TTL, and one more renewal counted."""
     leases_t = LEASE_TABLES[lease.kind]
     conn.execute(
-        update(leases_t).where(leases_t.c.id == lease.id).values(expires_at=expires_at, ttl_s=ttl_s)
+        update(leases_t)
+        .where(leases_t.c.id == lease.id)
+        .values(expires_at=expires_at, ttl_s=ttl_s, renewals=leases_t.c.renewals + 1)
     )
 
 
@@ -405,6 +415,7 @@ def insert_intent(conn: Connection, intent: IntentRow) -> None:
             table_name=intent.table,
             request_id=intent.request_id,
             holder=intent.holder,
+            principal=intent.principal,
             partitions=encode(None if intent.partitions is None else list(intent.partitions)),
             opened_at=intent.opened_at,
             expires_at=intent.expires_at,

@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -33,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.lock.db import is_unavailable, make_engine
 from service.server import page
+from service.server.auth import guard_table
 from service.server.logs import mask_url
 from service.server.metrics import process_exited
 from service.server.retention import Pruner
@@ -265,7 +266,8 @@ class RequestContext:
                 "duration_ms": round(duration * 1000, 2),
                 "request_id": request_id,
                 "caller": state.get("caller"),  # the token's name, never its secret
-                # the caller's address; behind the load balancer, from X-Forwarded-For
+                # the caller's address: the peer's, or the one X-Forwarded-For names when the
+                # peer is in LAKELOCK_TRUSTED_PROXIES (the load balancer)
                 "client": (scope.get("client") or (None,))[0],
             },
         )
@@ -376,6 +378,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.runtime = runtime
         if settings.catalog_warehouse:
             from service.catalog.front import Front
+            from service.catalog.limits import Limits
             from service.catalog.pointers import Pointers
 
             pointers = Pointers(settings.catalog_name, engine, warehouse=settings.catalog_warehouse)
@@ -383,7 +386,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # take the slots the lease calls run in
             app.state.catalog_limiter = anyio.CapacityLimiter(settings.db_pool_size)
             app.state.catalog = Front(
-                pointers, transact=runtime.transact_sync, read=runtime.read_sync
+                pointers,
+                transact=runtime.transact_sync,
+                read=runtime.read_sync,
+                caps=Limits(
+                    max_metadata_bytes=settings.catalog_max_metadata_bytes,
+                    max_properties=settings.catalog_max_properties,
+                    max_property_chars=settings.catalog_max_property_chars,
+                    max_name_chars=settings.catalog_max_name_chars,
+                ),
             )
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
@@ -422,7 +433,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.include_router(router)
+    # one place decides which tables a token may touch: every route of the lease API with a
+    # {table} in its path (LAKELOCK_TOKEN_TABLES; the catalog front asks auth.may_touch)
+    app.include_router(router, dependencies=[Depends(guard_table)])
     app.include_router(page.router)  # the status page at GET /
     if settings.catalog_warehouse:
         from service.server import iceberg  # pyiceberg is imported only where it is served

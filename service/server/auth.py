@@ -1,4 +1,5 @@
-"""Bearer tokens and roles: reader (GET) < job (leases, run reports) < operator (everything).
+"""Bearer tokens and roles: reader (GET) < job (leases, run reports) < operator (everything);
+a token listed in LAKELOCK_TOKEN_TABLES touches only the tables its patterns match.
 
 Secrets are compared in constant time against every configured token, and never logged: the
 request log names the token's `name` only.
@@ -6,16 +7,30 @@ request log names the token's `name` only.
 
 from __future__ import annotations
 
+import fnmatch
 import hmac
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.lock.rows import Caller
 from service.server.settings import ROLES, ApiToken, Role
+from service.wire import TABLE_PATTERN
 from service.wire.errors import Forbidden, Unauthorized
 
-__all__ = ["authenticate", "require", "ReaderDep", "JobDep", "OperatorDep"]
+__all__ = [
+    "authenticate",
+    "require",
+    "caller",
+    "may_touch",
+    "refusal",
+    "guard_table",
+    "ReaderDep",
+    "JobDep",
+    "OperatorDep",
+]
 
 ANONYMOUS_OPERATOR = ApiToken(name="anonymous", role="operator", secret="")
 
@@ -41,6 +56,50 @@ def authenticate(request: Request) -> ApiToken:
     if found is None:
         raise Unauthorized("unknown token; use one configured in LAKELOCK_TOKENS")
     return found
+
+
+def caller(token: ApiToken) -> Caller:
+    """The lock's view of a token: its name is the principal of what it takes."""
+    return Caller(token.name, operator=token.role == "operator")
+
+
+def may_touch(token: ApiToken, table: str) -> bool:
+    """Whether `token` may touch the table named `table` (`catalog.namespace.table`, any case):
+    its LAKELOCK_TOKEN_TABLES patterns match the lower-case name, or it has none (operators
+    never have any). `*` matches dots too: `lake.*` is every table of catalog `lake`."""
+    if token.tables is None:
+        return True
+    name = table.lower()
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in token.tables)
+
+
+def refusal(token: ApiToken, table: str) -> Forbidden:
+    """The 403 for a token whose LAKELOCK_TOKEN_TABLES patterns do not cover `table`."""
+    patterns = ", ".join(token.tables or ())
+    return Forbidden(
+        f"token {token.name} may not touch table {table.lower()}: LAKELOCK_TOKEN_TABLES lets "
+        f"it touch {patterns} only; use a token whose patterns cover the table, or have an "
+        "operator add one",
+        token=token.name,
+        table=table.lower(),
+        setting="LAKELOCK_TOKEN_TABLES",
+    )
+
+
+_TABLE_NAME = re.compile(TABLE_PATTERN)
+
+
+async def guard_table(request: Request) -> None:
+    """On every route of the lease API: a `{table}` in the path must be one the caller's token
+    may touch (`may_touch`), before anything runs, so a refused call changes nothing. A name
+    that is no table name is left to the route's own validation (its 422 says what to fix)."""
+    table = request.path_params.get("table")
+    if table is None or not _TABLE_NAME.match(table):
+        return
+    token = authenticate(request)
+    request.state.caller = token.name
+    if not may_touch(token, table):
+        raise refusal(token, table)
 
 
 def require(role: Role) -> Callable[[Request], Awaitable[ApiToken]]:

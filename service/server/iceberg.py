@@ -76,10 +76,11 @@ def _levels(levels: Any) -> Identifier:
     if not isinstance(levels, list | tuple) or not levels:
         raise InvalidRequest("a namespace is a non-empty list of names")
     for level in levels:
-        if not isinstance(level, str) or not level or "." in level:
+        if not isinstance(level, str) or not level or "." in level or not level.isprintable():
             raise InvalidRequest(
-                f"namespace level {level!r}: a non-empty name without dots (levels of a "
-                "nested namespace are separate list items, or %1F in a path)"
+                f"namespace level {str(level)[:80]!r}: a non-empty name of printable "
+                "characters without dots (levels of a nested namespace are separate list "
+                "items, or %1F in a path)"
             )
     return tuple(levels)
 
@@ -101,6 +102,21 @@ def _parse(parse: Callable[[Any], T], value: Any, what: str) -> T:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InvalidRequest(f"{what}: {where}: {first['msg']}") from exc
+    # pyiceberg's own validators read the body before pydantic checks it, and pydantic passes
+    # on what they raise but a ValueError: a missing field (`set-statistics` without its
+    # `statistics`) is a KeyError, a list where an object belongs (`properties`) an
+    # AttributeError, a value of the wrong kind (an `initial-default` its field's type cannot
+    # hold) a TypeError. Each is the body's mistake, never the service's.
+    except KeyError as exc:
+        raise InvalidRequest(
+            f"{what}: the field {str(exc)[:80]} is missing; send it as Iceberg's REST "
+            "specification describes it"
+        ) from exc
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InvalidRequest(
+            f"{what}: a value of the wrong JSON type ({str(exc)[:300]}); send objects, lists "
+            "and values as Iceberg's REST specification describes them"
+        ) from exc
 
 
 def _table(loaded: Loaded) -> Response:
@@ -168,8 +184,11 @@ async def drop_namespace(request: Request, caller: Operator, namespace: str) -> 
 async def update_namespace(request: Request, caller: Operator, namespace: str) -> dict[str, Any]:
     levels = _namespace(namespace)
     body = await _body(request)
-    removals = {str(k) for k in body.get("removals") or []}
-    updates = {str(k): str(v) for k, v in (body.get("updates") or {}).items()}
+    removals, updates = body.get("removals") or [], body.get("updates") or {}
+    if not isinstance(removals, list) or not isinstance(updates, dict):
+        raise InvalidRequest("removals: a JSON list of keys; updates: a JSON object of strings")
+    removals = {str(k) for k in removals}
+    updates = {str(k): str(v) for k, v in updates.items()}
     return await _call(request, lambda f: f.update_namespace(levels, removals, updates))
 
 

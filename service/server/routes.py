@@ -19,12 +19,12 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 from sqlalchemy import delete, insert, select
 
 from service.lock import audit, debt, ingest, leases, migrate, readers, state
 from service.lock.db import now, runs_t
-from service.server.auth import JobDep, OperatorDep, ReaderDep
+from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
 from service.wire import (
@@ -61,7 +61,7 @@ from service.wire import (
     Withdrawn,
 )
 from service.wire.errors import InvalidRequest, Locked, Refused, Unavailable
-from service.wire.scope import label
+from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name, label
 
 __all__ = ["router", "RuntimeDep", "TableName", "LeaseId", "problems"]
 
@@ -212,8 +212,29 @@ async def metrics(rt: RuntimeDep, _: ReaderDep) -> Response:
 
 
 @router.get("/v1/tables", tags=["tables"], responses=_READ)
-async def list_tables(rt: RuntimeDep, _: ReaderDep) -> Tables:
-    return Tables(tables=tuple(await rt.read(state.list_tables)))
+async def list_tables(
+    rt: RuntimeDep,
+    who: ReaderDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="most tables in this page")] = 100,
+    after: Annotated[
+        str | None,
+        Query(
+            pattern=TABLE_PATTERN,
+            max_length=194,
+            description="the tables after this name only: the `next` of the page before",
+        ),
+    ] = None,
+) -> Tables:
+    """The known tables by name, a page at a time: follow `next` (as `after`) until it is
+    null. Each table's state costs the database a few queries, so a page bounds one call. A
+    token limited by LAKELOCK_TOKEN_TABLES sees the tables it may touch only."""
+    start = None if after is None else after.lower()
+    tables, following = await rt.read(
+        lambda conn: state.list_tables(
+            conn, limit=limit, after=start, shown=lambda name: may_touch(who, name)
+        )
+    )
+    return Tables(tables=tuple(tables), next=following)
 
 
 @router.get("/v1/tables/{table}", tags=["tables"], responses={**_READ, **problems(404)})
@@ -301,7 +322,7 @@ async def hold_reader(
     that snapshot and every later one while the hold is live. Put it again at a third of
     `ttl_s`, with the new position as the reader advances."""
     return await rt.transact(
-        lambda conn: readers.hold(conn, table=table, reader=reader, body=body, by=who.name)
+        lambda conn: readers.hold(conn, table=table, reader=reader, body=body, by=caller(who))
     )
 
 
@@ -311,7 +332,7 @@ async def release_reader(
 ) -> dict[str, bool]:
     """End a reader's hold (idempotent: `released` is false when it held nothing live)."""
     released = await rt.transact(
-        lambda conn: readers.release(conn, table=table, reader=reader, by=who.name)
+        lambda conn: readers.release(conn, table=table, reader=reader, by=caller(who))
     )
     return {"released": released}
 
@@ -396,7 +417,9 @@ async def report_run(table: TableName, body: RunBody, rt: RuntimeDep, who: JobDe
 # -- leases ----------------------------------------------------------------------------------
 
 
-async def try_commit(rt: Runtime, table: str, body: AcquireBody, ttl: timedelta) -> Lease:
+async def try_commit(
+    rt: Runtime, table: str, body: AcquireBody, ttl: timedelta, who: ApiToken
+) -> Lease:
     """One try for a commit lease: one transaction."""
     return await rt.transact(
         lambda conn: leases.acquire_commit(
@@ -405,6 +428,7 @@ async def try_commit(rt: Runtime, table: str, body: AcquireBody, ttl: timedelta)
             holder=body.holder,
             ttl=ttl,
             request_id=body.request_id,
+            caller=caller(who),
             partitions=body.partitions,
         )
     )
@@ -423,12 +447,7 @@ async def end_lease(
     """A release (or an operator's revoke by release): one transaction."""
     lease = await rt.transact(
         lambda conn: leases.release(
-            conn,
-            lease_id=lease_id,
-            actor=who.name,
-            holder=holder,
-            token=token,
-            operator=who.role == "operator",
+            conn, lease_id=lease_id, caller=caller(who), holder=holder, token=token
         )
     )
     return Released(lease_id=lease_id, state=lease.state, lease=lease)
@@ -441,7 +460,7 @@ async def end_lease(
     responses={**_WRITE, **problems(409, 410, 423)},
 )
 async def acquire_commit(
-    table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
+    table: TableName, body: AcquireBody, rt: RuntimeDep, who: JobDep, request: Request
 ) -> Lease:
     check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
@@ -451,7 +470,7 @@ async def acquire_commit(
         # that will not wait does not need it
         seen = await rt.version(table) if body.wait_s else 0
         try:
-            return await try_commit(rt, table, body, ttl)
+            return await try_commit(rt, table, body, ttl, who)
         except Locked as exc:
             if _clock() >= until or rt.changes.closing.is_set():
                 count_denial(rt, exc, body)
@@ -482,7 +501,7 @@ async def acquire_commit(
     },
 )
 async def acquire_maintenance(
-    table: TableName, body: AcquireBody, rt: RuntimeDep, _: JobDep, request: Request
+    table: TableName, body: AcquireBody, rt: RuntimeDep, who: JobDep, request: Request
 ) -> Lease:
     check_acquire(rt, body)
     ttl = timedelta(seconds=body.ttl_s)
@@ -499,6 +518,7 @@ async def acquire_maintenance(
                     ttl=ttl,
                     request_id=body.request_id,
                     intent_ttl=intent_ttl,
+                    caller=caller(who),
                     partitions=body.partitions,
                 )
             )
@@ -533,7 +553,7 @@ async def acquire_maintenance(
     tags=["leases"],
     responses={**_WRITE, **problems(409, 410)},
 )
-async def claim(table: TableName, body: ClaimBody, rt: RuntimeDep, _: JobDep) -> Lease:
+async def claim(table: TableName, body: ClaimBody, rt: RuntimeDep, who: JobDep) -> Lease:
     """Claim the table for one compactor process (docs/design.md §5): a lease of kind `claim`,
     exclusive among claims only, on the whole table. It never waits (`wait_s` is ignored): a
     claim another holder has is a 409 `claim-held` naming the holder and the seconds left.
@@ -547,6 +567,7 @@ async def claim(table: TableName, body: ClaimBody, rt: RuntimeDep, _: JobDep) ->
                 holder=body.holder,
                 ttl=timedelta(seconds=body.ttl_s),
                 request_id=body.request_id,
+                caller=caller(who),
             )
         )
     except Refused as exc:
@@ -569,12 +590,14 @@ async def withdraw_intent(
         ),
     ],
     rt: RuntimeDep,
-    _: JobDep,
+    who: JobDep,
 ) -> Withdrawn:
     """Withdraw the intent a maintenance request opened (a compactor giving up the drain):
     commit leases are granted again at once. Withdrawing one that is gone is not an error."""
     withdrawn = await rt.transact(
-        lambda conn: leases.withdraw_intent(conn, table=table, request_id=request_id, holder=holder)
+        lambda conn: leases.withdraw_intent(
+            conn, table=table, request_id=request_id, holder=holder, caller=caller(who)
+        )
     )
     return Withdrawn(table=table, request_id=request_id, withdrawn=withdrawn)
 
@@ -585,7 +608,7 @@ async def withdraw_intent(
     responses={**_WRITE, **problems(404, 409, 410)},
 )
 async def hold_back(
-    table: TableName, body: BackpressureBody, rt: RuntimeDep, _: JobDep
+    table: TableName, body: BackpressureBody, rt: RuntimeDep, who: JobDep
 ) -> Backpressure:
     """Hold the commits that touch `partitions` until `holder` compacts them (docs/design.md
     §11): a compactor whose plan found them past their debt bound, under its live claim on the
@@ -602,8 +625,34 @@ async def hold_back(
             holder=body.holder,
             partitions=body.partitions,
             reason=body.reason,
+            caller=caller(who),
         )
     )
+
+
+def _partition_param(name: str) -> str:
+    if not is_name(name):
+        raise ValueError(
+            f"{name[:80]!r} is not a partition name; send Iceberg partition paths "
+            "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
+            f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
+        )
+    return name
+
+
+# a query string is text, so "-1.5e-9" is a string too: the name's rule, stated in openapi.json
+# as for the bodies' partitions, is what refuses it
+PartitionParam = Annotated[
+    str,
+    Field(
+        json_schema_extra={
+            "pattern": PARTITION_PATTERN,
+            "minLength": 2,
+            "maxLength": MAX_NAME_CHARS,
+        }
+    ),
+    AfterValidator(_partition_param),
+]
 
 
 @router.delete("/v1/tables/{table}/backpressure", tags=["leases"], responses=_WRITE)
@@ -614,9 +663,9 @@ async def let_go(
         Query(pattern=HOLDER_PATTERN, max_length=255, description="the holder that asked for it"),
     ],
     rt: RuntimeDep,
-    _: JobDep,
+    who: JobDep,
     partition: Annotated[
-        list[str] | None,
+        list[PartitionParam] | None,
         Query(description="only these partitions (repeat it); without it, every one"),
     ] = None,
 ) -> Backpressure:
@@ -624,7 +673,9 @@ async def let_go(
     uncompacted: a group skipped, the run ended): its commits are granted again at once.
     Answers the partitions let go."""
     return await rt.transact(
-        lambda conn: leases.let_go(conn, table=table, holder=holder, partitions=partition)
+        lambda conn: leases.let_go(
+            conn, table=table, holder=holder, caller=caller(who), partitions=partition
+        )
     )
 
 
@@ -638,12 +689,17 @@ async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Lease:
     tags=["leases"],
     responses={**_WRITE, **problems(404, 409, 410, 412)},
 )
-async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, _: JobDep) -> Renewed:
+async def renew(lease_id: LeaseId, body: RenewBody, rt: RuntimeDep, who: JobDep) -> Renewed:
     _check_ttl(rt, body.ttl_s)
     ttl = None if body.ttl_s is None else timedelta(seconds=body.ttl_s)
     lease = await rt.transact(
         lambda conn: leases.renew(
-            conn, lease_id=str(lease_id), holder=body.holder, ttl=ttl, token=body.token
+            conn,
+            lease_id=str(lease_id),
+            holder=body.holder,
+            caller=caller(who),
+            ttl=ttl,
+            token=body.token,
         )
     )
     rt.metrics.renewals.labels(lease.kind).inc()

@@ -28,8 +28,11 @@ def serve(settings: Settings) -> int:
         host=settings.host,
         port=settings.port,
         workers=settings.workers,
-        proxy_headers=True,  # behind the load balancer: client address from X-Forwarded-For
-        forwarded_allow_ips="*",
+        # behind the load balancer, the client's address is the one X-Forwarded-For names, but
+        # only a peer in LAKELOCK_TRUSTED_PROXIES is believed: anyone else could name any
+        # address, and the request log would record it. Without proxies the header is ignored.
+        proxy_headers=bool(settings.proxies),
+        forwarded_allow_ips=settings.proxies,
         # each worker process configures its logging from this, not from main()
         log_config=logging_config(settings.log_level, settings.log_format),
         access_log=False,  # service.server.app logs one JSON line per request instead

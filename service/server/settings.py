@@ -10,7 +10,9 @@ variable and the rule. Every setting is listed in the README (`settings_table()`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+import re
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
@@ -40,6 +42,8 @@ class ApiToken:
     name: str
     role: Role
     secret: str
+    # the table name patterns of LAKELOCK_TOKEN_TABLES it may touch; None: every table
+    tables: tuple[str, ...] | None = None
 
     def __repr__(self) -> str:
         return f"ApiToken(name={self.name!r}, role={self.role!r}, secret='***')"
@@ -77,6 +81,21 @@ class Settings(BaseSettings):
         le=64,
         description="Server processes. Each has its own database pool; on ECS prefer one per "
         "task and more tasks.",
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description="The proxies whose `X-Forwarded-For` (and `X-Forwarded-Proto`) are "
+        "believed, comma-separated addresses and networks: the load balancer's subnets "
+        "(`10.0.0.0/24,10.0.1.0/24`). Empty: nobody's, and the request log records the "
+        "address that connected, which no client can forge.",
+    )
+    token_tables: str = Field(
+        default="",
+        description="Which tables each listed token may touch (make known, lease, report on, "
+        "read), `name=pattern[,pattern...];name=...` with `*` and `?` globs matched against "
+        "the lower-case `catalog.namespace.table` name (`ingest=lake.db.*;compactor=lake.*`). "
+        "Tokens not listed touch any table; operators are never listed. Anything else is a "
+        "403 naming the token, the table and this setting.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="`info` logs one line per request and per lease transition."
@@ -201,6 +220,36 @@ class Settings(BaseSettings):
         "(`<name>.<namespace>.<table>`). Name the jobs' Spark catalog the same.",
     )
 
+    catalog_max_metadata_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Largest metadata file the catalog front writes for a table (its JSON); a "
+        "commit or create that would write a larger one is a 400, unless it shrinks the file "
+        "(expiring snapshots always can).",
+    )
+    catalog_max_properties: int = Field(
+        default=200,
+        ge=10,
+        le=100000,
+        description="Most properties a table or namespace of the catalog front may have; more "
+        "is a 400.",
+    )
+    catalog_max_property_chars: int = Field(
+        default=8192,
+        ge=255,
+        le=1048576,
+        description="Longest table property key or value the catalog front accepts (a "
+        "namespace's are also bounded by the JDBC catalog's columns: keys of 255, values of "
+        "1000); longer is a 400.",
+    )
+    catalog_max_name_chars: int = Field(
+        default=128,
+        ge=64,
+        le=255,
+        description="Longest namespace level or table name the catalog front creates (names "
+        "must be printable; a namespace's levels together fit 255, the JDBC catalog's column).",
+    )
+
     @field_validator("catalog_warehouse")
     @classmethod
     def _check_warehouse(cls, value: str) -> str:
@@ -236,6 +285,18 @@ class Settings(BaseSettings):
         parse_tokens(value)
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: str) -> str:
+        parse_proxies(value)
+        return value
+
+    @field_validator("token_tables")
+    @classmethod
+    def _check_token_tables(cls, value: str) -> str:
+        parse_token_tables(value)
+        return value
+
     @model_validator(mode="after")
     def _check_bounds(self) -> Settings:
         if self.min_ttl_s > self.max_ttl_s:
@@ -245,11 +306,32 @@ class Settings(BaseSettings):
                 "LAKELOCK_TOKENS is empty: set name:role:secret[,...] with role reader, job or "
                 "operator, or switch auth off explicitly with LAKELOCK_AUTH=off (local use only)"
             )
+        roles = {token.name: token.role for token in parse_tokens(self.tokens)}
+        for name in parse_token_tables(self.token_tables):
+            if name not in roles:
+                raise ValueError(
+                    f"LAKELOCK_TOKEN_TABLES names the token {name!r}, which LAKELOCK_TOKENS "
+                    "does not have: use the name part of a configured token"
+                )
+            if roles[name] == "operator":
+                raise ValueError(
+                    f"LAKELOCK_TOKEN_TABLES names {name!r}, an operator token: operators touch "
+                    "every table; leave it out"
+                )
         return self
 
     @property
     def api_tokens(self) -> tuple[ApiToken, ...]:
-        return parse_tokens(self.tokens)
+        tables = parse_token_tables(self.token_tables)
+        return tuple(
+            replace(token, tables=tables[token.name]) if token.name in tables else token
+            for token in parse_tokens(self.tokens)
+        )
+
+    @property
+    def proxies(self) -> list[str]:
+        """LAKELOCK_TRUSTED_PROXIES as a list (empty: trust no proxy)."""
+        return parse_proxies(self.trusted_proxies)
 
     @property
     def is_sqlite(self) -> bool:
@@ -274,6 +356,47 @@ def parse_tokens(value: str) -> tuple[ApiToken, ...]:
         names.add(name)
         found.append(ApiToken(name=name, role=role, secret=secret))  # type: ignore[arg-type]
     return tuple(found)
+
+
+def parse_proxies(value: str) -> list[str]:
+    """`10.0.0.0/24,10.0.1.7` → the entries; ValueError names one that is no address or
+    network."""
+    found = []
+    for entry in filter(None, (e.strip() for e in value.split(","))):
+        try:
+            ipaddress.ip_network(entry)  # an address is a network of one
+        except ValueError:
+            raise ValueError(
+                f"{entry!r} is not an IP address or network: list the load balancer's "
+                "addresses or subnets, e.g. 10.0.0.0/24,10.0.1.0/24 (a network's host bits "
+                "zero; no `*`, no host names)"
+            ) from None
+        found.append(entry)
+    return found
+
+
+_GLOB = re.compile(r"^[A-Za-z0-9_.*?]+$")
+
+
+def parse_token_tables(value: str) -> dict[str, tuple[str, ...]]:
+    """`ingest=lake.db.*;compactor=lake.*,ops.*` → {token name: lower-case patterns};
+    ValueError names a bad entry."""
+    found: dict[str, tuple[str, ...]] = {}
+    for position, entry in enumerate(filter(None, (e.strip() for e in value.split(";"))), 1):
+        name, sep, patterns = (part.strip() for part in entry.partition("="))
+        globs = tuple(p.strip().lower() for p in patterns.split(",") if p.strip())
+        if not sep or not name or not globs:
+            raise ValueError(f"entry {position} is not name=pattern[,pattern...]")
+        bad = next((glob for glob in globs if not _GLOB.match(glob)), None)
+        if bad is not None:
+            raise ValueError(
+                f"entry {position} ({name}) has the pattern {bad!r}: use letters, digits, _ "
+                "and . with the globs * and ?, e.g. lake.db.*"
+            )
+        if name in found:
+            raise ValueError(f"entry {position} repeats the token {name!r}")
+        found[name] = globs
+    return found
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -456,6 +456,8 @@ class Lease(_Answer):
     lease.token        # the fencing token of a maintenance lease; None for commit leases, claims
     lease.remaining_s  # seconds left when the service answered
     lease.state        # live | released | expired | revoked
+    lease.principal    # the token that took it: only it renews, releases, commits under it
+    lease.renewals     # how often it was renewed
     """
 
     lease_id: str
@@ -469,6 +471,8 @@ class Lease(_Answer):
     held_s: float = 0.0
     state: LeaseState = "live"
     partitions: Partitions | None = None
+    principal: str | None = None
+    renewals: int = 0
 
 
 class Intent(_Answer):
@@ -480,6 +484,7 @@ class Intent(_Answer):
     remaining_s: float
     open_s: float
     cause: Literal["drain", "backpressure"] = "drain"
+    principal: str | None = None
 
 
 class IntentRef(_Answer):
@@ -609,7 +614,14 @@ class TableState(_Answer):
 
 
 class Tables(_Answer):
+    """A page of the known tables, by name."""
+
     tables: tuple[TableState, ...]
+    next: str | None = Field(
+        default=None,
+        description="more tables follow: ask again with `after` set to this (the last name "
+        "of this page); null on the last page",
+    )
 
 
 class Renewed(_Answer):

@@ -1,0 +1,138 @@
+"""What the catalog front accepts from a client besides commits: names, properties, metadata
+size (docs/catalogs.md, "What the front refuses").
+
+    limits = Limits(max_metadata_bytes=..., max_properties=..., ...)   # from the settings
+    check_table_properties(limits, {"write.format.default": "parquet"})
+    check_name(limits, "events", what="table name")
+
+Each refusal is an InvalidRequest (400) that names the cap or the rule, so the client knows
+what to change. A table property that chooses a class (`py-io-impl`, `io-impl`,
+`write.py-location-provider.impl`, any `*.impl` or `*-impl` key) is refused outright: pyiceberg
+imports the class such a property names, and the service never runs what a client names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from service.wire.errors import InvalidRequest
+
+__all__ = [
+    "Limits",
+    "chooses_a_class",
+    "check_name",
+    "check_table_properties",
+    "check_property_count",
+    "check_namespace_properties",
+    "check_metadata_size",
+    "NAMESPACE_KEY_CHARS",
+    "NAMESPACE_VALUE_CHARS",
+    "NAMESPACE_CHARS",
+]
+
+# the JdbcCatalog's columns: a namespace's joined levels, its property keys and values
+NAMESPACE_CHARS, NAMESPACE_KEY_CHARS, NAMESPACE_VALUE_CHARS = 255, 255, 1000
+_CLASS_KEY = re.compile(r"[.-]impl$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps of the catalog front (LAKELOCK_CATALOG_MAX_*)."""
+
+    max_metadata_bytes: int = 32 * 1024 * 1024
+    max_properties: int = 200
+    max_property_chars: int = 8192
+    max_name_chars: int = 128
+
+
+def chooses_a_class(key: str) -> bool:
+    return bool(_CLASS_KEY.search(key.strip()))
+
+
+def check_name(limits: Limits, name: str, *, what: str) -> None:
+    """A namespace level or table name the catalog stores: printable and bounded.
+
+    Raises:
+        InvalidRequest: it is not.
+    """
+    if not name or not name.isprintable() or len(name) > limits.max_name_chars:
+        raise InvalidRequest(
+            f"{what} {name[:80]!r}: printable characters, 1 to {limits.max_name_chars} of them "
+            "(LAKELOCK_CATALOG_MAX_NAME_CHARS)"
+        )
+
+
+def check_table_properties(limits: Limits, properties: Mapping[str, str]) -> None:
+    """Properties a create or a commit sets: no class chosen, printable keys, each key and
+    value within the cap.
+
+    Raises:
+        InvalidRequest: one breaks a rule; the message names it.
+    """
+    for key, value in properties.items():
+        if chooses_a_class(key):
+            raise InvalidRequest(
+                f"table property {key[:200]!r} chooses a class, which this catalog never loads "
+                "from a client; remove it (file access and file locations are the catalog's)"
+            )
+        chars = limits.max_property_chars
+        _check_property(key, value, chars, chars, "LAKELOCK_CATALOG_MAX_PROPERTY_CHARS")
+
+
+def check_property_count(limits: Limits, count: int, *, what: str) -> None:
+    """A table or namespace has at most the cap of properties.
+
+    Raises:
+        InvalidRequest: more than the cap.
+    """
+    if count > limits.max_properties:
+        raise InvalidRequest(
+            f"{what} would have {count} properties, more than {limits.max_properties} "
+            "(LAKELOCK_CATALOG_MAX_PROPERTIES); remove some"
+        )
+
+
+def check_namespace_properties(limits: Limits, properties: Mapping[str, str]) -> None:
+    """Properties set on a namespace: printable keys, within the cap and the JdbcCatalog's
+    columns (keys of 255 characters, values of 1000).
+
+    Raises:
+        InvalidRequest: one breaks a rule; the message names it.
+    """
+    key_chars = min(limits.max_property_chars, NAMESPACE_KEY_CHARS)
+    value_chars = min(limits.max_property_chars, NAMESPACE_VALUE_CHARS)
+    cap = (
+        "LAKELOCK_CATALOG_MAX_PROPERTY_CHARS, and the catalog's columns: keys of "
+        f"{NAMESPACE_KEY_CHARS}, values of {NAMESPACE_VALUE_CHARS}"
+    )
+    for key, value in properties.items():
+        _check_property(key, value, key_chars, value_chars, cap)
+
+
+def _check_property(key: str, value: str, key_chars: int, value_chars: int, cap: str) -> None:
+    if not key or not key.isprintable() or len(key) > key_chars:
+        raise InvalidRequest(
+            f"property key {key[:80]!r}: printable characters, 1 to {key_chars} of them ({cap})"
+        )
+    if len(value) > value_chars:
+        raise InvalidRequest(
+            f"property {key[:80]!r}: its value has {len(value)} characters, more than "
+            f"{value_chars} ({cap})"
+        )
+
+
+def check_metadata_size(limits: Limits, size: int, before: int, table: str) -> None:
+    """The metadata file the front would write stays within the cap, or shrinks (so a table
+    past a lowered cap can still expire snapshots).
+
+    Raises:
+        InvalidRequest: it would grow past the cap.
+    """
+    if size > limits.max_metadata_bytes and size > before:
+        raise InvalidRequest(
+            f"{table}: the table's metadata would be {size} bytes, more than "
+            f"{limits.max_metadata_bytes} (LAKELOCK_CATALOG_MAX_METADATA_BYTES); expire "
+            "snapshots or remove unused schemas, specs and properties first"
+        )

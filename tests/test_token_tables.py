@@ -1,0 +1,144 @@
+"""LAKELOCK_TOKEN_TABLES: a listed token touches only the tables its patterns match, on every
+route of the lease API with a {table}; a refusal is a 403 naming the token, the table and the
+setting, and changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from service.server.app import create_app
+from service.server.auth import may_touch
+from service.server.settings import ApiToken, SettingsError
+from tests.conftest import auth, make_settings
+
+RULES = "job-client=lake.db.*;reader-client=lake.db.*,lake.raw.event?"
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, object]:
+    return {"token_tables": RULES}
+
+
+def _table_routes() -> list[tuple[str, str]]:
+    """Every operation of openapi.json with a {table} in its path."""
+    app = create_app(make_settings("sqlite://", token_tables=RULES))
+    return [
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        if "{table}" in path
+        for method in operations
+    ]
+
+
+TABLE_ROUTES = _table_routes()
+
+
+def test_the_lease_api_has_its_table_routes_in_openapi() -> None:
+    assert len(TABLE_ROUTES) >= 15, TABLE_ROUTES
+
+
+@pytest.mark.parametrize(("method", "path"), TABLE_ROUTES)
+def test_a_listed_token_is_refused_every_table_call_outside_its_patterns(
+    api: httpx.Client, method: str, path: str
+) -> None:
+    url = path.format(table="Other.DB.Events", reader="r1", request_id="r1")
+    body = {} if method in ("POST", "PUT") else None
+    answer = api.request(method, url, json=body, headers=auth("job"))
+    assert answer.status_code == 403, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["type"] == "urn:lakelock:forbidden"
+    assert problem["token"] == "job-client"
+    assert problem["table"] == "other.db.events"
+    assert problem["setting"] == "LAKELOCK_TOKEN_TABLES"
+    for named in ("job-client", "other.db.events", "LAKELOCK_TOKEN_TABLES", "lake.db.*"):
+        assert named in problem["detail"]
+    # nothing was made known
+    assert api.get("/v1/tables/other.db.events").status_code == 404
+    assert api.get("/v1/tables").json()["tables"] == []
+
+
+def test_a_listed_token_works_on_the_tables_its_patterns_match(api: httpx.Client) -> None:
+    lease = api.post(
+        "/v1/tables/Lake.DB.Events/commit-leases",
+        json={"holder": "ingest-1", "ttl_s": 30},
+        headers=auth("job"),
+    )
+    assert lease.status_code == 201, lease.text
+    assert lease.json()["table"] == "lake.db.events"
+    assert api.get("/v1/tables/lake.db.events", headers=auth("job")).status_code == 200
+
+
+def test_a_reader_listed_sees_and_reads_only_its_tables(api: httpx.Client) -> None:
+    for name in ("lake.db.events", "lake.raw.events", "lake.raw.eventsx", "other.db.events"):
+        assert (
+            api.put(
+                f"/v1/tables/{name}/switch", json={"reason": "r", "ingest": "running"}
+            ).status_code
+            == 200
+        )
+    listed = api.get("/v1/tables", headers=auth("reader")).json()
+    assert [t["table"] for t in listed["tables"]] == ["lake.db.events", "lake.raw.events"]
+    assert api.get("/v1/tables/other.db.events", headers=auth("reader")).status_code == 403
+    page = api.get("/v1/tables", params={"limit": 1}, headers=auth("reader")).json()
+    assert page["next"] == "lake.db.events"
+    rest = api.get("/v1/tables", params={"after": page["next"]}, headers=auth("reader")).json()
+    assert [t["table"] for t in rest["tables"]] == ["lake.raw.events"]
+    assert rest["next"] is None
+
+
+def test_operators_and_tokens_not_listed_touch_any_table(api: httpx.Client) -> None:
+    assert (
+        api.put(
+            "/v1/tables/other.db.events/switch", json={"reason": "r", "ingest": "running"}
+        ).status_code
+        == 200
+    )
+    assert len(api.get("/v1/tables").json()["tables"]) == 1
+
+
+def test_a_malformed_table_name_is_still_the_routes_422(api: httpx.Client) -> None:
+    answer = api.post(
+        "/v1/tables/not-a-table/commit-leases",
+        json={"holder": "h", "ttl_s": 30},
+        headers=auth("job"),
+    )
+    assert answer.status_code == 422, answer.text
+
+
+def test_may_touch_matches_the_lower_case_name_with_globs() -> None:
+    limited = ApiToken("ingest", "job", "x" * 8, tables=("lake.db.*", "lakelock.ns.t?"))
+    assert may_touch(limited, "lake.db.events")
+    assert may_touch(limited, "LAKE.DB.Events")
+    assert may_touch(limited, "lake.db.x.y"), "* matches dots too"
+    assert may_touch(limited, "lakelock.ns.t1")
+    assert not may_touch(limited, "lakelock.ns.t12")
+    assert not may_touch(limited, "lake.dbx.events")
+    assert may_touch(ApiToken("ops", "operator", "x" * 8), "anything.at.all")
+
+
+def test_tokens_carry_their_patterns_from_the_settings() -> None:
+    settings = make_settings("sqlite://", token_tables=" job-client = Lake.DB.* , x.y ; ")
+    tokens = {token.name: token for token in settings.api_tokens}
+    assert tokens["job-client"].tables == ("lake.db.*", "x.y")
+    assert tokens["reader-client"].tables is None
+    assert tokens["operator-client"].tables is None
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nobody=lake.*", "names the token 'nobody', which LAKELOCK_TOKENS does not have"),
+        ("operator-client=lake.*", "an operator token: operators touch every table"),
+        ("job-client=lake.db.*;job-client=x.*", "entry 2 repeats the token 'job-client'"),
+        ("job-client", "entry 1 is not name=pattern"),
+        ("job-client=", "entry 1 is not name=pattern"),
+        ("job-client=lake/db", "entry 1 (job-client) has the pattern 'lake/db'"),
+    ],
+)
+def test_a_bad_token_tables_value_stops_start_up_with_a_message(value: str, message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        make_settings("sqlite://", token_tables=value)
+    assert "LAKELOCK_TOKEN_TABLES" in str(caught.value)
+    assert message in str(caught.value)
