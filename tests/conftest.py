@@ -153,6 +153,36 @@ def start_server(
     )
 
 
+def start_front(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    **env: str,
+) -> LocalService:
+    """A service process with the catalog front on, over the database `request.param` names
+    (`sqlite`: a new file; `mariadb`: the session's database, emptied), its warehouse a new
+    folder. The process carries `db_url`, `warehouse` and `folder` for the test's own reads."""
+    folder = tmp_path_factory.mktemp(f"{name}-{request.param}")
+    if request.param == "sqlite":
+        from service.lock import migrate
+
+        db_url = f"sqlite:///{folder / 'lakelock.db'}"
+        migrate.upgrade(db_url)
+    else:
+        db_url = request.getfixturevalue("mariadb_session_url")
+        _empty_mariadb(db_url)
+    warehouse = folder / "warehouse"
+    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(), **env)
+    server.db_url = db_url  # type: ignore[misc]
+    server.warehouse = warehouse  # type: ignore[attr-defined]
+    server.folder = folder  # type: ignore[attr-defined]
+    return server
+
+
+BOTH_DATABASES = ["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
+"""The params of a module-scoped fixture that runs its tests on both databases."""
+
+
 @pytest.fixture(scope="module")
 def lakelock_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A real service process on SQLite, one per test module."""

@@ -19,8 +19,11 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 __all__ = ["rewrite_body"]
 
 
-def rewrite_body(table: Any, day: date, properties: dict[str, str]) -> dict[str, Any] | None:
-    """The commit body that rewrites partition `dt=day` of `table` (None: it has no files)."""
+def rewrite_body(
+    table: Any, day: date, properties: dict[str, str], label: str = "replace"
+) -> dict[str, Any] | None:
+    """The commit body that rewrites partition `dt=day` of `table` (None: it has no files),
+    its snapshot labelled `label` (Spark's rewrite says `replace`)."""
     where = EqualTo("dt", day.isoformat())
     files = [task.file for task in table.scan(row_filter=where).plan_files()]
     if not files:
@@ -45,5 +48,5 @@ def rewrite_body(table: Any, day: date, properties: dict[str, str]) -> dict[str,
     }
     for update in body["updates"]:
         if update["action"] == "add-snapshot":
-            update["snapshot"]["summary"]["operation"] = "replace"
+            update["snapshot"]["summary"]["operation"] = label
     return body

@@ -30,7 +30,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
+from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.helpers import metric
 from tests.iceberg_commits import rewrite_body
 
@@ -43,25 +43,11 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
 CATALOG = "lakelock"
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
-)
+@pytest.fixture(scope="module", params=BOTH_DATABASES)
 def front(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp(f"front-{request.param}")
-    if request.param == "sqlite":
-        from service.lock import migrate
-
-        db_url = f"sqlite:///{folder / 'lakelock.db'}"
-        migrate.upgrade(db_url)
-    else:
-        db_url = request.getfixturevalue("mariadb_session_url")
-        _empty_mariadb(db_url)
-    warehouse = folder / "warehouse"
-    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri())
-    server.db_url = db_url  # type: ignore[attr-defined]
-    server.warehouse = warehouse  # type: ignore[attr-defined]
+    server = start_front(request, tmp_path_factory, "front")
     yield server
     server.stop()
 

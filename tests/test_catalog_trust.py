@@ -32,7 +32,7 @@ from pyiceberg.manifest import (
     write_manifest_list,
 )
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
+from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 from sqlalchemy import create_engine, update
 
@@ -40,7 +40,8 @@ from service.catalog import changes, locations
 from service.catalog.changes import Written
 from service.catalog.pointers import Pointers
 from service.lock.db import iceberg_tables_t
-from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
+from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+from tests.iceberg_commits import rewrite_body
 from tests.test_catalog_front import SCHEMA, SPEC, maintenance_lease, rows
 
 CATALOG = "lakelock"
@@ -48,36 +49,21 @@ MODULE = "tests.catalog_trust_marker.Named"  # importing it leaves the marker fi
 ADDED_SNAPSHOT_ID = 6  # the field's place in a manifest list's record (Iceberg's spec)
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
-)
+@pytest.fixture(scope="module", params=BOTH_DATABASES)
 def front(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp(f"trust-{request.param}")
-    if request.param == "sqlite":
-        from service.lock import migrate
-
-        db_url = f"sqlite:///{folder / 'lakelock.db'}"
-        migrate.upgrade(db_url)
-    else:
-        db_url = request.getfixturevalue("mariadb_session_url")
-        _empty_mariadb(db_url)
-    warehouse = folder / "warehouse"
-    marker = folder / "marker"
-    server = start_server(
-        db_url,
-        folder,
-        LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(),
+    marker = tmp_path_factory.mktemp("trust-marker") / "marker"
+    server = start_front(
+        request,
+        tmp_path_factory,
+        "trust",
         LAKELOCK_CATALOG_MAX_METADATA_BYTES=str(256 * 1024),
         LAKELOCK_CATALOG_MAX_PROPERTIES="20",
         LAKELOCK_CATALOG_MAX_PROPERTY_CHARS="300",
         LAKELOCK_CATALOG_MAX_NAME_CHARS="64",
         LAKELOCK_TEST_TRUST_MARKER=str(marker),
     )
-    server.db_url = db_url  # type: ignore[attr-defined]
-    server.warehouse = warehouse  # type: ignore[attr-defined]
-    server.folder = folder  # type: ignore[attr-defined]
     server.marker = marker  # type: ignore[attr-defined]
     yield server
     assert not marker.exists(), "the service imported a class a client named"
@@ -158,24 +144,9 @@ def producer_body(producer: Any, label: str | None = None) -> dict[str, Any]:
 
 def rewrite(table: Any, day: date, label: str, properties: dict[str, str]) -> dict[str, Any]:
     """A partition's files replaced by one file of the same rows, labelled `label`."""
-    from pyiceberg.expressions import EqualTo
-
-    where = EqualTo("dt", day.isoformat())
-    files = [task.file for task in table.scan(row_filter=where).plan_files()]
-    producer = _OverwriteFiles(
-        operation=Operation.OVERWRITE,
-        transaction=table.transaction(),
-        io=table.io,
-        snapshot_properties=properties,
-    )
-    for f in files:
-        producer.delete_data_file(f)
-    data = table.scan(row_filter=where).to_arrow()
-    for f in _dataframe_to_data_files(
-        table.metadata, data, table.io, write_uuid=producer.commit_uuid
-    ):
-        producer.append_data_file(f)
-    return producer_body(producer, label)
+    body = rewrite_body(table, day, properties, label)
+    assert body is not None, f"no files in dt={day}"
+    return body
 
 
 # -- classes a client names -------------------------------------------------------------------

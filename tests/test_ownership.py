@@ -26,7 +26,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from tests.conftest import TOKENS, _empty_mariadb, start_server
+from tests.conftest import BOTH_DATABASES, TOKENS, start_front
 from tests.iceberg_commits import rewrite_body
 
 OTHER = "job-b-secret-00000005"
@@ -45,27 +45,11 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
 DAY = date(2024, 6, 20)
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
-)
+@pytest.fixture(scope="module", params=BOTH_DATABASES)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp(f"ownership-{request.param}")
-    if request.param == "sqlite":
-        from service.lock import migrate
-
-        db_url = f"sqlite:///{folder / 'lakelock.db'}"
-        migrate.upgrade(db_url)
-    else:
-        db_url = request.getfixturevalue("mariadb_session_url")
-        _empty_mariadb(db_url)
-    process = start_server(
-        db_url,
-        folder,
-        LAKELOCK_TOKENS=TOKENS_ENV,
-        LAKELOCK_CATALOG_WAREHOUSE=(folder / "warehouse").as_uri(),
-    )
+    process = start_front(request, tmp_path_factory, "ownership", LAKELOCK_TOKENS=TOKENS_ENV)
     yield process
     process.stop()
 

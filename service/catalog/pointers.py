@@ -350,15 +350,15 @@ def _absent_removals_dropped(
     `TableMetadata.Builder.removeProperties` (pyiceberg's raises KeyError on one)."""
     present = set(properties)
     kept: list[TableUpdate] = []
-    for update in updates:
-        if isinstance(update, SetPropertiesUpdate):
-            present |= set(update.updates)
-        elif isinstance(update, RemovePropertiesUpdate):
-            removals = [key for key in update.removals if key in present]
-            if len(removals) != len(update.removals):
-                update = update.model_copy(update={"removals": removals})
+    for change in updates:
+        if isinstance(change, SetPropertiesUpdate):
+            present |= set(change.updates)
+        elif isinstance(change, RemovePropertiesUpdate):
+            removals = [key for key in change.removals if key in present]
+            if len(removals) != len(change.removals):
+                change = change.model_copy(update={"removals": removals})
             present -= set(removals)
-        kept.append(update)
+        kept.append(change)
     return tuple(kept)
 
 

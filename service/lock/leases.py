@@ -763,14 +763,7 @@ def _live(
             _end_expired(conn, lease, at)
     for intent in intents:
         if not intent.live(at):
-            _end_intent(
-                conn,
-                intent,
-                at,
-                "intent.expired",
-                actor=SYSTEM,
-                expired_at=intent.expires_at.isoformat(),
-            )
+            _expire_intent(conn, intent, at)
     live_leases = tuple(x for x in leases if x.live(at))
     live_intents = tuple(x for x in intents if x.live(at))
     latest = max((x.expires_at for x in (*live_leases, *live_intents)), default=None)
@@ -818,14 +811,7 @@ def _end_claims_backpressure(conn: Connection, table: str, at: datetime) -> None
     pressed = [x for x in intents if x.cause == "backpressure"]
     expired = [x for x in pressed if not x.live(at)]
     for intent in expired:
-        _end_intent(
-            conn,
-            intent,
-            at,
-            "intent.expired",
-            actor=SYSTEM,
-            expired_at=intent.expires_at.isoformat(),
-        )
+        _expire_intent(conn, intent, at)
     if expired:
         _holds_ended(conn, table)
     _end_backpressure(conn, table, at, [x for x in pressed if x.live(at)], actor=SYSTEM)
@@ -854,6 +840,13 @@ def _audit_end(
         principal=lease.principal,
         renewals=lease.renewals,
         **detail,
+    )
+
+
+def _expire_intent(conn: Connection, intent: IntentRow, at: datetime) -> None:
+    """An intent whose expiry passed, ended by the service itself."""
+    _end_intent(
+        conn, intent, at, "intent.expired", actor=SYSTEM, expired_at=intent.expires_at.isoformat()
     )
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator
 from sqlalchemy import delete, insert, select
 
 from service.lock import audit, debt, ingest, leases, migrate, readers, state
@@ -45,6 +45,7 @@ from service.wire import (
     IngestLag,
     LagBody,
     Lease,
+    PartitionName,
     ReaderBody,
     ReaderHold,
     Released,
@@ -61,7 +62,7 @@ from service.wire import (
     Withdrawn,
 )
 from service.wire.errors import InvalidRequest, Locked, Refused, Unavailable
-from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name, label
+from service.wire.scope import MAX_NAME_CHARS, is_name, label
 
 __all__ = ["router", "RuntimeDep", "TableName", "LeaseId", "problems"]
 
@@ -642,17 +643,7 @@ def _partition_param(name: str) -> str:
 
 # a query string is text, so "-1.5e-9" is a string too: the name's rule, stated in openapi.json
 # as for the bodies' partitions, is what refuses it
-PartitionParam = Annotated[
-    str,
-    Field(
-        json_schema_extra={
-            "pattern": PARTITION_PATTERN,
-            "minLength": 2,
-            "maxLength": MAX_NAME_CHARS,
-        }
-    ),
-    AfterValidator(_partition_param),
-]
+PartitionParam = Annotated[PartitionName, AfterValidator(_partition_param)]
 
 
 @router.delete("/v1/tables/{table}/backpressure", tags=["leases"], responses=_WRITE)

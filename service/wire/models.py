@@ -37,6 +37,7 @@ from pydantic.json_schema import SkipJsonSchema
 from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
 
 __all__ = [
+    "PartitionName",
     "TABLE_PATTERN",
     "REQUEST_ID_PATTERN",
     "HOLDER_PATTERN",
