@@ -142,3 +142,50 @@ def test_a_bad_token_tables_value_stops_start_up_with_a_message(value: str, mess
         make_settings("sqlite://", token_tables=value)
     assert "LAKELOCK_TOKEN_TABLES" in str(caught.value)
     assert message in str(caught.value)
+
+
+def test_the_catalog_front_keeps_a_listed_token_to_its_tables(db_url, tmp_path) -> None:
+    """The same rule at /iceberg: create, load and commit outside the patterns are 403s that
+    write nothing; a namespace's listing shows the token its own tables only."""
+    from starlette.testclient import TestClient
+
+    warehouse = tmp_path / "warehouse"
+    settings = make_settings(
+        db_url,
+        token_tables="job-client=lakelock.db.mine*",
+        catalog_warehouse=warehouse.as_uri(),
+    )
+    schema = {
+        "type": "struct",
+        "schema-id": 0,
+        "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+    }
+    with TestClient(create_app(settings), base_url="http://t/iceberg/v1") as c:
+        c.post("/namespaces", json={"namespace": ["db"]}, headers=auth("operator"))
+        create = {"name": "theirs", "schema": schema}
+        c.post("/namespaces/db/tables", json=create, headers=auth("operator")).raise_for_status()
+        job = auth("job")
+        refused = c.post(
+            "/namespaces/db/tables", json={"name": "other", "schema": schema}, headers=job
+        )
+        assert refused.status_code == 403 and refused.json()["setting"] == "LAKELOCK_TOKEN_TABLES"
+        assert refused.json()["error"]["type"] == "ForbiddenException"
+        assert not (warehouse / "db" / "other").exists()
+        assert c.get("/namespaces/db/tables/theirs", headers=job).status_code == 403
+        change = {
+            "requirements": [],
+            "updates": [{"action": "set-properties", "updates": {"a": "b"}}],
+        }
+        assert c.post("/namespaces/db/tables/theirs", json=change, headers=job).status_code == 403
+        assert (
+            "a"
+            not in c.get("/namespaces/db/tables/theirs", headers=auth("operator")).json()[
+                "metadata"
+            ]["properties"]
+        )
+        mine = c.post(
+            "/namespaces/db/tables", json={"name": "mine_1", "schema": schema}, headers=job
+        )
+        assert mine.status_code == 200, mine.text
+        listed = c.get("/namespaces/db/tables", headers=job).json()["identifiers"]
+        assert listed == [{"namespace": ["db"], "name": "mine_1"}]

@@ -1,8 +1,7 @@
 """What a catalog commit is, read from its updates and the manifests its snapshots wrote
 (docs/design.md §10, "What a commit is").
 
-    change = read_change(table, base, updated, updates, io, principal=..., headers=...,
-                         held=...)
+    change = read_change(table, base, updated, updates, io, principal=..., headers=...)
     change.kind          "maintenance" | "data" | "table"
     change.partitions    the partition names its snapshots' new manifests add or delete in
     change.counts        files and records added and removed, counted in those manifests
@@ -88,15 +87,13 @@ def read_change(
     *,
     principal: str,
     headers: Mapping[str, str],
-    held: Callable[[], bool],
 ) -> Change:
     """The commit `updates`, which make `updated` of `base`, as service.lock.fence judges it.
 
     Every snapshot's new manifests are read (typically one to three small files, and the
-    parent's manifest list, remembered from the commit that made it): what a snapshot is
-    depends on them. Their partitions are named only when `held()` says a maintenance lease or
-    intent may be live on the table, or the commit is maintenance, so that the fence needs
-    them; otherwise they are only counted (the whole table, to the fence)."""
+    parent's manifest list, remembered from the commit that made it): what a snapshot is, and
+    which partitions it touched, depend on them. The partitions are always named, so the fence
+    judges every commit on what it touched, whatever was granted since it was read."""
     snapshots = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
     removes = any(isinstance(u, RemoveSnapshotsUpdate) for u in updates)
     written = [_written(s, _parent(s, updated, base), io, updated.location) for s in snapshots]
@@ -104,11 +101,7 @@ def read_change(
     summary: dict[str, str] = {}
     for snapshot in snapshots:
         summary.update(summary_of(snapshot))
-    named = kind != "data" or held()
-    if not snapshots:
-        partitions: Scope = frozenset()
-    else:
-        partitions = _named(updated, written) if named else None
+    partitions: Scope = _named(updated, written) if snapshots else frozenset()
     return Change(
         table=table,
         kind=kind,
@@ -120,7 +113,6 @@ def read_change(
         lease_id=_lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER)),
         token=_int(summary.get(TOKEN) or headers.get(TOKEN_HEADER)),
         partitions=partitions,
-        named=named,
         counts=_counts(written),
     )
 

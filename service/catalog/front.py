@@ -328,7 +328,6 @@ class Front:
             staged.io,
             principal=principal,
             headers=headers,
-            held=lambda: self._read(lambda conn: fence.may_be_held(conn, table)),
         )
         self._write(identifier, metadata, staged.io, new, text, raw)
         try:

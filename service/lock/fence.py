@@ -38,17 +38,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, leases, store
-from service.lock.db import debt_t, tables_t
+from service.lock.db import debt_t
 from service.lock.rows import LeaseRow, Live, TableRow
 from service.lock.rules import holding
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
-__all__ = ["Change", "commit", "may_be_held", "MAX_LISTED"]
+__all__ = ["Change", "commit", "MAX_LISTED"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -68,7 +68,6 @@ class Change:
     lease_id: str | None = None
     token: int | None = None
     partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
-    named: bool = True  # False: the partitions were not read (see service.catalog.changes)
     # what the commit's snapshots added and removed (their summaries' totals)
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -97,19 +96,9 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    # a commit whose partitions were not read (no hold was live) is its lease's when it names one
-    leased = _leased(change, lease, at) or (not change.named and _live_here(change, lease, at))
-    _record(conn, change, at, "catalog.commit", foreign=not leased)
+    _record(conn, change, at, "catalog.commit", foreign=not _leased(change, lease, at))
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
-
-
-def may_be_held(conn: Connection, table: str) -> bool:
-    """Whether a maintenance lease or intent may be live on `table` (unlocked, one read): its
-    row's `holds_until` is set. False is only a hint: one granted after this read meets a
-    commit whose partitions were not named, which the check takes as the whole table."""
-    found = conn.execute(select(tables_t.c.holds_until).where(tables_t.c.name == table)).first()
-    return found is not None and found.holds_until is not None
 
 
 def _fenced(change: Change, reason: str, detail: str) -> Fenced:
@@ -220,7 +209,7 @@ def _sample(partitions: Scope) -> str:
 
 
 def _record(conn: Connection, change: Change, at: datetime, event: str, **detail: object) -> None:
-    names = None if change.partitions is None or not change.named else sorted(change.partitions)
+    names = None if change.partitions is None else sorted(change.partitions)
     audit.record(
         conn,
         at=at,

@@ -25,7 +25,8 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
 from service.catalog.front import Front, Loaded
-from service.server.auth import JobDep, OperatorDep, ReaderDep
+from service.server.auth import JobDep, OperatorDep, ReaderDep, may_touch, refusal
+from service.server.settings import ApiToken
 from service.wire.errors import InvalidRequest
 
 __all__ = ["router", "ENDPOINTS"]
@@ -83,6 +84,19 @@ def _levels(levels: Any) -> Identifier:
                 "items, or %1F in a path)"
             )
     return tuple(levels)
+
+
+def _touched(request: Request, caller: ApiToken, identifier: Identifier) -> Identifier:
+    """`identifier`, when `caller` may touch the table (LAKELOCK_TOKEN_TABLES, as on the lease
+    API: one rule, service.server.auth.may_touch).
+
+    Raises:
+        Forbidden: the token's patterns do not cover the table.
+    """
+    name = _front(request).table_name(identifier)
+    if not may_touch(caller, name):
+        raise refusal(caller, name)
+    return identifier
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -199,7 +213,9 @@ async def update_namespace(request: Request, caller: Operator, namespace: str) -
 async def list_tables(request: Request, caller: Reader, namespace: str) -> dict[str, Any]:
     levels = _namespace(namespace)
     found = await _call(request, lambda f: f.list_tables(levels))
-    return {"identifiers": [{"namespace": list(t[:-1]), "name": t[-1]} for t in found]}
+    # a token narrowed to some tables sees those only, as in GET /v1/tables
+    mine = [t for t in found if may_touch(caller, _front(request).table_name(t))]
+    return {"identifiers": [{"namespace": list(t[:-1]), "name": t[-1]} for t in mine]}
 
 
 @router.post("/v1/namespaces/{namespace}/tables")
@@ -210,6 +226,7 @@ async def create_table(request: Request, caller: Job, namespace: str) -> Respons
     for optional in ("location", "partition-spec", "write-order"):
         fields.setdefault(optional, None)  # optional in the specification, not in the model
     body = _parse(CreateTableRequest.model_validate, fields, "create table")
+    _touched(request, caller, (*levels, body.name))
     return _table(await _call(request, lambda f: f.create(levels, body, principal=caller.name)))
 
 
@@ -221,13 +238,13 @@ async def load_table(
     table: str,
     snapshots: Annotated[str | None, Query(pattern="^(all|refs)$")] = None,
 ) -> Response:
-    identifier = (*_namespace(namespace), table)
+    identifier = _touched(request, caller, (*_namespace(namespace), table))
     return _table(await _call(request, lambda f: f.load(identifier)))
 
 
 @router.head("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
 async def table_exists(request: Request, caller: Reader, namespace: str, table: str) -> Response:
-    identifier = (*_namespace(namespace), table)
+    identifier = _touched(request, caller, (*_namespace(namespace), table))
     await _call(request, lambda f: f.load(identifier))
     return Response(status_code=204)
 
@@ -235,7 +252,7 @@ async def table_exists(request: Request, caller: Reader, namespace: str, table: 
 @router.post("/v1/namespaces/{namespace}/tables/{table}")
 async def commit_table(request: Request, caller: Job, namespace: str, table: str) -> Response:
     """Commit `{requirements, updates}`: fenced against lakelock's leases (docs/catalogs.md)."""
-    identifier = (*_namespace(namespace), table)
+    identifier = _touched(request, caller, (*_namespace(namespace), table))
     body = await _body(request)
     requirements = _parse(
         _REQUIREMENTS.validate_python, body.get("requirements", []), "requirements"

@@ -1,0 +1,288 @@
+"""The Iceberg REST catalog at /iceberg, fuzzed with Apache Iceberg's own OpenAPI document.
+
+schemathesis runs the operations lakelock serves (service.server.iceberg.ENDPOINTS, and
+`GET /v1/config`) from Iceberg's `rest-catalog-open-api.yaml` against a live service with the
+catalog on, on SQLite and on MariaDB, once with each role's token: no input may give a 5xx,
+every status must be one the specification declares for the operation, and a call without a
+token must be refused. Then no file may have been written outside the warehouse: every table
+the run made points into it, and nothing new lies beside it in the test's folder, in `/` or in
+the top level of the temporary folder.
+
+The document is Apache Iceberg's (Apache License 2.0) and is not part of this repository: the
+test reads it from LAKELOCK_ICEBERG_OPENAPI, else `../shared/iceberg/rest-catalog-open-api.yaml`
+beside the checkout, and skips without one (the reason says where to put it). It was written
+against Iceberg 1.9.2's. Its paths have a `{prefix}` segment, which lakelock's catalog does not
+(its config answers no prefix); the test writes an adapted copy without it, and without the
+operations lakelock does not serve, into its own folder.
+
+The run is bounded by `MAX_EXAMPLES` per operation and phase and uses the fixed seed of
+tests/fuzzing.py; `bin/fuzz` explores with new seeds.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from sqlalchemy import create_engine, select
+
+from service.catalog import locations
+from service.lock.db import iceberg_tables_t
+from service.server.iceberg import ENDPOINTS
+from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+from tests.fuzzing import fuzz_seed, repeat_hint
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent
+SPEC_ENV = "LAKELOCK_ICEBERG_OPENAPI"
+SPEC_PLACES = (REPO.parent / "shared" / "iceberg" / "rest-catalog-open-api.yaml",)
+# bin/fuzz may ask for more (LAKELOCK_FUZZ_EXAMPLES)
+MAX_EXAMPLES = int(os.environ.get("LAKELOCK_FUZZ_EXAMPLES", "20"))
+ST = Path(sys.executable).with_name("st")
+CONFIG = Path(__file__).with_name("schemathesis-iceberg.toml")
+# what the configuration's fixed path parameters name: made before the run, so that the
+# commit, create and property operations reach the catalog's logic, not only its 404
+NAMESPACE, TABLE = "fuzz", "t"
+SERVED = [*ENDPOINTS, "GET /v1/config"]
+SPEC_COPY = "iceberg-rest-catalog.json"  # the adapted document, in the test's folder
+
+
+def spec_path() -> Path | None:
+    """Where Iceberg's OpenAPI document is; None when nowhere."""
+    named = os.environ.get(SPEC_ENV)
+    if named:
+        return Path(named) if Path(named).is_file() else None
+    return next((p for p in SPEC_PLACES if p.is_file()), None)
+
+
+def adapted(spec: dict[str, Any]) -> dict[str, Any]:
+    """`spec` with the operations lakelock serves only, at lakelock's paths: no `{prefix}`
+    segment and no `prefix` parameter (the catalog's config names no prefix, so clients send
+    none). The server is the caller's (`st run --url <service>/iceberg`).
+
+    Raises:
+        AssertionError: an operation lakelock serves is not in `spec`.
+    """
+    served: dict[str, set[str]] = {}
+    for endpoint in SERVED:
+        method, path = endpoint.split(" ", 1)
+        served.setdefault(path, set()).add(method.lower())
+    paths: dict[str, Any] = {}
+    for path, methods in served.items():
+        item = spec["paths"].get(path)
+        assert item is not None, f"{path}: served by lakelock, not in Iceberg's document"
+        missing = methods - set(item)
+        assert not missing, f"{path}: {sorted(missing)} served by lakelock, not in the document"
+        kept = {
+            key: copy.deepcopy(value)
+            for key, value in item.items()
+            if key in methods or key not in _METHODS
+        }
+        for operation in [kept, *(kept[m] for m in methods)]:
+            if "parameters" in operation:
+                operation["parameters"] = [p for p in operation["parameters"] if not _prefix(p)]
+        paths[path.replace("/{prefix}", "")] = kept
+    return {**spec, "servers": [{"url": "/"}], "paths": paths}
+
+
+_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def _prefix(parameter: dict[str, Any]) -> bool:
+    return (
+        parameter.get("$ref") == "#/components/parameters/prefix"
+        or parameter.get("name") == "prefix"
+    )
+
+
+@pytest.fixture(scope="module")
+def iceberg_spec() -> dict[str, Any]:
+    path = spec_path()
+    if path is None:
+        named = os.environ.get(SPEC_ENV)
+        where = f"{SPEC_ENV}={named} names no file" if named else f"{SPEC_ENV} is not set"
+        pytest.skip(
+            f"Iceberg's REST catalog OpenAPI document is not here ({where}): put Apache "
+            "Iceberg's open-api/rest-catalog-open-api.yaml (1.9.2) at "
+            f"{SPEC_PLACES[0]}, or name it with {SPEC_ENV}"
+        )
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module", params=BOTH_DATABASES)
+def front(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    iceberg_spec: dict[str, Any],
+) -> Iterator[Any]:
+    """A service with the catalog on, holding the namespace and table the configuration's
+    fixed path parameters name; `spec`: the adapted document, in its folder."""
+    server = start_front(request, tmp_path_factory, "fuzz")
+    spec = server.folder / SPEC_COPY
+    spec.write_text(json.dumps(adapted(iceberg_spec)))
+    server.spec = spec  # type: ignore[attr-defined]
+    try:
+        _seed_catalog(server)
+        yield server
+    finally:
+        server.stop()
+
+
+def _seed_catalog(front: Any) -> None:
+    """The namespace and table the configuration's fixed path parameters name."""
+    schema = {
+        "type": "struct",
+        "schema-id": 0,
+        "fields": [{"id": 1, "name": "id", "type": "long", "required": False}],
+    }
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        made = c.post("/v1/namespaces", json={"namespace": [NAMESPACE]})
+        assert made.status_code == 200, made.text
+        made = c.post(f"/v1/namespaces/{NAMESPACE}/tables", json={"name": TABLE, "schema": schema})
+        assert made.status_code == 200, made.text
+
+
+def _schemathesis(
+    spec: Path, url: str, workdir: Path, role: str, seed: int
+) -> tuple[subprocess.CompletedProcess, dict[str, Any]]:
+    workdir.mkdir()
+    report = workdir / "report.json"
+    done = subprocess.run(
+        [
+            str(ST),
+            *("--no-color", "--config-file", str(CONFIG)),
+            "run",
+            str(spec),
+            *("--url", url),
+            *("--report", "json", "--report-json-path", str(report)),
+            *("--header", f"Authorization: Bearer {TOKENS[role]}"),
+            *("--checks", ",".join(CHECKS)),
+            *("--max-examples", str(MAX_EXAMPLES)),
+            # the same cases every run; no examples kept from earlier runs to replay
+            *("--seed", str(seed), "--generation-database", "none"),
+            # one worker: hypothesis describes its lambdas with ast.parse, which CPython before
+            # 3.11.8 cannot run in two threads at once (gh-106905)
+            *("--request-timeout", "30", "--workers", "1"),
+            # a failure's report shows the request as sent: pyiceberg's map types have fields
+            # named `key` and `key-id`, which schemathesis would mask as secrets
+            *("--output-sanitize", "false"),
+            # every failing case in the report, not only each operation's first
+            "--continue-on-failure",
+        ],
+        cwd=workdir,  # its own state (.schemathesis/) stays out of the repository
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return done, json.loads(report.read_text()) if report.exists() else {}
+
+
+# Every check that can judge lakelock by Iceberg's document: no 5xx; only statuses the
+# document declares for the operation; a call without a token refused; success bodies and
+# headers as declared. Left off:
+# - content_type_conformance: lakelock answers every error as application/problem+json (RFC
+#   9457, with Iceberg's `error` object beside its members), where the document declares
+#   application/json; Iceberg's clients read either. (response_schema_conformance judges the
+#   bodies of the declared media type only, so the errors' extra members pass it.)
+# - negative_data_rejection: lakelock reads bodies as Iceberg's own catalogs do, not as strictly
+#   as the document types them: it does not page (`pageSize` is ignored, whatever its value),
+#   takes property values as strings, keeps no metrics report (so does not read one), and an
+#   absent `updates` or `requirements` is an empty list.
+# - positive_data_acceptance: a well-formed request may still be refused with 400 for what
+#   the document cannot state: a table lakelock cannot lease (one namespace level, identifier
+#   names), a location outside the warehouse, a property that chooses a class, the size caps
+#   (docs/catalogs.md, "What the front refuses").
+# - use_after_free, ensure_resource_availability: the document has no links, and those
+#   schemathesis infers put a created namespace (a JSON list of levels) into the next call's
+#   path as the list's text, `['db']`, where the path has the levels joined with %1F: that call
+#   finds no such namespace, rightly. (The stateful phase runs, with the checks above.)
+CHECKS = [
+    "not_a_server_error",
+    "status_code_conformance",
+    "ignored_auth",
+    "response_schema_conformance",
+    "response_headers_conformance",
+    "missing_required_header",
+    "unsupported_method",
+    "allow_header_conformance",
+]
+
+
+def _top_level(folder: Path) -> set[str]:
+    try:
+        return {p.name for p in folder.iterdir()}
+    except OSError:
+        return set()
+
+
+@pytest.mark.parametrize("role", ["reader", "job", "operator"])
+def test_no_call_in_icebergs_own_contract_fails_the_catalog(front: Any, role: str) -> None:
+    folder: Path = front.folder
+    roots = {Path("/"): _top_level(Path("/")), Path("/tmp"): _top_level(Path("/tmp"))}
+    seed = fuzz_seed()
+    started = time.monotonic()
+    workdir = folder / f"fuzz-{role}"
+    done, report = _schemathesis(front.spec, f"{front.url}/iceberg", workdir, role, seed)
+    took = time.monotonic() - started
+    summary = (
+        f"{role}, {took:.0f}s, "
+        + repeat_hint(seed).replace("test_contract_cases.py", "test_catalog_cases.py")
+        + "\n"
+        + json.dumps(
+            {k: report.get(k) for k in ("seed", "operations", "test_cases", "failures", "errors")}
+        )
+    )
+    assert done.returncode == 0, f"{summary}\n{done.stdout[:30000]}\n{done.stderr[-5000:]}"
+    assert report["failures"] == [] and report["errors"] == [], summary
+    assert report["operations"]["tested"] == report["operations"]["selected"] == len(SERVED)
+    assert "Traceback" not in front.log(), front.log()[-20000:]
+    _nothing_outside_the_warehouse(front, roots)
+
+
+def _nothing_outside_the_warehouse(front: Any, roots: dict[Path, set[str]]) -> None:
+    warehouse: Path = front.warehouse
+    engine = create_engine(front.db_url)
+    try:
+        with engine.connect() as conn:
+            pointed = [
+                row.metadata_location
+                for row in conn.execute(select(iceberg_tables_t.c.metadata_location))
+            ]
+    finally:
+        engine.dispose()
+    assert pointed, "the run's catalog has no table"
+    outside = [p for p in pointed if not locations.inside(p, warehouse.as_uri())]
+    assert outside == [], outside
+    folder: Path = front.folder
+    ours = {"lakelock.db", "lakelock.db-wal", "lakelock.db-shm", "lakelock.db-journal"}
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.is_relative_to(warehouse):
+            continue
+        relative = path.relative_to(folder)
+        expected = (
+            path.name in ours
+            or (relative.parts[0] == path.name and path.name.startswith("service-"))
+            or relative == Path(SPEC_COPY)
+            or relative.parts[0] in {f"fuzz-{role}" for role in TOKENS}  # the fuzzer's own
+        )
+        assert expected, f"{path}: written outside the warehouse"
+    for root, before in roots.items():
+        new = _top_level(root) - before
+        written = [
+            p
+            for name in new
+            for p in [root / name, *(root / name).rglob("*")]
+            if p.name.endswith(".metadata.json") or p.name == "metadata"
+        ]
+        assert written == [], f"the catalog wrote outside its warehouse: {written}"
