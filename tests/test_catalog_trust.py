@@ -10,7 +10,9 @@ commit, a rewrite under a maintenance lease.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import (
     DataFile,
@@ -40,6 +43,7 @@ from service.catalog import changes, locations
 from service.catalog.changes import Written
 from service.catalog.pointers import Pointers
 from service.lock.db import iceberg_tables_t
+from service.wire.errors import InvalidRequest
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.iceberg_commits import rewrite_body
 from tests.test_catalog_front import SCHEMA, SPEC, maintenance_lease, rows
@@ -200,6 +204,9 @@ def test_a_stored_table_naming_classes_loads_and_commits_without_running_them(fr
                 "write.py-location-provider.impl": MODULE,
                 "write.metadata.path": "file:///nowhere/metadata",
                 "s3.endpoint": "http://attacker.example",
+                "s3.signer.uri": "http://attacker.example",
+                "header.X-Forwarded": "x",
+                "Token": "stolen",
             }
         }
     )
@@ -215,13 +222,100 @@ def test_a_stored_table_naming_classes_loads_and_commits_without_running_them(fr
             .values(metadata_location=location)
         )
     engine.dispose()
+    unsafe = {"py-io-impl", "write.py-location-provider.impl", "s3.endpoint", "s3.signer.uri"}
+    unsafe |= {"header.X-Forwarded", "Token"}
     with api(front, "reader") as c:
-        assert c.get("/v1/namespaces/stored/tables/t").status_code == 200
+        loaded = c.get("/v1/namespaces/stored/tables/t")
+    assert loaded.status_code == 200
+    # answered without them: pyiceberg would build every loading client's FileIO from them
+    shown = loaded.json()["metadata"]["properties"]
+    assert not unsafe & set(shown) and shown["write.metadata.path"] == "file:///nowhere/metadata"
+    assert "s3.endpoint" not in rest(front).load_table("stored.t").io.properties
     passed = post_commit(front, table, set_properties({"owner": "ops"}))
     assert passed.status_code == 200, passed.text
+    assert not unsafe & set(passed.json()["metadata"]["properties"])
+    assert passed.json()["metadata"]["properties"]["owner"] == "ops"
     new = passed.json()["metadata-location"]
     assert new.startswith(table.metadata.location + "/metadata/")
+    stored = json.loads(Path(new.removeprefix("file://")).read_text())["properties"]
+    assert unsafe <= set(stored)  # kept in the file, as another catalog wrote them
+    removal = {
+        "requirements": [],
+        "updates": [{"action": "remove-properties", "removals": ["Token"]}],
+    }
+    removed = post_commit(front, table, removal)
+    assert removed.status_code == 200, removed.text
+    new = removed.json()["metadata-location"]
+    assert "Token" not in json.loads(Path(new.removeprefix("file://")).read_text())["properties"]
     assert not front.marker.exists() and not Path("/nowhere").exists()
+
+
+ACCESS_KEYS = [
+    "s3.endpoint",
+    "s3.signer.uri",
+    "S3.Proxy-URI",
+    "s3.access-key-id",
+    "header.Authorization",
+    " token ",
+    "credential",
+    "URI",
+    "warehouse",
+    "prefix",
+    "client.region",
+    "adls.account-key",
+    "gcs.oauth2.token",
+    "oss.endpoint",
+    "hdfs.host",
+    "hf.token",
+    "rest.signing-name",
+    "py-arrow-option",
+]
+
+
+def test_a_property_that_configures_file_access_is_refused_everywhere(front):
+    table = new_table(front, "access")
+    before = all_files(front.warehouse)
+    with api(front) as c:
+        for key in ACCESS_KEYS:
+            for stage in (False, True):
+                made = c.post(
+                    "/v1/namespaces/access/tables",
+                    json=create_body(
+                        "other", properties={key: "http://x.example"}, **{"stage-create": stage}
+                    ),
+                )
+                refused(made, repr(key), "configures file access")
+            answer = post_commit(front, table, set_properties({key: "http://x.example"}))
+            refused(answer, repr(key), "your own client's catalog properties")
+        assert c.head("/v1/namespaces/access/tables/other").status_code == 404
+    unchanged(front, table, before)
+
+
+def test_ordinary_table_properties_pass(front):
+    ordinary = {
+        "format-version": "2",
+        "write.format.default": "parquet",
+        "write.parquet.compression-codec": "zstd",
+        "write.merge.mode": "merge-on-read",
+        "write.update.mode": "merge-on-read",
+        "write.delete.mode": "merge-on-read",
+        "write.distribution-mode": "hash",
+        "write.target-file-size-bytes": "134217728",
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.object-storage.enabled": "false",
+        "read.split.target-size": "134217728",
+        "commit.retry.num-retries": "10",
+        "history.expire.max-snapshot-age-ms": "86400000",
+        "gc.enabled": "true",
+        "owner": "ingest",
+        "comment": "events",
+    }
+    table = new_table(front, "ordinary", properties=ordinary)
+    assert table.metadata.properties["write.merge.mode"] == "merge-on-read"
+    later = {"created-at": "2024-06-20T00:00:00Z", "engine.hive.enabled": "false"}
+    passed = post_commit(front, table, set_properties(later))
+    assert passed.status_code == 200, passed.text
+    assert passed.json()["metadata"]["properties"]["created-at"] == later["created-at"]
 
 
 def test_file_access_is_built_from_the_catalogs_properties_only(tmp_path):
@@ -386,6 +480,169 @@ def test_a_purge_deletes_only_the_tables_own_files(front, caplog):
     ]
     log = (front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log").read_text()
     assert "purge of bait_ns.bait left 1 files outside its location" in log
+
+
+def test_a_symbolic_link_in_the_warehouse_is_no_tables_folder(front):
+    """Locations are compared as written, so a link would make another table's folder (or
+    one outside the warehouse) a new table's: every location through one is refused."""
+    events = new_table(front, "link_ns", "events")
+    folder = front.warehouse / "link_ns"
+    outside = front.folder / "linked-outside"
+    outside.mkdir()
+    os.symlink(folder / "events", folder / "alias")
+    os.symlink(outside, folder / "out")
+    (folder / "real").mkdir()
+    os.symlink(folder / "events" / "data", folder / "real" / "data")
+    warehouse = front.warehouse.as_uri()
+    before = all_files(front.warehouse)
+    with api(front) as c:
+        made = c.post("/v1/namespaces/link_ns/tables", json=create_body("alias"))
+        refused(made, "symbolic link")  # the default folder is the link
+        for location in ("alias", "alias/inner", "out", "out/t"):
+            made = c.post(
+                "/v1/namespaces/link_ns/tables",
+                json=create_body("u", location=f"{warehouse}/link_ns/{location}"),
+            )
+            refused(made, "symbolic link")
+        assert c.head("/v1/namespaces/link_ns/tables/u").status_code == 404
+    moved = {
+        "requirements": [],
+        "updates": [{"action": "set-location", "location": f"{warehouse}/link_ns/out/t"}],
+    }
+    refused(post_commit(front, events, moved), "symbolic link")
+    real = rest(front).create_table(
+        "link_ns.real", SCHEMA, location=f"{warehouse}/link_ns/real"
+    )  # a folder with a link inside is a location; its data path through the link is not
+    refused(
+        post_commit(front, real, set_properties({"write.data.path": f"{real.location()}/data"})),
+        "write.data.path",
+    )
+    unchanged(front, events, before | all_files(folder / "real"))
+    assert not any(outside.iterdir())
+
+
+def test_a_purge_follows_no_symbolic_link_and_goes_on_past_what_it_cannot_delete(front):
+    """A table whose folder became a link to another table's deletes nothing; a link or a
+    folder among a table's files is left, and the files beside it are still deleted."""
+    new_table(front, "purge_links", "victim")
+    theirs = all_files(front.warehouse / "purge_links" / "victim")
+    alias = new_table(front, "purge_links", "alias")
+    folder = front.warehouse / "purge_links"
+    shutil.copytree(folder / "alias", folder / "victim", dirs_exist_ok=True)
+    shutil.rmtree(folder / "alias")
+    os.symlink(folder / "victim", folder / "alias")
+    copied = all_files(folder / "victim")
+    with api(front, "operator") as c:
+        dropped = c.delete(
+            "/v1/namespaces/purge_links/tables/alias", params={"purgeRequested": "true"}
+        )
+    assert dropped.status_code == 204, dropped.text
+    assert theirs < copied == all_files(folder / "victim")
+    ids = rest(front).load_table("purge_links.victim").scan().to_arrow()["id"].to_pylist()
+    assert sorted(ids) == [0, 1, 2, 10, 11, 12]
+    assert alias.metadata.location == f"{front.warehouse.as_uri()}/purge_links/alias"
+
+    odd = new_table(front, "purge_odd")
+    data = sorted(
+        Path(task.file.file_path.removeprefix("file://")) for task in odd.scan().plan_files()
+    )
+    keep = front.folder / "keep.parquet"
+    shutil.copy(data[1], keep)
+    data[0].unlink()
+    data[0].mkdir()  # a folder where a data file was
+    data[1].unlink()
+    os.symlink(keep, data[1])  # a link where a data file was
+    with api(front, "operator") as c:
+        dropped = c.delete("/v1/namespaces/purge_odd/tables/t", params={"purgeRequested": "true"})
+    assert dropped.status_code == 204, dropped.text
+    assert data[0].is_dir() and data[1].is_symlink() and keep.exists()
+    left = {p for p in all_files(front.warehouse / "purge_odd") if not p.is_symlink()}
+    assert not left, left  # every metadata file and manifest was deleted all the same
+    log = (front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log").read_text()
+    assert "purge of purge_links.alias deletes nothing" in log
+    assert "purge of purge_odd.t left 2 files" in log
+
+
+def test_a_purge_logs_and_leaves_a_file_it_cannot_delete(front, monkeypatch):
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    table = new_table(front, "purge_fail")
+    stuck = table.metadata.current_snapshot().manifest_list
+    real_delete = PyArrowFileIO.delete
+
+    def delete(io: PyArrowFileIO, location: str) -> None:
+        if location == stuck:
+            raise PermissionError(13, "Permission denied", location)
+        real_delete(io, location)
+
+    monkeypatch.setattr(PyArrowFileIO, "delete", delete)
+    pointers = Pointers(CATALOG, create_engine("sqlite://"), warehouse=front.warehouse.as_uri())
+    deleted, left = pointers.purge_files(table)
+    assert left == [stuck] and deleted > 0
+    assert {p.as_uri() for p in all_files(front.warehouse / "purge_fail")} == {stuck}
+
+
+def test_locations_follow_symbolic_links_on_local_storage(tmp_path):
+    warehouse = tmp_path / "wh"
+    (warehouse / "db" / "events" / "data").mkdir(parents=True)
+    os.symlink(warehouse / "db" / "events", warehouse / "db" / "alias")
+    linked_root = tmp_path / "root-link"
+    os.symlink(warehouse, linked_root)  # a warehouse reached through a link is still one
+    base = warehouse.as_uri()
+    (warehouse / "db" / "t").mkdir()
+    os.symlink(warehouse / "db" / "events" / "data", warehouse / "db" / "t" / "data")
+    # inside only when inside as written and as resolved
+    assert not locations.inside(f"{base}/db/t/data/f.parquet", f"{base}/db/t")
+    assert not locations.inside(f"{base}/db/alias/data/f.parquet", f"{base}/db/events")
+    assert locations.inside(f"{base}/db/events/data/new.parquet", f"{base}/db/events")
+    # a folder that is itself a link holds what its target holds: `through_link` tells
+    assert locations.inside(f"{base}/db/alias/data/f.parquet", f"{base}/db/alias")
+    assert locations.through_link(f"{base}/db/alias/x", base)
+    assert not locations.through_link(f"{base}/db/events/not/yet", base)
+    assert not locations.through_link(f"{linked_root.as_uri()}/db/new", linked_root.as_uri())
+    assert not locations.through_link("s3://b/wh/db/alias", "s3://b/wh")
+    with pytest.raises(InvalidRequest, match="symbolic link"):
+        locations.place(base, ("db",), f"{base}/db/alias/inner")
+    placed = locations.place(linked_root.as_uri(), ("db",), f"{linked_root.as_uri()}/db/new")
+    assert placed == f"{linked_root.as_uri()}/db/new"
+
+
+def test_a_name_differing_only_in_case_is_the_same_table(front):
+    """lakelock names tables in lower case (leases, switch, events): two tables whose names
+    differ in case only would share them, whatever the database's collation allows."""
+    catalog = rest(front)
+    catalog.create_namespace("case_ns")
+    catalog.create_table("case_ns.events", SCHEMA)
+    catalog.create_table("case_ns.other", SCHEMA)
+    warehouse = front.warehouse.as_uri()
+    with api(front) as c:
+        made = c.post(
+            "/v1/namespaces/case_ns/tables",
+            json=create_body("Events", location=f"{warehouse}/case_ns/elsewhere"),
+        )
+    assert made.status_code == 409, made.text
+    assert made.json()["error"]["type"] == "AlreadyExistsException"
+    staged = catalog.create_table_transaction(
+        "case_ns.Later", SCHEMA, location=f"{warehouse}/case_ns/later_elsewhere"
+    )
+    catalog.create_table("case_ns.later", SCHEMA)  # while the other is staged
+    with pytest.raises(CommitFailedException):
+        staged.commit_transaction()
+    with api(front, "operator") as c:
+        renamed = c.post(
+            "/v1/tables/rename",
+            json={
+                "source": {"namespace": ["case_ns"], "name": "other"},
+                "destination": {"namespace": ["case_ns"], "name": "EVENTS"},
+            },
+        )
+    assert renamed.status_code == 409, renamed.text
+    names = sorted(t[1] for t in catalog.list_tables("case_ns"))
+    assert names == ["events", "later", "other"]
+    assert not (front.warehouse / "case_ns" / "elsewhere").exists()
+    if front.db_url.startswith("sqlite"):  # MariaDB's collation refuses these already
+        assert "differs in more than letter case" in made.json()["detail"]
+        assert "letter case" in renamed.json()["detail"]
 
 
 # -- what a commit is -------------------------------------------------------------------------

@@ -13,6 +13,22 @@ def test_auth_off_needs_no_tokens():
 
 
 @pytest.mark.parametrize(
+    ("name", "meaning"),
+    [("lakelock", "the service itself"), ("anonymous", "callers with auth off")],
+)
+def test_a_token_may_not_take_a_name_the_audit_trail_gives_others(name, meaning):
+    """The trail's actor `lakelock` is the service (an expiry), `anonymous` anyone with auth
+    off: a token of either name would pass its calls off as theirs."""
+    with pytest.raises(SettingsError) as caught:
+        load_settings(tokens=f"ingest:job:secret-123,{name}:operator:secret-456")
+    message = str(caught.value)
+    assert "LAKELOCK_TOKENS" in message and f"entry 2 is named {name!r}" in message
+    assert meaning in message and "give the token another name" in message
+    assert "secret-456" not in message
+    assert parse_tokens("lakelock-ops:operator:secret-456")[0].name == "lakelock-ops"
+
+
+@pytest.mark.parametrize(
     ("tokens", "message"),
     [
         ("ingest:writer:secret-123", "role 'writer'"),

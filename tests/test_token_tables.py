@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from service.lock import audit
 from service.server.app import create_app
 from service.server.auth import may_touch
 from service.server.settings import ApiToken, SettingsError
@@ -96,6 +97,53 @@ def test_operators_and_tokens_not_listed_touch_any_table(api: httpx.Client) -> N
         == 200
     )
     assert len(api.get("/v1/tables").json()["tables"]) == 1
+
+
+def _forbidden(answer: httpx.Response, table: str) -> None:
+    assert answer.status_code == 403, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert (problem["token"], problem["table"]) == ("job-client", table)
+    assert problem["setting"] == "LAKELOCK_TOKEN_TABLES"
+
+
+def test_a_listed_token_reads_the_events_of_its_tables_only(
+    api: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(audit, "_EVENTS_READ", 2)  # the filter reads on past whole batches
+    for name in ("lake.db.events", "other.db.events", "other.db.more", "other.db.most"):
+        switched = api.put(f"/v1/tables/{name}/switch", json={"reason": "r", "ingest": "running"})
+        assert switched.status_code == 200, switched.text
+    job = auth("job")
+    _forbidden(
+        api.get("/v1/events", params={"table": "Other.DB.Events"}, headers=job), "other.db.events"
+    )
+    mine = api.get("/v1/events", headers=job).json()["events"]
+    assert mine and {e["table"] for e in mine} == {"lake.db.events"}
+    newest = api.get("/v1/events", params={"limit": 1}, headers=job).json()["events"]
+    assert [e["table"] for e in newest] == ["lake.db.events"]
+    one = api.get("/v1/events", params={"table": "lake.db.events"}, headers=job).json()
+    assert [e["id"] for e in one["events"]] == [e["id"] for e in mine]
+    everything = api.get("/v1/events").json()["events"]  # an operator reads the whole trail
+    assert {e["table"] for e in everything} == {
+        "lake.db.events",
+        "other.db.events",
+        "other.db.more",
+        "other.db.most",
+    }
+
+
+def test_a_listed_token_reads_the_leases_of_its_tables_only(api: httpx.Client) -> None:
+    body = {"holder": "ingest-1", "ttl_s": 30}
+    theirs = api.post("/v1/tables/other.db.events/commit-leases", json=body)
+    assert theirs.status_code == 201, theirs.text
+    mine = api.post("/v1/tables/lake.db.events/commit-leases", json=body, headers=auth("job"))
+    assert mine.status_code == 201, mine.text
+    job = auth("job")
+    _forbidden(api.get(f"/v1/leases/{theirs.json()['lease_id']}", headers=job), "other.db.events")
+    read = api.get(f"/v1/leases/{mine.json()['lease_id']}", headers=job)
+    assert read.status_code == 200 and read.json()["table"] == "lake.db.events"
+    assert api.get(f"/v1/leases/{theirs.json()['lease_id']}").status_code == 200
 
 
 def test_a_malformed_table_name_is_still_the_routes_422(api: httpx.Client) -> None:

@@ -21,22 +21,34 @@ mapped back here.
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.table.update import AddSnapshotUpdate, RemoveSnapshotsUpdate, TableUpdate
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    RemoveSnapshotRefUpdate,
+    RemoveSnapshotsUpdate,
+    SetSnapshotRefUpdate,
+    TableUpdate,
+)
 from pyiceberg.typedef import Record
 
 from service.catalog.locations import inside
 from service.lock.fence import Change, ChangeKind
+from service.wire import MAX_TOKEN
 from service.wire.errors import InvalidRequest
 from service.wire.scope import Scope
 
@@ -47,6 +59,11 @@ LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"
 
 _DATA_OPS = {"append", "overwrite", "delete"}
 LISTED_KEPT = 64  # manifest lists remembered (their manifests' paths): a parent is read once
+# the largest manifest list or manifest the service reads for a commit (Iceberg writes
+# manifests of 8 MiB by default; a list names a few hundred bytes per manifest)
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+log = logging.getLogger("lakelock.catalog")
 
 
 @dataclass
@@ -96,12 +113,18 @@ def read_change(
     judges every commit on what it touched, whatever was granted since it was read."""
     snapshots = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
     removes = any(isinstance(u, RemoveSnapshotsUpdate) for u in updates)
-    written = [_written(s, _parent(s, updated, base), io, updated.location) for s in snapshots]
+    befores = _befores(snapshots, updates, base, updated)
+    written = [_written(s, befores[s.snapshot_id], io, updated.location) for s in snapshots]
     kind = _kind(snapshots, written, removes)
     summary: dict[str, str] = {}
     for snapshot in snapshots:
         summary.update(summary_of(snapshot))
     partitions: Scope = _named(updated, written) if snapshots else frozenset()
+    if _moves_a_branch(updates, {s.snapshot_id for s in snapshots}, base):
+        # a branch set to a snapshot this commit did not add (a rollback, a cherry-pick), or
+        # removed: what it changes is no manifest's to say, so it counts as the whole table
+        kind = "data" if kind == "table" else kind
+        partitions = None
     return Change(
         table=table,
         kind=kind,
@@ -188,10 +211,73 @@ def _snapshot_kind(snapshot: Snapshot, w: Written) -> ChangeKind:
 
 
 def _int(text: str | None) -> int | None:
+    """The fencing token a commit names (None: none, or not a number: no token).
+
+    Raises:
+        InvalidRequest: a number no fencing token can be.
+    """
     try:
-        return None if text is None else int(text)
+        value = None if text is None else int(text)
     except ValueError:
         return None
+    if value is not None and not 0 <= value <= MAX_TOKEN:
+        raise InvalidRequest(
+            f"{TOKEN} (or {TOKEN_HEADER}) is {text[:40]!r}: send the token lakelock granted "
+            f"(an integer from 1 to {MAX_TOKEN})"
+        )
+    return value
+
+
+def _befores(
+    snapshots: list[Snapshot],
+    updates: Sequence[TableUpdate],
+    base: TableMetadata | None,
+    updated: TableMetadata,
+) -> dict[int, Snapshot | None]:
+    """For each snapshot the commit adds, the snapshot it is judged against: for a chain of
+    new snapshots that a branch is set to, the branch's head in the table as it was (not the
+    parent the client declares: a client that names an older parent would hide what its
+    manifest list dropped), each later one against the one before it; a snapshot no branch is
+    set to (staged) against its declared parent."""
+    added = {s.snapshot_id: s for s in snapshots}
+    befores: dict[int, Snapshot | None] = {}
+    for update in updates:
+        if not (
+            isinstance(update, SetSnapshotRefUpdate)
+            and update.type == SnapshotRefType.BRANCH
+            and update.snapshot_id in added
+        ):
+            continue
+        ref = base.refs.get(update.ref_name) if base is not None else None
+        head = base.snapshot_by_id(ref.snapshot_id) if base is not None and ref else None
+        current = added[update.snapshot_id]
+        while current.parent_snapshot_id in added and current.snapshot_id not in befores:
+            befores[current.snapshot_id] = added[current.parent_snapshot_id]
+            current = added[current.parent_snapshot_id]
+        befores.setdefault(current.snapshot_id, head)
+    for snapshot in snapshots:
+        if snapshot.snapshot_id not in befores:
+            befores[snapshot.snapshot_id] = _parent(snapshot, updated, base)
+    return befores
+
+
+def _moves_a_branch(
+    updates: Sequence[TableUpdate], added: set[int], base: TableMetadata | None
+) -> bool:
+    """Whether the commit sets a branch to a snapshot it did not add, or removes a branch."""
+    refs = base.refs if base is not None else {}
+    for update in updates:
+        if isinstance(update, SetSnapshotRefUpdate) and update.type == SnapshotRefType.BRANCH:
+            old = refs.get(update.ref_name)
+            if update.snapshot_id not in added and (
+                old is None or old.snapshot_id != update.snapshot_id
+            ):
+                return True
+        if isinstance(update, RemoveSnapshotRefUpdate):
+            old = refs.get(update.ref_name)
+            if old is not None and old.snapshot_ref_type == SnapshotRefType.BRANCH:
+                return True
+    return False
 
 
 def _parent(
@@ -235,25 +321,31 @@ class _Listed:
 _listed = _Listed()
 
 
-def _written(snapshot: Snapshot, parent: Snapshot | None, io: FileIO, location: str) -> Written:
-    """What `snapshot`'s new manifests (listed by it and not by `parent`) add and delete.
+def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: str) -> Written:
+    """What `snapshot` changed against `before`: the entries of its new manifests (listed by
+    it and not by `before`), and the live files of the manifests it dropped (listed by
+    `before` and not by it). A dropped manifest's file must come back in a new manifest,
+    as carried (`EXISTING`) or deleted; one that does not was deleted all the same, and an
+    `EXISTING` entry no dropped manifest held is a file this commit brings in: both count as
+    what they are, whatever the entries say.
 
     The service reads a manifest list or manifest a client names only inside the table's own
     folder (`location`), where its writers put them (docs/design.md §12): never a path or a
     host of the client's choosing.
 
     Raises:
-        InvalidRequest: a manifest list or new manifest outside the table's folder, or one
-            that cannot be read; a new manifest that says another snapshot added it; a file
-            with a negative record count.
+        InvalidRequest: a manifest list or new manifest outside the table's folder, too large,
+            or one that cannot be read; a new manifest that says another snapshot added it;
+            a file with a negative record count.
     """
     _own(snapshot.manifest_list, location, f"snapshot {snapshot.snapshot_id}'s manifest list")
-    manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list)
-    _listed.remember(snapshot.manifest_list, manifests)
-    before = _listed.paths(parent, io) if parent is not None else frozenset()
+    manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list, io)
+    listed = _listed.remember(snapshot.manifest_list, manifests)
+    kept = _listed.paths(before, io) if before is not None else frozenset()
+    carried = _live_files(before, kept - listed, io) if before is not None else {}
     written = Written()
     for manifest in manifests:
-        if manifest.manifest_path in before:
+        if manifest.manifest_path in kept:
             continue
         _own(manifest.manifest_path, location, f"snapshot {snapshot.snapshot_id}'s manifest")
         if manifest.added_snapshot_id != snapshot.snapshot_id:
@@ -266,10 +358,35 @@ def _written(snapshot: Snapshot, parent: Snapshot | None, io: FileIO, location: 
         entries = _readable(
             lambda m=manifest: m.fetch_manifest_entry(io, discard_deleted=False),
             manifest.manifest_path,
+            io,
         )
         for entry in entries:
-            _count(written, entry, manifest, snapshot)
+            was = carried.pop(entry.data_file.file_path, None)
+            if entry.status == ManifestEntryStatus.EXISTING and was is not None:
+                continue  # carried into a rewritten manifest: nothing this commit wrote
+            added = entry.status != ManifestEntryStatus.DELETED
+            _count(written, entry, manifest.manifest_path, manifest.partition_spec_id, added)
+            _sequence(written, entry, snapshot, added)
+    for path, (spec_id, entry) in carried.items():
+        _count(written, entry, path, spec_id, added=False)  # dropped without a word
     return written
+
+
+def _live_files(
+    before: Snapshot, dropped: frozenset[str], io: FileIO
+) -> dict[str, tuple[int, ManifestEntry]]:
+    """The live files (added or existing) of `before`'s manifests in `dropped`, by path, with
+    their manifest's spec. Read only when a commit drops manifests (a merge of small
+    manifests, a rewrite of them, a delete that rewrites one)."""
+    if not dropped:
+        return {}
+    live: dict[str, tuple[int, ManifestEntry]] = {}
+    for manifest in before.manifests(io):
+        if manifest.manifest_path not in dropped:
+            continue
+        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            live[entry.data_file.file_path] = (manifest.partition_spec_id, entry)
+    return live
 
 
 def _own(path: str, location: str, what: str) -> None:
@@ -284,33 +401,60 @@ def _own(path: str, location: str, what: str) -> None:
 T = TypeVar("T")
 
 
-def _readable(read: Callable[[], T], path: str) -> T:
-    """`read()`, with a file the client named that is missing or no Iceberg file as the
-    client's mistake (400), not a fault of the service."""
+def _readable(read: Callable[[], T], path: str, io: FileIO) -> T:
+    """`read()` of a file a client named, once it is known to be a file of a bounded size; a
+    file that is missing, too large, or no Iceberg file is the client's mistake (400).
+
+    Raises:
+        InvalidRequest: as above; the message names the cause.
+    """
+    size = _size(path, io)
+    if size > MAX_FILE_BYTES:
+        raise InvalidRequest(
+            f"{path[:300]} has {size} bytes, more than the {MAX_FILE_BYTES} a commit's "
+            "manifest list or manifest may have here; split it"
+        )
     try:
         return read()
-    except FileNotFoundError as exc:
-        raise InvalidRequest(f"{path[:300]} does not exist; write it before committing") from exc
-    except (OSError, ValueError, KeyError, EOFError) as exc:
+    except Exception as exc:
+        # what a client wrote decides what the Avro reader raises (Cython's SystemError among
+        # them): logged for the operator, answered as the client's to fix
+        log.warning("%s cannot be read as an Iceberg file: %r", path[:300], exc)
         raise InvalidRequest(
             f"{path[:300]} cannot be read as an Iceberg file ({type(exc).__name__}); commit "
             "the files Iceberg wrote"
         ) from exc
 
 
+def _size(path: str, io: FileIO) -> int:
+    """The size of the file at `path`; on local storage only a regular file (a FIFO would
+    never answer, a device never end).
+
+    Raises:
+        InvalidRequest: no file there, or none of the regular kind.
+    """
+    try:
+        if path.startswith("file:"):
+            found = os.stat(urlparse(path).path)
+            if not stat.S_ISREG(found.st_mode):
+                raise InvalidRequest(f"{path[:300]} is not a regular file; commit Iceberg files")
+            return found.st_size
+        return len(io.new_input(path))
+    except FileNotFoundError as exc:
+        raise InvalidRequest(f"{path[:300]} does not exist; write it before committing") from exc
+
+
 def _count(
-    written: Written, entry: ManifestEntry, manifest: ManifestFile, snapshot: Snapshot
+    written: Written, entry: ManifestEntry, manifest: str, spec_id: int, added: bool
 ) -> None:
-    if entry.status == ManifestEntryStatus.EXISTING:
-        return  # carried into a rewritten manifest: nothing this commit wrote
+    """One file the commit adds (`added`) or deletes, with its partition."""
     file = entry.data_file
     records = file.record_count
     if records is None or records < 0:
         raise InvalidRequest(
-            f"manifest {manifest.manifest_path} lists {file.file_path} with record_count "
+            f"manifest {manifest} lists {file.file_path} with record_count "
             f"{records}: a file holds zero or more records"
         )
-    added = entry.status == ManifestEntryStatus.ADDED
     if file.content == DataFileContent.DATA:
         if added:
             written.added_data += 1
@@ -322,11 +466,16 @@ def _count(
         written.added_deletes += 1
     else:
         written.removed_deletes += 1
+    key = (spec_id, repr(file.partition))
+    written.partitions.setdefault(key, file.partition)
+
+
+def _sequence(written: Written, entry: ManifestEntry, snapshot: Snapshot, added: bool) -> None:
+    """A file added with a data sequence number before the commit's: only a rewrite keeps
+    its inputs' numbers (so that older deletes still apply to the rows it wrote again)."""
     sequence = snapshot.sequence_number or 0
     if added and entry.sequence_number is not None and entry.sequence_number < sequence:
         written.older_sequence = True
-    key = (manifest.partition_spec_id, repr(file.partition))
-    written.partitions.setdefault(key, file.partition)
 
 
 def _named(metadata: TableMetadata, written: list[Written]) -> Scope:

@@ -12,10 +12,12 @@ The data and manifest files a refused writer wrote are the writer's to clean up 
 clients do on 403 and on 409 after their retries).
 
 Names: a table served here is `<catalog name>.<namespace>.<table>` in lakelock's leases,
-switch and events, the names the jobs use when their Spark catalog has the same name.
+switch and events, the names the jobs use when their Spark catalog has the same name, in lower
+case; so no two tables' names differ in letter case only (`_check_case`, Pointers.namesake).
 
-What a client may not choose (docs/catalogs.md, "What the front refuses"): a class (a table
-property naming one: service.catalog.limits), a folder outside its table's own
+What a client may not choose (docs/catalogs.md, "What the front refuses"): a class, or another
+client's file access (table properties naming one or configuring it: service.catalog.limits;
+stored ones are left out of every answer, `_answered`), a folder outside its table's own
 (service.catalog.locations), sizes past the caps (`Limits`).
 """
 
@@ -179,7 +181,7 @@ class Front:
         except NoSuchTableError as exc:
             raise self._no_table(identifier) from exc
         metadata, text = self.pointers.read_metadata(table.metadata_location)
-        return table.metadata_location, metadata, text
+        return _answered(table.metadata_location, metadata, text)
 
     def create(
         self, namespace: Identifier, request: CreateTableRequest, *, principal: str
@@ -196,6 +198,7 @@ class Front:
             raise _no_namespace(namespace)
         if self.pointers.table_exists(identifier):
             raise AlreadyExists(f"table {'.'.join(identifier)} exists")
+        self._check_case(identifier)
         location = self._location(identifier, request.location)
         locations.check_paths(properties, location)
         try:
@@ -210,7 +213,7 @@ class Front:
             raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
         text, raw = self._serialized(identifier, metadata, before=0)
         if request.stage_create:
-            return None, metadata, text
+            return _answered(None, metadata, text)
         new = locations.metadata_file(location, 0)
         io = self.pointers._load_file_io(location=new)
         self._write(identifier, metadata, io, new, text, raw)
@@ -225,7 +228,18 @@ class Front:
             self._delete(io, new)
             raise AlreadyExists(f"table {'.'.join(identifier)} exists")
         log.info("table created", extra={"table": self.table_name(identifier), "actor": principal})
-        return new, metadata, text
+        return _answered(new, metadata, text)
+
+    def _check_case(self, identifier: Identifier, *, besides: Identifier | None = None) -> None:
+        """No other table's name differs from `identifier` in letter case only
+        (Pointers.namesake); checked again in the transaction that creates the pointer.
+
+        Raises:
+            AlreadyExists: one does.
+        """
+        other = self._read(lambda conn: self.pointers.namesake(conn, identifier, besides=besides))
+        if other is not None:
+            raise self.pointers.case_taken(identifier, other)
 
     def _location(self, identifier: Identifier, requested: str | None) -> str:
         """Where a new table goes: the location asked for, if allowed and free; else the
@@ -233,19 +247,20 @@ class Front:
         keeps the default's.
 
         Raises:
-            InvalidRequest: the location asked for is not allowed, or not free.
+            InvalidRequest: the location asked for is not allowed, or not free; a symbolic
+                link stands where the default's folder would be.
         """
         warehouse, namespace = self.pointers.warehouse, identifier[:-1]
-        if requested:
-            location = locations.place(warehouse, namespace, requested)
-        else:
-            location = locations.default_location(warehouse, namespace, identifier[-1])
+        # the default is placed too: a symbolic link may stand where its folder would be
+        wanted = requested or locations.default_location(warehouse, namespace, identifier[-1])
+        location = locations.place(warehouse, namespace, wanted)
         holder = self._read(lambda conn: self.pointers.holder(conn, location, besides=identifier))
         if holder is None:
             return location
         if requested:
             raise self.pointers._taken(location, holder)
-        return locations.fresh_location(warehouse, namespace, identifier[-1])
+        fresh = locations.fresh_location(warehouse, namespace, identifier[-1])
+        return locations.place(warehouse, namespace, fresh)
 
     def _check_properties(
         self, identifier: Identifier, properties: Mapping[str, str], total: int
@@ -344,7 +359,7 @@ class Front:
             raise
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
         # the pointer may name the file, so it stays (an orphan at worst)
-        return new, metadata, text
+        return _answered(new, metadata, text)
 
     def _check_set_properties(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
         for update in updates:
@@ -403,6 +418,8 @@ class Front:
         a folder of its own: `_location`)."""
         self._check_namespace_name(destination[:-1])
         limits.check_name(self.limits, destination[-1], what="table name")
+        # a new name that only changes the letter case of the source's is the same table
+        self._check_case(destination, besides=source)
         try:
             self.pointers.rename_table(source, destination)
         except NoSuchTableError as exc:
@@ -423,6 +440,20 @@ class Front:
             pass
         except OSError:
             log.exception("could not delete the unused metadata file %s", location)
+
+
+def _answered(location: str | None, metadata: TableMetadata, text: str) -> Loaded:
+    """A table as a client is shown it: without the properties that choose a class or
+    configure file access (limits.answered), which a table written by another catalog may
+    hold. pyiceberg builds a loaded table's FileIO from its properties, so such a property
+    would reach every client that loads the table. The metadata file keeps them, and a
+    client's `remove-properties` still removes them; a table without them (every table the
+    front created) is answered with its stored text, serialized once."""
+    shown = limits.answered(metadata.properties)
+    if shown is None:
+        return location, metadata, text
+    metadata = metadata.model_copy(update={"properties": shown})
+    return location, metadata, metadata.model_dump_json(exclude_none=True)
 
 
 def _no_namespace(namespace: Identifier) -> NoSuchNamespace:

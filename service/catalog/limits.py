@@ -9,6 +9,13 @@ Each refusal is an InvalidRequest (400) that names the cap or the rule, so the c
 what to change. A table property that chooses a class (`py-io-impl`, `io-impl`,
 `write.py-location-provider.impl`, any `*.impl` or `*-impl` key) is refused outright: pyiceberg
 imports the class such a property names, and the service never runs what a client names.
+
+A table property that configures file access or a catalog connection (`s3.endpoint`,
+`s3.signer.uri`, `header.Authorization`, `token`, `uri`, ...: `configures_access`) is refused
+too: pyiceberg's RestCatalog builds a loaded table's FileIO from the table's properties, so one
+job's such property would send every other client's storage traffic, credentials and bearer
+token where that job chose. A table stored earlier with one (written by another catalog) is
+answered without it (`answered`), for the same reason.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from service.wire.errors import InvalidRequest
 __all__ = [
     "Limits",
     "chooses_a_class",
+    "configures_access",
+    "unsafe_key",
+    "answered",
     "check_name",
     "check_table_properties",
     "check_property_count",
@@ -35,6 +45,22 @@ __all__ = [
 # the JdbcCatalog's columns: a namespace's joined levels, its property keys and values
 NAMESPACE_CHARS, NAMESPACE_KEY_CHARS, NAMESPACE_VALUE_CHARS = 255, 255, 1000
 _CLASS_KEY = re.compile(r"[.-]impl$", re.IGNORECASE)
+# the property families of pyiceberg's and Iceberg's FileIOs and REST clients: none is a
+# table's business (Spark's and pyiceberg's table properties are `format-version`, `write.*`,
+# `read.*`, `commit.*`, `history.*`, `gc.*`, `owner`, `comment`, ...)
+ACCESS_PREFIXES = (
+    "s3.",
+    "gcs.",
+    "adls.",
+    "oss.",
+    "hdfs.",
+    "hf.",
+    "client.",
+    "header.",
+    "rest.",
+    "py-",
+)
+ACCESS_KEYS = ("token", "credential", "uri", "warehouse", "prefix")
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,28 @@ def chooses_a_class(key: str) -> bool:
     return bool(_CLASS_KEY.search(key.strip()))
 
 
+def configures_access(key: str) -> bool:
+    """Whether a table property `key` configures a client's file access or catalog
+    connection (any case, surrounding blanks ignored: clients differ in how they read keys)."""
+    folded = key.strip().lower()
+    return folded in ACCESS_KEYS or folded.startswith(ACCESS_PREFIXES)
+
+
+def unsafe_key(key: str) -> bool:
+    """A table property no client may set and no client is shown: it chooses a class or
+    configures access."""
+    return chooses_a_class(key) or configures_access(key)
+
+
+def answered(properties: Mapping[str, str]) -> dict[str, str] | None:
+    """`properties` as the front shows them to a client: without the unsafe keys
+    (`unsafe_key`), which a table written by another catalog may hold; None when it holds
+    none, so the stored text is answered as it is."""
+    if not any(unsafe_key(key) for key in properties):
+        return None
+    return {key: value for key, value in properties.items() if not unsafe_key(key)}
+
+
 def check_name(limits: Limits, name: str, *, what: str) -> None:
     """A namespace level or table name the catalog stores: printable and bounded.
 
@@ -65,8 +113,8 @@ def check_name(limits: Limits, name: str, *, what: str) -> None:
 
 
 def check_table_properties(limits: Limits, properties: Mapping[str, str]) -> None:
-    """Properties a create or a commit sets: no class chosen, printable keys, each key and
-    value within the cap.
+    """Properties a create or a commit sets: no class chosen, no file access or catalog
+    connection configured, printable keys, each key and value within the cap.
 
     Raises:
         InvalidRequest: one breaks a rule; the message names it.
@@ -76,6 +124,12 @@ def check_table_properties(limits: Limits, properties: Mapping[str, str]) -> Non
             raise InvalidRequest(
                 f"table property {key[:200]!r} chooses a class, which this catalog never loads "
                 "from a client; remove it (file access and file locations are the catalog's)"
+            )
+        if configures_access(key):
+            raise InvalidRequest(
+                f"table property {key[:200]!r} configures file access or a catalog "
+                "connection, which every client loading the table would use; remove it and set "
+                "it in your own client's catalog properties instead"
             )
         chars = limits.max_property_chars
         _check_property(key, value, chars, chars, "LAKELOCK_CATALOG_MAX_PROPERTY_CHARS")

@@ -11,10 +11,16 @@ no trailing slash. What cannot be put in that form unambiguously (`.` or `..` se
 segments, percent-escapes, backslashes, queries, control characters) is refused rather than
 guessed at: storage layers decode such paths differently, and the check must name the folder
 the storage will use.
+
+On `file:` storage the comparison also follows symbolic links, which a lexical check cannot
+see: a table's location may not go through one below the warehouse (`place`), and a path is
+inside a folder only when its real path is inside the folder's real path too (`inside`), so a
+link cannot make one table's folder, or a file it lists, another table's.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Mapping
@@ -26,6 +32,8 @@ from service.wire.errors import InvalidRequest
 __all__ = [
     "PATH_PROPERTIES",
     "canonical",
+    "local_path",
+    "through_link",
     "inside",
     "overlap",
     "default_location",
@@ -91,14 +99,51 @@ def _key(uri: str) -> str:
     return f"{_ALIASES.get(scheme, scheme)}://{rest}"
 
 
+def local_path(uri: str) -> str | None:
+    """The local path a `file:` URI names (None for other storage, or a URI without a single
+    reading)."""
+    try:
+        key = _key(uri)
+    except ValueError:
+        return None
+    return key.removeprefix("file://") if key.startswith("file:///") else None
+
+
+def _within(path: str, folder: str) -> bool:
+    return os.path.commonpath((path, folder)) == folder
+
+
+def through_link(uri: str, base: str) -> bool:
+    """Whether the `file:` location `uri` goes through a symbolic link below `base` (a folder
+    it lies in; the warehouse): its real path is not the real path of `base` followed by the
+    rest of `uri` as written. Links above `base` (a warehouse reached through one) count for
+    nothing. A `uri` not below `base` counts every link of its path. False for other storage,
+    which has no links. Parts that do not exist yet resolve to themselves."""
+    path, root = local_path(uri), local_path(base)
+    if path is None:
+        return False
+    if root is None or not _within(path, root):
+        root = "/"
+    rest = os.path.relpath(path, root)
+    expected = os.path.normpath(os.path.join(os.path.realpath(root), rest))
+    return os.path.realpath(path) != expected
+
+
 def inside(uri: str, folder: str) -> bool:
     """Whether `uri` is `folder` or lies under it, in the same storage (exactly: a purge
-    deletes only what this says is inside). False for a `uri` without a single reading."""
+    deletes only what this says is inside). On `file:` storage its real path must also lie in
+    the folder's real path, so a symbolic link (to another table's folder, out of the
+    warehouse) does not bring a file in. False for a `uri` without a single reading."""
     try:
         key, root = _key(uri), _key(folder)
     except ValueError:
         return False
-    return key == root or key.startswith(root + "/")
+    if not (key == root or key.startswith(root + "/")):
+        return False
+    path, folder_path = local_path(key), local_path(root)
+    if path is None or folder_path is None:
+        return True
+    return _within(os.path.realpath(path), os.path.realpath(folder_path))
 
 
 def overlap(a: str, b: str) -> bool:
@@ -143,8 +188,15 @@ def place(warehouse: str, namespace: Identifier, location: str) -> str:
         placed = canonical(location)
     except _Unsafe as exc:
         raise InvalidRequest(f"location {location[:300]!r}: write {exc}; {allowed}") from None
-    if not inside(placed, folder) or _key(placed) == _key(folder):
+    key, root = _key(placed), _key(folder)
+    if not key.startswith(root + "/"):
         raise InvalidRequest(f"location {location[:300]!r} is outside the warehouse: {allowed}")
+    if through_link(placed, warehouse):
+        # its files would be another folder's (another table's, or outside the warehouse)
+        raise InvalidRequest(
+            f"location {location[:300]!r} goes through a symbolic link in the warehouse, so "
+            f"its files would lie elsewhere: {allowed}, with no link on the way"
+        )
     return placed
 
 

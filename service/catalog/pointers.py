@@ -23,6 +23,7 @@ from its pointer and no table property chooses a class or a folder here
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,13 +47,13 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy import Engine, and_, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from service.catalog import locations
 from service.lock.db import iceberg_namespaces_t, iceberg_tables_t
-from service.wire.errors import CommitConflict, InvalidRequest
+from service.wire.errors import AlreadyExists, CommitConflict, InvalidRequest
 
 __all__ = ["Pointers", "CACHED_METADATA", "applied"]
 
@@ -197,9 +198,17 @@ class Pointers(SqlCatalog):
 
         Raises:
             InvalidRequest: `moved` overlaps another table's location.
+            AlreadyExists: creating, and another table's name differs from this one in case
+                only (`namesake`).
         """
         if moved is not None:
             self.settle(conn, identifier, moved)
+        if old is None:
+            # in the creating transaction, after `settle` locked the namespace: a check
+            # before it (Front.create) cannot see a create that commits meanwhile
+            other = self.namesake(conn, identifier)
+            if other is not None:
+                raise self.case_taken(identifier, other)
         namespace = Catalog.namespace_to_string(identifier[:-1])
         t = iceberg_tables_t.c
         key = and_(
@@ -265,6 +274,37 @@ class Pointers(SqlCatalog):
                 return identifier
         return None
 
+    def namesake(
+        self, conn: Connection, identifier: Identifier, *, besides: Identifier | None = None
+    ) -> Identifier | None:
+        """A table of this catalog, other than `identifier` itself and `besides`, whose name
+        equals `identifier`'s but for letter case. lakelock names a table in lower case (its
+        leases, switch and events), so two such tables would share all of them; the
+        JdbcCatalog's key compares names as the database's collation does (exactly on SQLite,
+        without case on MariaDB), so this is checked here."""
+        t = iceberg_tables_t.c
+        namespace = Catalog.namespace_to_string(identifier[:-1])
+        found = conn.execute(
+            select(t.table_namespace, t.table_name).where(
+                t.catalog_name == self.name,
+                func.lower(t.table_namespace) == namespace.lower(),
+                func.lower(t.table_name) == identifier[-1].lower(),
+            )
+        )
+        for other_namespace, name in found:
+            other = (*Catalog.identifier_to_tuple(other_namespace), name)
+            if other not in (identifier, besides):
+                return other
+        return None
+
+    @staticmethod
+    def case_taken(identifier: Identifier, other: Identifier) -> AlreadyExists:
+        return AlreadyExists(
+            f"table {'.'.join(other)} exists, and lakelock names tables in lower case (their "
+            f"leases, switch and events), so {'.'.join(identifier)} would be the same table "
+            "to it; load that table, or pick a name that differs in more than letter case"
+        )
+
     @staticmethod
     def _taken(location: str, holder: Identifier) -> InvalidRequest:
         return InvalidRequest(
@@ -301,29 +341,56 @@ class Pointers(SqlCatalog):
     def purge_files(self, table: Table) -> tuple[int, list[str]]:
         """Delete the files of dropped `table` that lie in its own location: data and delete
         files, manifests, manifest lists, metadata files. Files elsewhere (another table's,
-        added by `add_files`) are left and logged. The number deleted, and those left."""
+        added by `add_files`) are left and logged. On `file:` storage only regular files are
+        deleted, never a symbolic link or a folder, and a table whose location goes through a
+        link (`locations.through_link`, made after it was created) has nothing deleted: its
+        files are another folder's. A file that cannot be deleted is logged and left, the
+        others are still deleted: the pointer is gone already, so stopping would orphan them.
+        The number deleted, and those left."""
         io = self._load_file_io(location=table.metadata_location)
         own = table.metadata.location
+        name = ".".join(table.name())
         deleted, left = 0, []
+        linked = locations.through_link(own, self.warehouse)
+        if linked:
+            log.warning(
+                "purge of %s deletes nothing: its location %s goes through a symbolic link",
+                name,
+                own,
+            )
         for path in sorted(set(_files_of(table.metadata, table.metadata_location, io))):
-            if not locations.inside(path, own):
+            if linked or not locations.inside(path, own) or not _plain_file(path):
                 left.append(path)
                 continue
             try:
                 io.delete(path)
             except FileNotFoundError:
                 continue  # removed before (an expired snapshot's file, a failed write)
+            except OSError as exc:
+                log.warning("purge of %s could not delete %s: %s", name, path, exc)
+                left.append(path)
+                continue
             deleted += 1
         if left:
             log.warning(
-                "purge of %s left %d files outside its location %s, e.g. %s",
-                ".".join(table.name()),
+                "purge of %s left %d files outside its location %s, not regular files or not "
+                "deletable, e.g. %s",
+                name,
                 len(left),
                 own,
                 ", ".join(left[:PURGE_SAMPLE]),
                 extra={"deleted": deleted, "left": len(left)},
             )
         return deleted, left
+
+
+def _plain_file(uri: str) -> bool:
+    """Whether a purge may delete `uri`: on `file:` storage a regular file that is no
+    symbolic link, or nothing at all (a file removed before); other storage has only files."""
+    path = locations.local_path(uri)
+    if path is None or not os.path.lexists(path):
+        return True
+    return os.path.isfile(path) and not os.path.islink(path)
 
 
 def _files_of(metadata: TableMetadata, metadata_location: str, io: FileIO) -> Iterator[str]:

@@ -10,6 +10,7 @@ another query.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -98,12 +99,37 @@ def _event(row: Any) -> Event:
     )
 
 
-def recent(conn: Connection, *, table: str | None = None, limit: int = 100) -> list[Event]:
-    """The newest `limit` events, newest first, of one table or of all."""
-    query = select(events_t).order_by(events_t.c.id.desc()).limit(limit)
+def recent(
+    conn: Connection,
+    *,
+    table: str | None = None,
+    limit: int = 100,
+    shown: Callable[[str], bool] | None = None,
+) -> list[Event]:
+    """The newest `limit` events, newest first, of one table or of all; `shown` leaves out
+    the events of the tables it is false for (read on in batches until `limit` are found or
+    the trail ends)."""
+    query = select(events_t).order_by(events_t.c.id.desc())
     if table is not None:
         query = query.where(events_t.c.table_name == table)
-    return [_event(row) for row in conn.execute(query)]
+    if shown is None:
+        return [_event(row) for row in conn.execute(query.limit(limit))]
+    found: list[Event] = []
+    before: int | None = None
+    while len(found) < limit:
+        batch = query.limit(_EVENTS_READ)
+        if before is not None:
+            batch = batch.where(events_t.c.id < before)
+        rows = list(conn.execute(batch))
+        found.extend(_event(row) for row in rows if shown(row.table_name))
+        if len(rows) < _EVENTS_READ:
+            break
+        before = rows[-1].id
+    return found[:limit]
+
+
+# events read per query while filling a filtered page
+_EVENTS_READ = 1000
 
 
 def last_for_lease(conn: Connection, lease_id: str) -> Event | None:

@@ -534,7 +534,7 @@ def _acquire_refused(
             # a conflict with what is stored, not a malformed request: 409, like any other
             # holder's lease
             return NotOwner(
-                f"request_id {rid!r} was used by another holder; send a new request_id",
+                f"request_id {rid!r} was used by another holder or token; send a new request_id",
                 field="request_id",
             )
         case "scope_changed":

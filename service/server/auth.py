@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.lock.rows import Caller
-from service.server.settings import ROLES, ApiToken, Role
+from service.server.settings import ANONYMOUS, ROLES, ApiToken, Role
 from service.wire import TABLE_PATTERN
 from service.wire.errors import Forbidden, Unauthorized
 
@@ -32,7 +32,7 @@ __all__ = [
     "OperatorDep",
 ]
 
-ANONYMOUS_OPERATOR = ApiToken(name="anonymous", role="operator", secret="")
+ANONYMOUS_OPERATOR = ApiToken(name=ANONYMOUS, role="operator", secret="")
 
 
 def authenticate(request: Request) -> ApiToken:

@@ -24,7 +24,7 @@ from sqlalchemy import delete, insert, select
 
 from service.lock import audit, debt, ingest, leases, migrate, readers, state
 from service.lock.db import now, runs_t
-from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch
+from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch, refusal
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
 from service.wire import (
@@ -671,8 +671,13 @@ async def let_go(
 
 
 @router.get("/v1/leases/{lease_id}", tags=["leases"], responses={**_READ, **problems(404)})
-async def get_lease(lease_id: LeaseId, rt: RuntimeDep, _: ReaderDep) -> Lease:
-    return await rt.read(lambda conn: state.lease_state(conn, lease_id=str(lease_id)))
+async def get_lease(lease_id: LeaseId, rt: RuntimeDep, who: ReaderDep) -> Lease:
+    """The lease in any state; a token limited by LAKELOCK_TOKEN_TABLES sees only the leases
+    of the tables it may touch (403 for another's)."""
+    lease = await rt.read(lambda conn: state.lease_state(conn, lease_id=str(lease_id)))
+    if not may_touch(who, lease.table):
+        raise refusal(who, lease.table)
+    return lease
 
 
 @router.post(
@@ -738,9 +743,16 @@ async def revoke(lease_id: LeaseId, body: RevokeBody, rt: RuntimeDep, who: Opera
 @router.get("/v1/events", tags=["events"], responses=_READ)
 async def events(
     rt: RuntimeDep,
-    _: ReaderDep,
+    who: ReaderDep,
     table: Annotated[str | None, Query(pattern=TABLE_PATTERN, max_length=194)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Events:
+    """The newest events, of one table or of all. A token limited by LAKELOCK_TOKEN_TABLES
+    reads the events of the tables it may touch only: another `table` is a 403, and without
+    one the trail is filtered."""
     name = None if table is None else table.lower()
-    return Events(events=tuple(await rt.read(lambda c: audit.recent(c, table=name, limit=limit))))
+    if name is not None and not may_touch(who, name):
+        raise refusal(who, name)
+    shown = None if who.tables is None else lambda t: may_touch(who, t)
+    found = await rt.read(lambda c: audit.recent(c, table=name, limit=limit, shown=shown))
+    return Events(events=tuple(found))

@@ -19,6 +19,8 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.lock.rows import SYSTEM
+
 __all__ = [
     "Role",
     "ApiToken",
@@ -33,6 +35,10 @@ Role = Literal["reader", "job", "operator"]
 ROLES: tuple[Role, ...] = ("reader", "job", "operator")
 
 DEFAULT_SQLITE_URL = "sqlite:///var/lakelock.db"
+# the audit trail's actors that are no token: the service itself (an expiry) and every caller
+# with auth off; a token of either name would pass its own calls off as theirs
+ANONYMOUS = "anonymous"
+RESERVED_NAMES = (SYSTEM, ANONYMOUS)
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,14 @@ class Settings(BaseSettings):
     )
     token_tables: str = Field(
         default="",
-        description="Which tables each listed token may touch (make known, lease, report on, "
-        "read), `name=pattern[,pattern...];name=...` with `*` and `?` globs matched against "
+        description="Which tables each listed token may touch, "
+        "`name=pattern[,pattern...];name=...` with `*` and `?` globs matched against "
         "the lower-case `catalog.namespace.table` name (`ingest=lake.db.*;compactor=lake.*`). "
-        "Tokens not listed touch any table; operators are never listed. Anything else is a "
-        "403 naming the token, the table and this setting.",
+        "It covers the lease API's table routes (make known, lease, report on, read), the "
+        "table list, the events (`/v1/events` shows only those tables'), a lease read by id, "
+        "and the catalog front's tables; not `/metrics`, whose per-table series every "
+        "reader sees. Tokens not listed touch any table; operators are never listed. "
+        "Anything else is a 403 naming the token, the table and this setting.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="`info` logs one line per request and per lease transition."
@@ -353,6 +362,12 @@ def parse_tokens(value: str) -> tuple[ApiToken, ...]:
             raise ValueError(f"entry {position} ({name}) has a secret shorter than 8 characters")
         if name in names:
             raise ValueError(f"entry {position} repeats the name {name!r}")
+        if name in RESERVED_NAMES:
+            raise ValueError(
+                f"entry {position} is named {name!r}, which the audit trail uses for "
+                f"{'the service itself' if name == SYSTEM else 'callers with auth off'}; "
+                "give the token another name"
+            )
         names.add(name)
         found.append(ApiToken(name=name, role=role, secret=secret))  # type: ignore[arg-type]
     return tuple(found)

@@ -1,0 +1,305 @@
+"""The fence judges a commit by what it changes in the table, not by what it says it did
+(docs/design.md §10, §12), against a real service on SQLite and on MariaDB.
+
+A compactor holds partition p=2 under a maintenance lease; a foreign writer then tries, with
+hand-made manifests, to change p=2 without naming it: a manifest list that drops p=2's
+manifest, a branch moved back to an older snapshot or removed, a file brought in as
+`EXISTING`, a snapshot that declares an older parent than the branch's head. Each is held
+(429) and the table stays as it was; an honest commit elsewhere passes. Files a commit names
+that the service must not read (a FIFO, bytes that are no Avro) and tokens no lease can have
+are the client's 400s.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+    write_manifest_list,
+)
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.typedef import Record
+from pyiceberg.types import LongType, NestedField, StringType
+
+from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+
+CATALOG = "lakelock"
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "p", StringType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
+
+
+@pytest.fixture(scope="module", params=BOTH_DATABASES)
+def front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    server = start_front(request, tmp_path_factory, "fence-content")
+    yield server
+    server.stop()
+
+
+def rest(front: Any) -> RestCatalog:
+    return RestCatalog(CATALOG, uri=f"{front.url}/iceberg", token=TOKENS["job"])
+
+
+def held_table(front: Any, namespace: str) -> Any:
+    """A table with a file in p=1, p=2 and p=3 (one append each), and a live maintenance lease
+    on p=2."""
+    catalog = rest(front)
+    catalog.create_namespace(namespace)
+    table = catalog.create_table(f"{namespace}.t", SCHEMA, partition_spec=SPEC)
+    for n, p in enumerate(("1", "2", "3")):
+        table.append(pa.table({"id": pa.array([n], pa.int64()), "p": [p]}))
+    with httpx.Client(base_url=front.url, headers=auth("job"), timeout=30) as api:
+        granted = api.post(
+            f"/v1/tables/{CATALOG}.{namespace}.t/maintenance-lease",
+            json={"holder": "compactor-1", "ttl_s": 120, "partitions": ["p=2"]},
+        )
+    assert granted.status_code == 201, granted.text
+    return catalog.load_table(f"{namespace}.t")
+
+
+def manifest_of(table: Any, partition: str) -> ManifestFile:
+    """The current snapshot's manifest that holds partition `partition`."""
+    for manifest in table.current_snapshot().manifests(table.io):
+        files = manifest.fetch_manifest_entry(table.io)
+        if any(e.data_file.partition[0] == partition for e in files):
+            return manifest
+    raise AssertionError(f"no manifest holds p={partition}")
+
+
+def data_file(table: Any, partition: str, name: str) -> DataFile:
+    path = f"{table.location()}/data/p={partition}/{name}.parquet"
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(partition),
+        record_count=1,
+        file_size_in_bytes=100,
+        _table_format_version=2,
+    )
+
+
+def entry(snapshot_id: int, file: DataFile, status: ManifestEntryStatus, seq: int | None = None):
+    return ManifestEntry.from_args(
+        status=status,
+        snapshot_id=snapshot_id,
+        sequence_number=seq,
+        file_sequence_number=seq,
+        data_file=file,
+    )
+
+
+def new_manifest(table: Any, snapshot_id: int, entries: list[ManifestEntry]) -> ManifestFile:
+    path = f"{table.location()}/metadata/{uuid.uuid4()}-m0.avro"
+    with write_manifest(
+        format_version=2,
+        spec=table.spec(),
+        schema=table.schema(),
+        output_file=table.io.new_output(path),
+        snapshot_id=snapshot_id,
+        avro_compression="null",
+    ) as writer:
+        for e in entries:
+            writer.add_entry(e)
+    return writer.to_manifest_file()
+
+
+def manifest_list(
+    table: Any, snapshot_id: int, parent: int, seq: int, manifests: list[ManifestFile]
+) -> str:
+    path = f"{table.location()}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
+    with write_manifest_list(
+        format_version=2,
+        output_file=table.io.new_output(path),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent,
+        sequence_number=seq,
+        avro_compression="null",
+    ) as writer:
+        writer.add_manifests(manifests)
+    return path
+
+
+def snapshot_commit(
+    table: Any, snapshot_id: int, parent: int, listed: str, operation: str, **summary: str
+) -> dict[str, Any]:
+    head = table.current_snapshot().snapshot_id
+    return {
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head}],
+        "updates": [
+            {
+                "action": "add-snapshot",
+                "snapshot": {
+                    "snapshot-id": snapshot_id,
+                    "parent-snapshot-id": parent,
+                    "sequence-number": table.metadata.last_sequence_number + 1,
+                    "timestamp-ms": int(time.time() * 1000),
+                    "manifest-list": listed,
+                    "summary": {"operation": operation, **summary},
+                    "schema-id": table.schema().schema_id,
+                },
+            },
+            {
+                "action": "set-snapshot-ref",
+                "ref-name": "main",
+                "type": "branch",
+                "snapshot-id": snapshot_id,
+            },
+        ],
+    }
+
+
+def post(front: Any, table: Any, body: dict[str, Any]) -> httpx.Response:
+    namespace, name = table.name()
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        return c.post(f"/v1/namespaces/{namespace}/tables/{name}", json=body)
+
+
+def assert_held(front: Any, table: Any, answer: httpx.Response) -> None:
+    assert answer.status_code == 429, answer.text
+    assert answer.json()["reason"] == "held"
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
+
+
+def ids() -> int:
+    return random.randrange(1, 2**62)
+
+
+def test_a_manifest_list_that_drops_a_held_partitions_manifest_is_held(front):
+    table = held_table(front, "dropped")
+    head = table.current_snapshot()
+    gone = manifest_of(table, "2").manifest_path
+    kept = [m for m in head.manifests(table.io) if m.manifest_path != gone]
+    snapshot_id = ids()
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, 9, kept)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "delete")
+    )
+    assert_held(front, table, answer)
+
+
+def test_a_branch_moved_to_an_older_snapshot_or_removed_is_held(front):
+    table = held_table(front, "moved")
+    first = table.metadata.snapshots[0].snapshot_id
+    head = table.current_snapshot().snapshot_id
+    back = {
+        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head}],
+        "updates": [
+            {
+                "action": "set-snapshot-ref",
+                "ref-name": "main",
+                "type": "branch",
+                "snapshot-id": first,
+            }
+        ],
+    }
+    assert_held(front, table, post(front, table, back))
+    gone = {"requirements": [], "updates": [{"action": "remove-snapshot-ref", "ref-name": "main"}]}
+    assert_held(front, table, post(front, table, gone))
+    # a tag is no branch: it changes what no reader of the table reads
+    tag = {
+        "requirements": [],
+        "updates": [
+            {"action": "set-snapshot-ref", "ref-name": "v1", "type": "tag", "snapshot-id": first}
+        ],
+    }
+    assert post(front, table, tag).status_code == 200
+
+
+def test_a_file_brought_in_as_existing_counts_as_added(front):
+    table = held_table(front, "smuggled")
+    head = table.current_snapshot()
+    snapshot_id = ids()
+    smuggled = entry(
+        snapshot_id, data_file(table, "2", "smuggled"), ManifestEntryStatus.EXISTING, 1
+    )
+    honest = entry(snapshot_id, data_file(table, "9", "honest"), ManifestEntryStatus.ADDED)
+    manifests = [new_manifest(table, snapshot_id, [smuggled, honest]), *head.manifests(table.io)]
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, 9, manifests)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    # a file no dropped manifest held, with an older sequence number: a rewrite's signature,
+    # which needs a maintenance lease (counted as what it is, an added file in p=2)
+    assert answer.status_code == 403 and answer.json()["reason"] == "no-lease", answer.text
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
+    # with the commit's own sequence number it reads as data: an added file in p=2, held
+    snapshot_id, seq = ids(), table.metadata.last_sequence_number + 1
+    smuggled = entry(snapshot_id, data_file(table, "2", "again"), ManifestEntryStatus.EXISTING, seq)
+    manifests = [new_manifest(table, snapshot_id, [smuggled]), *head.manifests(table.io)]
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, seq, manifests)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    assert_held(front, table, answer)
+    # the honest file alone, outside the held partition, passes
+    snapshot_id = ids()
+    honest = entry(snapshot_id, data_file(table, "9", "honest"), ManifestEntryStatus.ADDED)
+    manifests = [new_manifest(table, snapshot_id, [honest]), *head.manifests(table.io)]
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, 9, manifests)
+    body = snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    assert post(front, table, body).status_code == 200
+
+
+def test_a_snapshot_is_judged_against_the_branch_head_not_the_parent_it_names(front):
+    """It names the first snapshot as its parent and lists that one's manifests and a new file
+    in p=9: against the head, it dropped the manifests of p=2 and p=3."""
+    table = held_table(front, "rebased")
+    first = table.metadata.snapshots[0]
+    snapshot_id = ids()
+    honest = entry(snapshot_id, data_file(table, "9", "honest"), ManifestEntryStatus.ADDED)
+    manifests = [new_manifest(table, snapshot_id, [honest]), *first.manifests(table.io)]
+    listed = manifest_list(table, snapshot_id, first.snapshot_id, 9, manifests)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, first.snapshot_id, listed, "append")
+    )
+    assert_held(front, table, answer)
+
+
+@pytest.mark.parametrize("what", ["fifo", "garbage", "token"])
+def test_what_the_service_must_not_read_or_store_is_the_clients_400(front, what):
+    table = held_table(front, f"bad_{what}")
+    head = table.current_snapshot()
+    folder = table.location().removeprefix("file://") + "/metadata"
+    snapshot_id = ids()
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, 9, head.manifests(table.io))
+    summary: dict[str, str] = {}
+    if what == "fifo":
+        listed = f"file://{folder}/fifo.avro"
+        os.mkfifo(listed.removeprefix("file://"))
+        words = "not a regular file"
+    elif what == "garbage":
+        listed = f"file://{folder}/garbage.avro"
+        with open(listed.removeprefix("file://"), "wb") as out:
+            out.write(random.Random(7).randbytes(1000))
+        words = "cannot be read as an Iceberg file"
+    else:
+        summary = {"lakelock.token": str(2**70)}
+        words = "lakelock.token"
+    body = snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append", **summary)
+    answer = post(front, table, body)
+    assert answer.status_code == 400, answer.text
+    assert words in answer.json()["detail"]
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
