@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection
 
-from service.lock.db import Hot, events_t, recorded_events
+from service.lock.db import Hot, events_t, keyset, recorded_events
 from service.wire import Event
 
 __all__ = ["EVENTS", "record", "recent", "last_for_lease"]
@@ -109,23 +109,20 @@ def recent(
     """The newest `limit` events, newest first, of one table or of all; `shown` leaves out
     the events of the tables it is false for (read on in batches until `limit` are found or
     the trail ends)."""
-    query = select(events_t).order_by(events_t.c.id.desc())
+    query = select(events_t)
     if table is not None:
         query = query.where(events_t.c.table_name == table)
     if shown is None:
-        return [_event(row) for row in conn.execute(query.limit(limit))]
+        return [
+            _event(row) for row in conn.execute(query.order_by(events_t.c.id.desc()).limit(limit))
+        ]
     found: list[Event] = []
-    before: int | None = None
-    while len(found) < limit:
-        batch = query.limit(_EVENTS_READ)
-        if before is not None:
-            batch = batch.where(events_t.c.id < before)
-        rows = list(conn.execute(batch))
-        found.extend(_event(row) for row in rows if shown(row.table_name))
-        if len(rows) < _EVENTS_READ:
-            break
-        before = rows[-1].id
-    return found[:limit]
+    for row in keyset(conn, query, events_t.c.id, descending=True, batch=_EVENTS_READ):
+        if shown(row.table_name):
+            found.append(_event(row))
+            if len(found) == limit:
+                break
+    return found
 
 
 # events read per query while filling a filtered page

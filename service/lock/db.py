@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import namedtuple
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.sql.expression import Executable, Select
+from sqlalchemy.sql.expression import ColumnElement, Executable, Select
 
 from service.wire.errors import LakelockError
 
@@ -54,6 +54,7 @@ __all__ = [
     "Instant",
     "now",
     "LockingRead",
+    "keyset",
     "make_engine",
     "run_transaction",
     "Hot",
@@ -428,6 +429,33 @@ class LockingRead:
             return (rows[0], now(conn)) if rows else None
         rows = self._clocked.rows(conn, **params)
         return (rows[0], rows[0].db_now) if rows else None
+
+
+def keyset(
+    conn: Connection,
+    query: Select[Any],
+    key: ColumnElement[Any],
+    *,
+    after: Any = None,
+    descending: bool = False,
+    batch: int = 1000,
+) -> Iterator[Any]:
+    """The rows of `query` in the order of `key` (unique), those past `after` only, read
+    `batch` at a time, each batch starting past the last row of the one before: a caller that
+    filters rows and stops once it has enough reads only the batches it used.
+
+        for row in keyset(conn, select(events_t), events_t.c.id, descending=True): ...
+    """
+    order = key.desc() if descending else key.asc()
+    while True:
+        page = query.order_by(order).limit(batch)
+        if after is not None:
+            page = page.where(key < after if descending else key > after)
+        rows = list(conn.execute(page))
+        yield from rows
+        if len(rows) < batch:
+            return
+        after = rows[-1]._mapping[key]
 
 
 _MYSQL_RETRYABLE = {1205, 1213}  # lock wait timeout, deadlock: the transaction was rolled back

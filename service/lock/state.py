@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from service.lock import debt, ingest, readers, store
-from service.lock.db import events_t, intents_t, now, tables_t
+from service.lock.db import events_t, intents_t, now
 from service.lock.rows import IntentRow, LeaseRow, TableRow, seconds
 from service.wire import Intent, Lease, Switch, TableState
 from service.wire.errors import NotFound
@@ -128,30 +128,16 @@ def list_tables(
     """The states of the known tables ordered by name, those after `after` only, at most
     `limit` of them (None: all), and the name to ask `after` for the next page (None: this is
     the last). `shown` leaves out the names it is false for. Each state costs a few queries,
-    names are cheap: a page bounds what one call reads."""
+    rows are cheap: a page bounds what one call reads."""
     at = now(conn)
-    page: list[str] = []
-    more = False
-    while not more:
-        names = select(tables_t.c.name).order_by(tables_t.c.name).limit(_NAMES_READ)
-        if after is not None:
-            names = names.where(tables_t.c.name > after)
-        batch = list(conn.execute(names).scalars())
-        for name in batch:
-            if shown is None or shown(name):
-                if limit is not None and len(page) == limit:
-                    more = True
-                    break
-                page.append(name)
-        if len(batch) < _NAMES_READ:
-            break
-        after = batch[-1]
-    rows = [row for row in (store.read_table(conn, name) for name in page) if row is not None]
-    return [state_of(conn, row, at) for row in rows], page[-1] if more else None
-
-
-# names read per query while filling a page
-_NAMES_READ = 1000
+    page: list[TableRow] = []
+    for row in store.tables_after(conn, after):
+        if shown is not None and not shown(row.name):
+            continue
+        if limit is not None and len(page) == limit:
+            return [state_of(conn, x, at) for x in page], page[-1].name  # one more follows
+        page.append(row)
+    return [state_of(conn, x, at) for x in page], None
 
 
 def lease_state(conn: Connection, *, lease_id: str) -> Lease:

@@ -11,6 +11,7 @@ through the DBAPI cursor on MySQL/MariaDB.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -27,6 +28,7 @@ from service.lock.db import (
     claims_t,
     commit_leases_t,
     intents_t,
+    keyset,
     maintenance_leases_t,
     now,
     tables_t,
@@ -40,7 +42,7 @@ __all__ = [
     "LockedLease",
     "lock_table",
     "read_table",
-    "read_tables",
+    "tables_after",
     "update_table",
     "lock_lease",
     "read_lease",
@@ -165,8 +167,12 @@ def read_table(conn: Connection, name: str) -> TableRow | None:
     return None if found is None else _table(found)
 
 
-def read_tables(conn: Connection) -> list[TableRow]:
-    return [_table(row) for row in conn.execute(select(tables_t).order_by(tables_t.c.name))]
+def tables_after(
+    conn: Connection, after: str | None = None, *, batch: int = 1000
+) -> Iterator[TableRow]:
+    """The table rows by name, those after `after` only, read `batch` at a time (db.keyset)."""
+    for row in keyset(conn, select(tables_t), tables_t.c.name, after=after, batch=batch):
+        yield _table(row)
 
 
 def update_table(conn: Connection, name: str, **values: object) -> None:

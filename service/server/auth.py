@@ -25,7 +25,7 @@ __all__ = [
     "require",
     "caller",
     "may_touch",
-    "refusal",
+    "check_touch",
     "guard_table",
     "ReaderDep",
     "JobDep",
@@ -44,6 +44,9 @@ def authenticate(request: Request) -> ApiToken:
     settings = request.app.state.settings
     if settings.auth == "off":
         return ANONYMOUS_OPERATOR
+    known: ApiToken | None = getattr(request.state, "token", None)
+    if known is not None:
+        return known  # a table route's guard found it already (guard_table)
     header = request.headers.get("authorization", "")
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret:
@@ -55,6 +58,7 @@ def authenticate(request: Request) -> ApiToken:
             found = token
     if found is None:
         raise Unauthorized("unknown token; use one configured in LAKELOCK_TOKENS")
+    request.state.token = found
     return found
 
 
@@ -73,10 +77,17 @@ def may_touch(token: ApiToken, table: str) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in token.tables)
 
 
-def refusal(token: ApiToken, table: str) -> Forbidden:
-    """The 403 for a token whose LAKELOCK_TOKEN_TABLES patterns do not cover `table`."""
+def check_touch(token: ApiToken, table: str) -> None:
+    """Refuse a token whose LAKELOCK_TOKEN_TABLES patterns do not cover `table` (`may_touch`):
+    the one check of every route that names a table, in the lease API and the catalog front.
+
+    Raises:
+        Forbidden: 403, naming the token, the table and the setting.
+    """
+    if may_touch(token, table):
+        return
     patterns = ", ".join(token.tables or ())
-    return Forbidden(
+    raise Forbidden(
         f"token {token.name} may not touch table {table.lower()}: LAKELOCK_TOKEN_TABLES lets "
         f"it touch {patterns} only; use a token whose patterns cover the table, or have an "
         "operator add one",
@@ -98,8 +109,7 @@ async def guard_table(request: Request) -> None:
         return
     token = authenticate(request)
     request.state.caller = token.name
-    if not may_touch(token, table):
-        raise refusal(token, table)
+    check_touch(token, table)
 
 
 def require(role: Role) -> Callable[[Request], Awaitable[ApiToken]]:

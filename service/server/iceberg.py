@@ -25,7 +25,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
 from service.catalog.front import Front, Loaded
-from service.server.auth import JobDep, OperatorDep, ReaderDep, may_touch, refusal
+from service.server.auth import JobDep, OperatorDep, ReaderDep, check_touch, may_touch
 from service.server.settings import ApiToken
 from service.wire.errors import InvalidRequest
 
@@ -88,14 +88,12 @@ def _levels(levels: Any) -> Identifier:
 
 def _touched(request: Request, caller: ApiToken, identifier: Identifier) -> Identifier:
     """`identifier`, when `caller` may touch the table (LAKELOCK_TOKEN_TABLES, as on the lease
-    API: one rule, service.server.auth.may_touch).
+    API: service.server.auth.check_touch).
 
     Raises:
         Forbidden: the token's patterns do not cover the table.
     """
-    name = _front(request).table_name(identifier)
-    if not may_touch(caller, name):
-        raise refusal(caller, name)
+    check_touch(caller, _front(request).table_name(identifier))
     return identifier
 
 

@@ -24,7 +24,14 @@ from sqlalchemy import delete, insert, select
 
 from service.lock import audit, debt, ingest, leases, migrate, readers, state
 from service.lock.db import now, runs_t
-from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch, refusal
+from service.server.auth import (
+    JobDep,
+    OperatorDep,
+    ReaderDep,
+    caller,
+    check_touch,
+    may_touch,
+)
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
 from service.wire import (
@@ -60,9 +67,10 @@ from service.wire import (
     Tables,
     TableState,
     Withdrawn,
+    partition_name,
 )
 from service.wire.errors import InvalidRequest, Locked, Refused, Unavailable
-from service.wire.scope import MAX_NAME_CHARS, is_name, label
+from service.wire.scope import label
 
 __all__ = ["router", "RuntimeDep", "TableName", "LeaseId", "problems"]
 
@@ -631,19 +639,9 @@ async def hold_back(
     )
 
 
-def _partition_param(name: str) -> str:
-    if not is_name(name):
-        raise ValueError(
-            f"{name[:80]!r} is not a partition name; send Iceberg partition paths "
-            "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
-            f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
-        )
-    return name
-
-
 # a query string is text, so "-1.5e-9" is a string too: the name's rule, stated in openapi.json
 # as for the bodies' partitions, is what refuses it
-PartitionParam = Annotated[PartitionName, AfterValidator(_partition_param)]
+PartitionParam = Annotated[PartitionName, AfterValidator(partition_name)]
 
 
 @router.delete("/v1/tables/{table}/backpressure", tags=["leases"], responses=_WRITE)
@@ -675,8 +673,7 @@ async def get_lease(lease_id: LeaseId, rt: RuntimeDep, who: ReaderDep) -> Lease:
     """The lease in any state; a token limited by LAKELOCK_TOKEN_TABLES sees only the leases
     of the tables it may touch (403 for another's)."""
     lease = await rt.read(lambda conn: state.lease_state(conn, lease_id=str(lease_id)))
-    if not may_touch(who, lease.table):
-        raise refusal(who, lease.table)
+    check_touch(who, lease.table)
     return lease
 
 
@@ -751,8 +748,8 @@ async def events(
     reads the events of the tables it may touch only: another `table` is a 403, and without
     one the trail is filtered."""
     name = None if table is None else table.lower()
-    if name is not None and not may_touch(who, name):
-        raise refusal(who, name)
+    if name is not None:
+        check_touch(who, name)
     shown = None if who.tables is None else lambda t: may_touch(who, t)
     found = await rt.read(lambda c: audit.recent(c, table=name, limit=limit, shown=shown))
     return Events(events=tuple(found))

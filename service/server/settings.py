@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -329,8 +329,10 @@ class Settings(BaseSettings):
                 )
         return self
 
-    @property
+    @cached_property
     def api_tokens(self) -> tuple[ApiToken, ...]:
+        """The tokens with their table patterns, parsed once: every request's authentication
+        reads them."""
         tables = parse_token_tables(self.token_tables)
         return tuple(
             replace(token, tables=tables[token.name]) if token.name in tables else token

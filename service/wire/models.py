@@ -38,6 +38,7 @@ from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
 
 __all__ = [
     "PartitionName",
+    "partition_name",
     "TABLE_PATTERN",
     "REQUEST_ID_PATTERN",
     "HOLDER_PATTERN",
@@ -171,6 +172,17 @@ class AcquireBody(_Body):
         return None if names is None else _partition_names(names)
 
 
+def partition_name(name: str) -> str:
+    """`name` when it is a partition name, else a ValueError that says what to send."""
+    if not is_name(name):
+        raise ValueError(
+            f"{name[:80]!r} is not a partition name; send Iceberg partition paths "
+            "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
+            f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
+        )
+    return name
+
+
 def _partition_names(names: list[str]) -> list[str]:
     """`names` when each is a partition name and none repeats, else a ValueError that says
     what to send."""
@@ -179,13 +191,8 @@ def _partition_names(names: list[str]) -> list[str]:
             "partitions is empty; send at least one partition name, or leave the field out "
             "(or send null) for the whole table"
         )
-    bad = next((name for name in names if not is_name(name)), None)
-    if bad is not None:
-        raise ValueError(
-            f"{bad[:80]!r} is not a partition name; send Iceberg partition paths "
-            "<field>=<value>[/<field>=<value>...] with URL-encoded values, e.g. "
-            f"dt=2024-06-20/hr=13 (at most {MAX_NAME_CHARS} characters)"
-        )
+    for name in names:
+        partition_name(name)
     seen: set[str] = set()
     repeated = next((name for name in names if name in seen or seen.add(name)), None)
     if repeated is not None:
