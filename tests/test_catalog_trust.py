@@ -114,6 +114,16 @@ def post_commit(front: Any, table: Any, body: dict[str, Any], **headers: str) ->
         return c.post(f"/v1/namespaces/{namespace}/tables/{name}", json=body, headers=headers)
 
 
+def rename(front: Any, source: tuple[str, str], destination: tuple[str, str]) -> httpx.Response:
+    """An operator's rename of `source` (namespace, name) to `destination`."""
+    body = {
+        "source": {"namespace": [source[0]], "name": source[1]},
+        "destination": {"namespace": [destination[0]], "name": destination[1]},
+    }
+    with api(front, "operator") as c:
+        return c.post("/v1/tables/rename", json=body)
+
+
 def set_properties(properties: dict[str, str]) -> dict[str, Any]:
     return {"requirements": [], "updates": [{"action": "set-properties", "updates": properties}]}
 
@@ -412,14 +422,7 @@ def test_set_location_and_write_paths_elsewhere_are_refused(front):
 def test_a_new_table_of_a_renamed_tables_old_name_gets_a_folder_of_its_own(front):
     table = new_table(front, "ren")
     old = table.metadata.location
-    with api(front, "operator") as c:
-        renamed = c.post(
-            "/v1/tables/rename",
-            json={
-                "source": {"namespace": ["ren"], "name": "t"},
-                "destination": {"namespace": ["ren"], "name": "kept"},
-            },
-        )
+    renamed = rename(front, ("ren", "t"), ("ren", "kept"))
     assert renamed.status_code == 204, renamed.text
     assert rest(front).load_table("ren.kept").metadata.location == old
     again = rest(front).create_table("ren.t", SCHEMA, partition_spec=SPEC)
@@ -628,14 +631,7 @@ def test_a_name_differing_only_in_case_is_the_same_table(front):
     catalog.create_table("case_ns.later", SCHEMA)  # while the other is staged
     with pytest.raises(CommitFailedException):
         staged.commit_transaction()
-    with api(front, "operator") as c:
-        renamed = c.post(
-            "/v1/tables/rename",
-            json={
-                "source": {"namespace": ["case_ns"], "name": "other"},
-                "destination": {"namespace": ["case_ns"], "name": "EVENTS"},
-            },
-        )
+    renamed = rename(front, ("case_ns", "other"), ("case_ns", "EVENTS"))
     assert renamed.status_code == 409, renamed.text
     names = sorted(t[1] for t in catalog.list_tables("case_ns"))
     assert names == ["events", "later", "other"]

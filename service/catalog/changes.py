@@ -58,7 +58,7 @@ LEASE_ID, TOKEN = "lakelock.lease-id", "lakelock.token"
 LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"
 
 _DATA_OPS = {"append", "overwrite", "delete"}
-LISTED_KEPT = 64  # manifest lists remembered (their manifests' paths): a parent is read once
+LISTED_KEPT = 64  # manifest lists remembered (their manifests): a branch head is read once
 # the largest manifest list or manifest the service reads for a commit (Iceberg writes
 # manifests of 8 MiB by default; a list names a few hundred bytes per manifest)
 MAX_FILE_BYTES = 256 * 1024 * 1024
@@ -294,28 +294,30 @@ def _parent(
 
 
 class _Listed:
-    """Manifest lists already read, as the set of their manifests' paths: a commit's parent
-    is usually the snapshot the last commit through this process added (files never change)."""
+    """Manifest lists already read, as their manifests by path: a commit's branch head is
+    usually the snapshot the last commit through this process added (files never change)."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._kept: OrderedDict[str, Mapping[str, ManifestFile]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def paths(self, snapshot: Snapshot, io: FileIO) -> frozenset[str]:
+    def manifests(self, snapshot: Snapshot, io: FileIO) -> Mapping[str, ManifestFile]:
         with self._lock:
             found = self._kept.get(snapshot.manifest_list)
         if found is None:
             found = self.remember(snapshot.manifest_list, snapshot.manifests(io))
         return found
 
-    def remember(self, manifest_list: str, manifests: Iterable[ManifestFile]) -> frozenset[str]:
-        paths = frozenset(m.manifest_path for m in manifests)
+    def remember(
+        self, manifest_list: str, manifests: Iterable[ManifestFile]
+    ) -> Mapping[str, ManifestFile]:
+        by_path = {m.manifest_path: m for m in manifests}
         with self._lock:
-            self._kept[manifest_list] = paths
+            self._kept[manifest_list] = by_path
             self._kept.move_to_end(manifest_list)
             while len(self._kept) > LISTED_KEPT:
                 self._kept.popitem(last=False)
-        return paths
+        return by_path
 
 
 _listed = _Listed()
@@ -341,8 +343,8 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
     _own(snapshot.manifest_list, location, f"snapshot {snapshot.snapshot_id}'s manifest list")
     manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list, io)
     listed = _listed.remember(snapshot.manifest_list, manifests)
-    kept = _listed.paths(before, io) if before is not None else frozenset()
-    carried = _live_files(before, kept - listed, io) if before is not None else {}
+    kept = _listed.manifests(before, io) if before is not None else {}
+    carried = _live_files([m for path, m in kept.items() if path not in listed], io)
     written = Written()
     for manifest in manifests:
         if manifest.manifest_path in kept:
@@ -372,18 +374,12 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
     return written
 
 
-def _live_files(
-    before: Snapshot, dropped: frozenset[str], io: FileIO
-) -> dict[str, tuple[int, ManifestEntry]]:
-    """The live files (added or existing) of `before`'s manifests in `dropped`, by path, with
-    their manifest's spec. Read only when a commit drops manifests (a merge of small
-    manifests, a rewrite of them, a delete that rewrites one)."""
-    if not dropped:
-        return {}
+def _live_files(dropped: list[ManifestFile], io: FileIO) -> dict[str, tuple[int, ManifestEntry]]:
+    """The live files (added or existing) of the `dropped` manifests, by path, with their
+    manifest's spec. Read only when a commit drops manifests (a merge of small manifests, a
+    rewrite of them, a delete that rewrites one)."""
     live: dict[str, tuple[int, ManifestEntry]] = {}
-    for manifest in before.manifests(io):
-        if manifest.manifest_path not in dropped:
-            continue
+    for manifest in dropped:
         for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
             live[entry.data_file.file_path] = (manifest.partition_spec_id, entry)
     return live

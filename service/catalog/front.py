@@ -237,9 +237,7 @@ class Front:
         Raises:
             AlreadyExists: one does.
         """
-        other = self._read(lambda conn: self.pointers.namesake(conn, identifier, besides=besides))
-        if other is not None:
-            raise self.pointers.case_taken(identifier, other)
+        self._read(lambda conn: self.pointers.check_case(conn, identifier, besides=besides))
 
     def _location(self, identifier: Identifier, requested: str | None) -> str:
         """Where a new table goes: the location asked for, if allowed and free; else the

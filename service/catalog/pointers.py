@@ -206,9 +206,7 @@ class Pointers(SqlCatalog):
         if old is None:
             # in the creating transaction, after `settle` locked the namespace: a check
             # before it (Front.create) cannot see a create that commits meanwhile
-            other = self.namesake(conn, identifier)
-            if other is not None:
-                raise self.case_taken(identifier, other)
+            self.check_case(conn, identifier)
         namespace = Catalog.namespace_to_string(identifier[:-1])
         t = iceberg_tables_t.c
         key = and_(
@@ -297,9 +295,18 @@ class Pointers(SqlCatalog):
                 return other
         return None
 
-    @staticmethod
-    def case_taken(identifier: Identifier, other: Identifier) -> AlreadyExists:
-        return AlreadyExists(
+    def check_case(
+        self, conn: Connection, identifier: Identifier, *, besides: Identifier | None = None
+    ) -> None:
+        """Refuse `identifier` when another table's name differs from it in case only.
+
+        Raises:
+            AlreadyExists: one does (`namesake`).
+        """
+        other = self.namesake(conn, identifier, besides=besides)
+        if other is None:
+            return
+        raise AlreadyExists(
             f"table {'.'.join(other)} exists, and lakelock names tables in lower case (their "
             f"leases, switch and events), so {'.'.join(identifier)} would be the same table "
             "to it; load that table, or pick a name that differs in more than letter case"
