@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks.lease_throughput import percentile
 
-__all__ = ["measure", "main"]
+__all__ = ["main", "measure"]
 
 TABLE = "local.db.events"
 WARMUP = 2

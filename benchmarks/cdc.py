@@ -48,7 +48,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,7 +136,7 @@ def _drain(spark: Any, values: dict[str, Any], *, compact: Any = None) -> dict[s
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: C901 (one script, in order)
+def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from benchmarks.convergence import demo_table_config
     from compactor.report import publish

@@ -33,6 +33,7 @@ commits, failed batches and compaction runs on a time axis) and `results.json` i
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -53,9 +54,9 @@ __all__ = [
     "ModeFigures",
     "figures",
     "ingest_held_s",
+    "main",
     "render_markdown",
     "render_timeline",
-    "main",
 ]
 
 ModeFigures = dict[str, Any]
@@ -71,7 +72,7 @@ def _stalls(result: PipelineResult) -> list[float]:
     for start, end in result.compaction_windows:
         gaps = [
             b - a
-            for a, b in zip(commits, commits[1:], strict=False)
+            for a, b in itertools.pairwise(commits)
             if a < end and b > start  # the gap overlaps the run
         ]
         stalls.append(max(gaps, default=end - start))

@@ -32,7 +32,7 @@ from compactor.report import changed_anything, publish
 from compactor.run import run_table
 from service.client import LeaseClient
 
-__all__ = ["main", "demo_table_config", "upsert_batches"]
+__all__ = ["demo_table_config", "main", "upsert_batches"]
 
 TABLE = "local.db.events"
 

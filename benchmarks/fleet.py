@@ -63,7 +63,7 @@ from demo.local import LocalService
 from service.client import LeaseClient
 from service.ops.iceberg_audit import metadata_file
 
-__all__ = ["main", "build_lake", "overlaps", "tick_lines"]
+__all__ = ["build_lake", "main", "overlaps", "tick_lines"]
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "local.lake"
@@ -325,7 +325,7 @@ def _check_two(
         events = list(reversed(client.events(table=table, limit=1000)))
         claim_overlaps += overlaps(_intervals(events, "claim")) > 0
         maintenance_overlaps += overlaps(_intervals(events, "maintenance")) > 0
-    in_round = {t: 0 for t in debt}
+    in_round = dict.fromkeys(debt, 0)
     for ticks in two["ticks"]:
         for tick in ticks:
             for table, outcome in tick["outcomes"].items():

@@ -25,7 +25,7 @@ from demo.local import fresh_database
 from ingest_gate.gate import Gate
 from service.client import LeaseClient
 
-__all__ = ["measure", "main"]
+__all__ = ["main", "measure"]
 
 
 def measure(url: str, *, passes: int, warmup: int = 10) -> dict[str, float]:

@@ -48,9 +48,9 @@ from demo.local import LocalService, fresh_database
 __all__ = [
     "DEFAULT_MARIADB_URL",
     "Result",
-    "running_service",
-    "percentile",
     "main",
+    "percentile",
+    "running_service",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent

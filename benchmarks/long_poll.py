@@ -41,7 +41,7 @@ from benchmarks.lease_throughput import (
 )
 from demo.local import fresh_database
 
-__all__ = ["Result", "trial", "main"]
+__all__ = ["Result", "main", "trial"]
 
 PATHS = ("same-process", "two-processes")
 TABLE = "bench.db.events"

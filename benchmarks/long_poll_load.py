@@ -46,7 +46,7 @@ from benchmarks.lease_throughput import (
 )
 from demo.local import fresh_database
 
-__all__ = ["Result", "measure", "main"]
+__all__ = ["Result", "main", "measure"]
 
 WAIT_S = 30.0
 BLOCKED = "bench.db.blocked"

@@ -46,7 +46,7 @@ from service.lock import migrate
 from service.lock.db import commit_leases_t, events_t, make_engine, now
 from service.server.retention import prune
 
-__all__ = ["fill", "time_query", "probe_writes", "main"]
+__all__ = ["fill", "main", "probe_writes", "time_query"]
 
 RETENTION = timedelta(days=30)
 CHUNK = 100_000  # rows per INSERT ... SELECT, so no one fill transaction grows huge
@@ -167,7 +167,7 @@ def time_query(engine: Engine, query: Callable[[Any], Any], *, repeats: int) -> 
     }
 
 
-class probe_writes:  # noqa: N801 (used as a context manager, read as a verb)
+class probe_writes:
     """Every 10 ms, one short transaction that writes a lease and an event, as a grant does;
     the latencies are in `.took` once the block ends."""
 
@@ -291,17 +291,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rows < 1 or args.tables < 10 or args.repeats < 1 or args.batch_rows < 1:
         parser.error("--rows, --repeats and --batch-rows must be >= 1, --tables >= 10")
-    with tempfile.TemporaryDirectory() as folder:
-        with fresh_database(
-            args.database, mariadb_url=args.mariadb_url, workdir=Path(folder)
-        ) as url:
-            result = run(
-                url,
-                rows=args.rows,
-                tables=args.tables,
-                repeats=args.repeats,
-                batch_rows=args.batch_rows,
-            )
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        fresh_database(args.database, mariadb_url=args.mariadb_url, workdir=Path(folder)) as url,
+    ):
+        result = run(
+            url,
+            rows=args.rows,
+            tables=args.tables,
+            repeats=args.repeats,
+            batch_rows=args.batch_rows,
+        )
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -53,7 +53,7 @@ from benchmarks.modes import (
 from demo.pipeline import PipelineResult
 from service.ops.iceberg_audit import metadata_file
 
-__all__ = ["LeaseSpan", "lease_spans", "ingest_held", "files_per_partition", "figures", "main"]
+__all__ = ["LeaseSpan", "figures", "files_per_partition", "ingest_held", "lease_spans", "main"]
 
 MODES = ("table", "partitions")
 _BLOCKED_BY = {"maintenance", "intent"}

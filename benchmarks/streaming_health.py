@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import statistics
 import sys
@@ -64,7 +65,7 @@ from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 from jobkit.spark import error_message
 
-__all__ = ["MODES", "FORMATS", "KNOWN_FORMATS", "run_one", "figures", "goals", "main"]
+__all__ = ["FORMATS", "KNOWN_FORMATS", "MODES", "figures", "goals", "main", "run_one"]
 
 MODES = ("none", "table", "partitions")
 FORMATS = ("json", "debezium")  # the default run
@@ -214,7 +215,7 @@ def figures(fmt: str, mode: str, result: PipelineResult, reader: Reader) -> dict
     batches = [b for b in result.batches if b.record.outcome != "empty"]
     merges = [b.record.commit_s for b in batches]
     ends = sorted(b.ended_at for b in batches)
-    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(ends)]
     holds = [v for r in result.compactions for v in r.partition_hold_s.values()]
     held = result.ingest_held()
     out: dict[str, Any] = {

@@ -109,8 +109,16 @@ warehouse = "{self.warehouse.resolve()}"
             (folder / "landing").mkdir(parents=True, exist_ok=True)
             generate = [sys.executable, "-m", "demo.generate", "--out"]
             subprocess.run(
-                [*generate, str(folder / "landing"), "--count", str(batches * rows)]
-                + ["--files", str(batches), "--seed", str(seed * 1000 + i)],
+                [
+                    *generate,
+                    str(folder / "landing"),
+                    "--count",
+                    str(batches * rows),
+                    "--files",
+                    str(batches),
+                    "--seed",
+                    str(seed * 1000 + i),
+                ],
                 cwd=ROOT,
                 check=True,
                 capture_output=True,

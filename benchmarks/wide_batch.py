@@ -50,7 +50,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Shape", "Result", "build_table", "batch_rows", "measure", "main"]
+__all__ = ["Result", "Shape", "batch_rows", "build_table", "main", "measure"]
 
 TABLE = "local.db.wide"
 START = datetime(2024, 1, 1)
@@ -282,7 +282,7 @@ def _run(spark: Any, spec: Any, base: int, shape: Shape, result: Result) -> bool
     batch.createOrReplaceTempView("wide_batch")
     try:
         merge_once(spark, spec, base, result, batch, updates)
-    except Exception as exc:  # noqa: BLE001  reported in the results, the run goes on
+    except Exception as exc:
         result.error = error_message(exc)
         return spark.sparkContext._jsc is not None and not spark.sparkContext._jsc.sc().isStopped()
     finally:

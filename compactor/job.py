@@ -71,11 +71,11 @@ if TYPE_CHECKING:
 __all__ = [
     "main",
     "parse_args",
-    "run_once",
-    "run_scheduled",
     "print_plans",
     "print_rank",
     "resolve",
+    "run_once",
+    "run_scheduled",
 ]
 
 log = logging.getLogger("compactor")

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fnmatch import fnmatchcase
 from typing import Protocol, TypeVar
 
-__all__ = ["WILDCARDS", "is_pattern", "matches", "check_name", "expand", "applying"]
+__all__ = ["WILDCARDS", "applying", "check_name", "expand", "is_pattern", "matches"]
 
 WILDCARDS = frozenset("*?[")
 

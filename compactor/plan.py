@@ -101,19 +101,19 @@ from compactor.config import (
 from compactor.stats import PartitionStats, SnapshotStats, TableStats, Totals
 
 __all__ = [
-    "Mode",
     "REMOVE_DANGLING",
-    "Step",
+    "ExpiryPlan",
     "Group",
+    "Mode",
     "PartitionPlan",
     "Plan",
-    "ExpiryPlan",
+    "Step",
+    "full_rewrite_due",
+    "over_bound",
     "plan",
     "recent_where",
-    "full_rewrite_due",
     "scope_of",
     "snapshot_expiry",
-    "over_bound",
 ]
 
 _MIB = 1 << 20

@@ -49,11 +49,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "PROCEDURES",
     "ProcedureFailed",
-    "run_step",
     "parse_sort_order",
     "partition_filter",
-    "PROCEDURES",
+    "run_step",
 ]
 
 

@@ -48,15 +48,15 @@ from compactor.plan import Plan, full_rewrite_due
 from compactor.stats import TableStats
 
 __all__ = [
-    "Summary",
-    "Look",
-    "Track",
-    "Assessment",
-    "assess",
-    "score",
-    "rank",
-    "advance",
     "AGE_UNIT",
+    "Assessment",
+    "Look",
+    "Summary",
+    "Track",
+    "advance",
+    "assess",
+    "rank",
+    "score",
 ]
 
 _MIB = 1 << 20

@@ -28,7 +28,7 @@ from typing import Any
 from service.client import LeaseClient
 from service.wire.errors import LakelockError
 
-__all__ = ["Outcome", "RunReport", "changed_anything", "publish", "EXIT_CODES"]
+__all__ = ["EXIT_CODES", "Outcome", "RunReport", "changed_anything", "publish"]
 
 log = logging.getLogger("compactor.report")
 

@@ -76,7 +76,7 @@ from service.wire.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LeaseLost", "run_table", "default_holder", "utcnow"]
+__all__ = ["LeaseLost", "default_holder", "run_table", "utcnow"]
 
 log = logging.getLogger(__name__)
 

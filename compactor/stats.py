@@ -40,12 +40,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "SUMMARY_PREFIX",
     "PartitionStats",
     "SnapshotStats",
     "TableStats",
     "Totals",
     "collect_stats",
-    "SUMMARY_PREFIX",
 ]
 
 SUMMARY_PREFIX = "lakelock."
@@ -355,7 +355,12 @@ def _partitions(
         entry = by_key.setdefault(key, {"partition": partition})
         # one row per spec as well: a partition's counts add up over the specs that wrote it
         if content == 0:
-            added = dict(data_files=files, data_bytes=size, data_records=records, small_files=small)
+            added = {
+                "data_files": files,
+                "data_bytes": size,
+                "data_records": records,
+                "small_files": small,
+            }
         else:
             kind = {1: "position_delete_files", 2: "equality_delete_files"}.get(content)
             if kind is None:

@@ -44,10 +44,10 @@ from typing import Any
 __all__ = [
     "EVENT_COLUMNS",
     "EVENT_TYPES",
+    "KEY_FIELDS",
     "ChangeGenerator",
     "EventGenerator",
     "GenerateResult",
-    "KEY_FIELDS",
     "create_events_table",
     "events_table_sql",
     "format_time",

@@ -112,8 +112,13 @@ class LocalKafka:
         )
         if not (folder / "data" / "meta.properties").is_file():
             formatted = subprocess.run(
-                _java(classpath, "kafka.tools.StorageTool", "format", "--ignore-formatted")
-                + ["--cluster-id", _cluster_id(), "--config", str(config)],
+                [
+                    *_java(classpath, "kafka.tools.StorageTool", "format", "--ignore-formatted"),
+                    "--cluster-id",
+                    _cluster_id(),
+                    "--config",
+                    str(config),
+                ],
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PrivateMariaDB", "MariaDBMissing", "binaries"]
+__all__ = ["MariaDBMissing", "PrivateMariaDB", "binaries"]
 
 
 class MariaDBMissing(RuntimeError):

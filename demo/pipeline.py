@@ -74,11 +74,11 @@ from jobkit.spark import CatalogConfig, build_session
 from service.client import Lease, LeaseClient
 
 __all__ = [
-    "PipelineOptions",
-    "Pipeline",
-    "PipelineResult",
-    "FileWritten",
     "BatchSeen",
+    "FileWritten",
+    "Pipeline",
+    "PipelineOptions",
+    "PipelineResult",
     "UncoordinatedClient",
 ]
 

@@ -55,15 +55,15 @@ from jobkit.config import (
 from jobkit.spark import CatalogConfig
 
 __all__ = [
-    "ConfigError",
     "FORMATS",
-    "IngestConfig",
     "POLICIES",
     "SCOPES",
     "SOURCES",
+    "ConfigError",
+    "IngestConfig",
+    "build_parser",
     "config_from_args",
     "load_config",
-    "build_parser",
 ]
 
 Policy = Literal["fail", "proceed"]

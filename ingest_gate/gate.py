@@ -37,14 +37,14 @@ from typing import Any, Literal, Protocol
 from service.client import Lease, LeaseClient, LeaseLost, NotGranted, Renewer
 
 __all__ = [
-    "Policy",
-    "Outcome",
-    "JobGroups",
-    "GateError",
-    "GateTimeout",
-    "LeaseLost",
-    "GatePass",
     "Gate",
+    "GateError",
+    "GatePass",
+    "GateTimeout",
+    "JobGroups",
+    "LeaseLost",
+    "Outcome",
+    "Policy",
 ]
 
 log = logging.getLogger(__name__)

@@ -99,12 +99,12 @@ if TYPE_CHECKING:
     from ingest_gate.kafka import KafkaProgress
 
 __all__ = [
-    "TableMissing",
     "BatchHooks",
     "BatchRecord",
     "BatchWriter",
     "IngestError",
     "IngestRun",
+    "TableMissing",
     "Ungated",
     "make_gate",
     "plan_decoder",

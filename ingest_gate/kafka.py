@@ -42,12 +42,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "Checkpoint",
     "Gap",
     "KafkaOffsets",
+    "KafkaProgress",
     "Position",
     "RetentionLoss",
-    "Checkpoint",
-    "KafkaProgress",
     "lag_of",
     "lost_ranges",
     "position_label",

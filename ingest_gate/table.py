@@ -37,15 +37,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "FANOUT_PROPERTY",
     "TABLE_PROPERTIES",
     "TIMESTAMP_FORMAT",
-    "FANOUT_PROPERTY",
     "check_write_modes",
-    "ensure_clustered_writes",
     "create_table_sql",
+    "ensure_clustered_writes",
     "identifier_merge_refusal",
-    "table_properties",
     "read_rows",
+    "table_properties",
 ]
 
 # how the generator writes event times (demo.generate.format_time), in Spark's pattern

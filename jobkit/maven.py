@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["JarSet", "SETS", "MavenMissing", "cache_root", "jars", "main", "spark_packages"]
+__all__ = ["SETS", "JarSet", "MavenMissing", "cache_root", "jars", "main", "spark_packages"]
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,14 @@ def _fetch(jar_set: JarSet, folder: Path) -> None:
         work = Path(tmp)
         (work / "pom.xml").write_text(_pom(jar_set.artifacts))
         done = subprocess.run(
-            [mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime"]
-            + [f"-DoutputDirectory={work / 'jars'}"],
+            [
+                mvn,
+                "-q",
+                "-B",
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={work / 'jars'}",
+            ],
             cwd=work,
             capture_output=True,
             text=True,

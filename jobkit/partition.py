@@ -60,22 +60,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PartitionField",
-    "PartitionSpec",
     "PartitionScope",
+    "PartitionSpec",
     "UnsupportedPartition",
-    "partition_name",
-    "escape",
-    "scope_refusal",
-    "read_spec",
-    "spec_of",
-    "partition_scope",
-    "transform_sql",
     "batch_partition_counts",
-    "batch_partition_values",
-    "partition_names",
     "batch_partition_names",
-    "table_partitions",
+    "batch_partition_values",
+    "escape",
+    "partition_name",
+    "partition_names",
+    "partition_scope",
+    "read_spec",
+    "scope_refusal",
+    "spec_of",
     "table_partition_names",
+    "table_partitions",
+    "transform_sql",
 ]
 
 
@@ -144,8 +144,19 @@ _EPOCH = datetime(1970, 1, 1)
 _TIME_TRANSFORMS = ("day", "hour", "month", "year")
 # the source types whose values _human_identity prints as Iceberg's toHumanString does
 _IDENTITY_TYPES = frozenset(
-    ("boolean", "int", "long", "string", "date", "timestamp", "timestamptz", "decimal", "uuid")
-    + ("binary", "fixed")
+    (
+        "boolean",
+        "int",
+        "long",
+        "string",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "decimal",
+        "uuid",
+        "binary",
+        "fixed",
+    )
 )
 _PARAMETERISED = re.compile(r"^(bucket|truncate)\[(\d+)\]$")
 

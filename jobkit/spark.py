@@ -41,18 +41,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "error_message",
     "CatalogConfig",
-    "catalog_place",
-    "SparkJobGroups",
-    "bundled_iceberg_jar",
-    "build_session",
-    "load_table",
-    "fenced_table",
-    "rest_catalog",
-    "submitted_conf",
     "ConnectorMissing",
     "IcebergMissing",
+    "SparkJobGroups",
+    "build_session",
+    "bundled_iceberg_jar",
+    "catalog_place",
+    "error_message",
+    "fenced_table",
+    "load_table",
+    "rest_catalog",
+    "submitted_conf",
 ]
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["SCRIPTS", "script", "jars", "py_files"]
+__all__ = ["SCRIPTS", "jars", "py_files", "script"]
 
 _HERE = Path(__file__).resolve().parent
 

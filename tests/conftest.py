@@ -111,7 +111,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 # -- the app in-process ----------------------------------------------------------------------
 
 
-def make_settings(db_url: str, **overrides: object):  # noqa: ANN201
+def make_settings(db_url: str, **overrides: object):
     from service.server.settings import load_settings
 
     values: dict[str, object] = {"database_url": db_url, "tokens": TOKENS_ENV, "auth": "on"}

@@ -293,7 +293,7 @@ def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_
         ["dt=2024-06-22"],
     )
     # the raw answer: 429 with a short Retry-After, which Iceberg's HTTP client retries itself
-    namespace, name = table.name()
+    _namespace, _name = table.name()
     loaded = rest(front).load_table(table.name())
     with service(front, "job") as api:
         ingest = api.post(

@@ -42,9 +42,9 @@ ORDER = ["lake.db.b", "lake.db.e", "lake.db.d", "lake.db.c"]
 class FakeSpark:
     """What a tick asks of the session itself: its scheduler pool, per thread."""
 
-    class sparkContext:  # noqa: N801 (the attribute a SparkSession has)
+    class sparkContext:
         @staticmethod
-        def setLocalProperty(key: str, value: str | None) -> None:  # noqa: N802
+        def setLocalProperty(key: str, value: str | None) -> None:
             pass
 
 

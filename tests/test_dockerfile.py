@@ -140,7 +140,7 @@ def test_secrets_come_from_secrets_manager_never_as_plain_environment(task):
 
 
 def test_the_service_gets_its_tokens_and_the_migration_task_does_not():
-    assert SECRETS == {s["name"] for s in container(SERVICE)["secrets"]}
+    assert {s["name"] for s in container(SERVICE)["secrets"]} == SECRETS
     migrate_env = {e["name"]: e["value"] for e in container(MIGRATE)["environment"]}
     # migrate serves nothing; it needs the database only
     assert migrate_env["LAKELOCK_AUTH"] == "off"

@@ -7,7 +7,7 @@ class _Class:
     def __init__(self, name):
         self._name = name
 
-    def getName(self):  # noqa: N802 - the Java method name
+    def getName(self):
         return self._name
 
 
@@ -15,13 +15,13 @@ class _Throwable:
     def __init__(self, name, message, cause=None):
         self._class, self._message, self._cause = _Class(name), message, cause
 
-    def getClass(self):  # noqa: N802
+    def getClass(self):
         return self._class
 
-    def getMessage(self):  # noqa: N802
+    def getMessage(self):
         return self._message
 
-    def getCause(self):  # noqa: N802
+    def getCause(self):
         return self._cause
 
     def equals(self, other):

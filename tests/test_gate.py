@@ -271,14 +271,13 @@ def test_lease_revoked_mid_body_cancels_the_job_group_and_raises_lease_lost(
     # renewed every second, lost by the deadline only after 2 s without one: the revoke,
     # seen at the next renew, is what ends it, however busy the machine
     gate = make_gate(client, ttl_s=3.0, job_groups=groups)
-    with pytest.raises(LeaseLost, match="not-owner") as caught:
-        with gate.commit(TABLE) as gate_pass:
-            group = groups.current
-            assert gate_pass.lease is not None
-            service.revoke(gate_pass.lease.lease_id)
-            assert groups.cancelled_event.wait(HANG_GUARD_S)
-            with pytest.raises(LeaseLost):
-                gate_pass.check()
+    with pytest.raises(LeaseLost, match="not-owner") as caught, gate.commit(TABLE) as gate_pass:
+        group = groups.current
+        assert gate_pass.lease is not None
+        service.revoke(gate_pass.lease.lease_id)
+        assert groups.cancelled_event.wait(HANG_GUARD_S)
+        with pytest.raises(LeaseLost):
+            gate_pass.check()
             # the body returns as if its MERGE had finished: the gate must still fail it
     assert group is not None and groups.cancelled == [group]
     assert caught.value.gate_pass.outcome == "lease_lost"
@@ -339,9 +338,8 @@ def test_failed_release_is_logged_not_raised_over_the_body(
     service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     service.release_fails = True
-    with pytest.raises(ValueError, match="bad batch"):
-        with make_gate(client).commit(TABLE):
-            raise ValueError("bad batch")
+    with pytest.raises(ValueError, match="bad batch"), make_gate(client).commit(TABLE):
+        raise ValueError("bad batch")
     with make_gate(client).commit(TABLE) as gate_pass:
         pass
     assert gate_pass.outcome == "committed"

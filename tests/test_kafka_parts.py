@@ -92,7 +92,7 @@ def test_a_debezium_tombstone_goes_under_the_key_it_deletes_and_a_broken_record_
     gen = ChangeGenerator(
         seed=4, format="debezium", delete_ratio=0.5, update_ratio=0.0, key_change_ratio=0.0
     )
-    lines = gen.records(40) + ['{"broken']
+    lines = [*gen.records(40), '{"broken']
     messages = as_messages(lines, "debezium", KEY_FIELDS)
     tombstones = [(b, t) for b, t in pairwise(messages) if t[1] is None]
     assert len(tombstones) >= 5

@@ -153,7 +153,7 @@ def test_the_service_lines_start_a_service_as_described(scratch):
 
 
 def test_the_service_refuses_to_start_with_auth_on_and_no_tokens(scratch):
-    folder, port, env = scratch
+    folder, _port, env = scratch
     done = subprocess.run(
         ["bash", "-c", ".venv/bin/python -m service"],
         cwd=folder,

@@ -52,7 +52,7 @@ from service.wire import MAX_TOKEN
 from service.wire.errors import InvalidRequest
 from service.wire.scope import Scope
 
-__all__ = ["read_change", "Written", "LEASE_HEADER", "TOKEN_HEADER", "LEASE_ID", "TOKEN"]
+__all__ = ["LEASE_HEADER", "LEASE_ID", "TOKEN", "TOKEN_HEADER", "Written", "read_change"]
 
 LEASE_ID, TOKEN = "lakelock.lease-id", "lakelock.token"
 LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"

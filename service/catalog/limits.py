@@ -27,19 +27,19 @@ from dataclasses import dataclass
 from service.wire.errors import InvalidRequest
 
 __all__ = [
+    "NAMESPACE_CHARS",
+    "NAMESPACE_KEY_CHARS",
+    "NAMESPACE_VALUE_CHARS",
     "Limits",
+    "answered",
+    "check_metadata_size",
+    "check_name",
+    "check_namespace_properties",
+    "check_property_count",
+    "check_table_properties",
     "chooses_a_class",
     "configures_access",
     "unsafe_key",
-    "answered",
-    "check_name",
-    "check_table_properties",
-    "check_property_count",
-    "check_namespace_properties",
-    "check_metadata_size",
-    "NAMESPACE_KEY_CHARS",
-    "NAMESPACE_VALUE_CHARS",
-    "NAMESPACE_CHARS",
 ]
 
 # the JdbcCatalog's columns: a namespace's joined levels, its property keys and values

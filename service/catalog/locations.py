@@ -32,16 +32,16 @@ from service.wire.errors import InvalidRequest
 __all__ = [
     "PATH_PROPERTIES",
     "canonical",
-    "local_path",
-    "through_link",
-    "inside",
-    "overlap",
+    "check_paths",
     "default_location",
     "fresh_location",
-    "place",
-    "check_paths",
-    "metadata_file",
+    "inside",
+    "local_path",
     "location_of_metadata",
+    "metadata_file",
+    "overlap",
+    "place",
+    "through_link",
 ]
 
 # table properties that name where a table's files are written: each must lie in the table

@@ -55,7 +55,7 @@ from service.catalog import locations
 from service.lock.db import iceberg_namespaces_t, iceberg_tables_t
 from service.wire.errors import AlreadyExists, CommitConflict, InvalidRequest
 
-__all__ = ["Pointers", "CACHED_METADATA", "applied"]
+__all__ = ["CACHED_METADATA", "Pointers", "applied"]
 
 log = logging.getLogger("lakelock.catalog")
 PURGE_SAMPLE = 5  # file names a purge's log line shows of those it left
@@ -174,8 +174,10 @@ class Pointers(SqlCatalog):
             return super()._convert_orm_to_iceberg(orm_table)  # raises NoSuchTableError
         metadata, _ = self.read_metadata(location)
         return Table(
-            identifier=Catalog.identifier_to_tuple(orm_table.table_namespace)
-            + (orm_table.table_name,),
+            identifier=(
+                *Catalog.identifier_to_tuple(orm_table.table_namespace),
+                orm_table.table_name,
+            ),
             metadata=metadata,
             metadata_location=location,
             io=self._load_file_io(location=location),

@@ -38,7 +38,6 @@ from service.wire.errors import (
 )
 
 __all__ = [
-    "ReaderLease",
     "DEFAULT_URL",
     "MAX_WAIT_S",
     "UNAVAILABLE",
@@ -56,6 +55,7 @@ __all__ = [
     "NotGranted",
     "NotOwner",
     "OutcomeUnknown",
+    "ReaderLease",
     "Renewer",
     "ServerError",
     "StaleToken",

@@ -68,15 +68,15 @@ __all__ = [
     "DEFAULT_URL",
     "MAX_WAIT_S",
     "UNAVAILABLE",
-    "Lease",
-    "Draining",
-    "Waited",
     "Acquired",
-    "NotGranted",
     "ClaimHeld",
     "DebtBody",
-    "TableDebt",
+    "Draining",
+    "Lease",
     "LeaseClient",
+    "NotGranted",
+    "TableDebt",
+    "Waited",
 ]
 
 log = logging.getLogger(__name__)

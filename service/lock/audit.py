@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from service.lock.db import Hot, events_t, keyset, recorded_events
 from service.wire import Event
 
-__all__ = ["EVENTS", "record", "recent", "last_for_lease"]
+__all__ = ["EVENTS", "last_for_lease", "recent", "record"]
 
 EVENTS = (
     "lease.acquired",

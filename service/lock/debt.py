@@ -25,7 +25,7 @@ from service.lock.db import debt_t
 from service.lock.rows import seconds
 from service.wire import DebtBody, TableDebt
 
-__all__ = ["report", "of_table", "heaviest", "weight"]
+__all__ = ["heaviest", "of_table", "report", "weight"]
 
 _COUNTS = (
     "snapshot_id",

@@ -48,7 +48,7 @@ from service.lock.rules import holding
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
-__all__ = ["Change", "commit", "MAX_LISTED"]
+__all__ = ["MAX_LISTED", "Change", "commit"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 

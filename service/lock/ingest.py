@@ -29,7 +29,7 @@ from service.lock.db import lag_t
 from service.lock.rows import seconds
 from service.wire import GapsBody, GapsRecorded, IngestLag, LagBody
 
-__all__ = ["report_lag", "lag_of", "most_behind", "record_gaps"]
+__all__ = ["lag_of", "most_behind", "record_gaps", "report_lag"]
 
 
 def report_lag(conn: Connection, *, table: str, body: LagBody, by: str) -> IngestLag:

@@ -106,19 +106,19 @@ from service.wire import Backpressure, Draining, IntentRef, Lease, TableState
 from service.wire.errors import NotFound
 
 __all__ = [
+    "acquire_claim",
     "acquire_commit",
     "acquire_maintenance",
-    "acquire_claim",
-    "renew",
+    "hold_back",
+    "hold_table",
+    "let_go",
+    "live_on",
     "release",
+    "renew",
     "revoke",
     "set_switch",
-    "withdraw_intent",
-    "hold_back",
-    "let_go",
-    "hold_table",
     "sweep",
-    "live_on",
+    "withdraw_intent",
 ]
 
 

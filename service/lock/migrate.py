@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 from sqlalchemy.engine import Connection
 
-__all__ = ["alembic_config", "upgrade", "downgrade", "head", "current", "is_at_head"]
+__all__ = ["alembic_config", "current", "downgrade", "head", "is_at_head", "upgrade"]
 
 _HERE = Path(__file__).resolve().parent
 # an installed wheel carries them as service/lock/migrations (pyproject.toml); a checkout (and

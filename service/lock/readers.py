@@ -28,7 +28,7 @@ from service.lock.rows import SYSTEM, Caller, seconds
 from service.lock.rules import other_principal_of
 from service.wire import ReaderBody, ReaderHold
 
-__all__ = ["hold", "release", "expire", "live", "due"]
+__all__ = ["due", "expire", "hold", "live", "release"]
 
 
 def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: Caller) -> ReaderHold:

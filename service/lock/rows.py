@@ -20,16 +20,16 @@ from service.wire import LeaseKind, LeaseState
 from service.wire.scope import Scope
 
 __all__ = [
-    "LeaseKind",
-    "LeaseEnd",
-    "LeaseState",
-    "TableRow",
-    "LeaseRow",
-    "IntentRow",
-    "IntentCause",
-    "Live",
-    "Caller",
     "SYSTEM",
+    "Caller",
+    "IntentCause",
+    "IntentRow",
+    "LeaseEnd",
+    "LeaseKind",
+    "LeaseRow",
+    "LeaseState",
+    "Live",
+    "TableRow",
     "seconds",
 ]
 

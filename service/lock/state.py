@@ -27,12 +27,12 @@ from service.wire import Intent, Lease, Switch, TableState
 from service.wire.errors import NotFound
 
 __all__ = [
-    "lease_view",
     "intent_view",
+    "lease_state",
+    "lease_view",
+    "list_tables",
     "state_of",
     "table_state",
-    "list_tables",
-    "lease_state",
     "table_version",
     "table_versions",
     "tables_due_for_sweep",

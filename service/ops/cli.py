@@ -39,7 +39,7 @@ with needs_extras("lakelock"):
 
     from service.ops.layout import Column, rows_view
 
-__all__ = ["app", "main", "client_factory"]
+__all__ = ["app", "client_factory", "main"]
 
 app = typer.Typer(
     help="Operate lakelock: see and steer the leases on Iceberg tables.",

@@ -42,20 +42,20 @@ from typing import Any
 from service.wire.scope import intersects, scope_of
 
 __all__ = [
-    "TOKEN",
     "LEASE_ID",
-    "SnapshotRecord",
-    "LeaseInterval",
-    "Finding",
+    "TOKEN",
     "AuditReport",
-    "lease_intervals",
+    "Finding",
+    "LeaseInterval",
+    "SnapshotRecord",
     "audit",
     "describe_changes",
+    "lease_intervals",
+    "load_catalog_table",
     "metadata_file",
+    "read_catalog_snapshots",
     "read_snapshots",
     "snapshot_records",
-    "read_catalog_snapshots",
-    "load_catalog_table",
 ]
 
 TOKEN = "lakelock.token"

@@ -221,8 +221,9 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 message.setdefault("headers", [])
-                message["headers"] = list(message["headers"]) + [
-                    (b"x-request-id", request_id.encode("latin-1"))
+                message["headers"] = [
+                    *list(message["headers"]),
+                    (b"x-request-id", request_id.encode("latin-1")),
                 ]
             await send(message)
 

@@ -21,15 +21,15 @@ from service.wire import TABLE_PATTERN
 from service.wire.errors import Forbidden, Unauthorized
 
 __all__ = [
-    "authenticate",
-    "require",
-    "caller",
-    "may_touch",
-    "check_touch",
-    "guard_table",
-    "ReaderDep",
     "JobDep",
     "OperatorDep",
+    "ReaderDep",
+    "authenticate",
+    "caller",
+    "check_touch",
+    "guard_table",
+    "may_touch",
+    "require",
 ]
 
 ANONYMOUS_OPERATOR = ApiToken(name=ANONYMOUS, role="operator", secret="")

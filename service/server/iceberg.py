@@ -29,7 +29,7 @@ from service.server.auth import JobDep, OperatorDep, ReaderDep, check_touch, may
 from service.server.settings import ApiToken
 from service.wire.errors import InvalidRequest
 
-__all__ = ["router", "ENDPOINTS"]
+__all__ = ["ENDPOINTS", "router"]
 
 router = APIRouter(prefix="/iceberg", tags=["iceberg catalog"])
 T = TypeVar("T")

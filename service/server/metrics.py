@@ -51,12 +51,12 @@ from service.wire import TableDebt
 from service.wire.scope import label
 
 __all__ = [
+    "MULTIPROC_ENV",
     "Metrics",
     "StateCollector",
-    "read_state",
-    "MULTIPROC_ENV",
     "multiprocess_folder",
     "process_exited",
+    "read_state",
 ]
 
 log = logging.getLogger("lakelock.service")

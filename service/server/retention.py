@@ -46,7 +46,7 @@ from service.lock.db import (
 from service.server.metrics import Metrics
 from service.server.settings import Settings
 
-__all__ = ["Pruned", "prune", "Pruner"]
+__all__ = ["Pruned", "Pruner", "prune"]
 
 log = logging.getLogger("lakelock.retention")
 

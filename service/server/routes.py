@@ -72,7 +72,7 @@ from service.wire import (
 from service.wire.errors import InvalidRequest, Locked, Refused, Unavailable
 from service.wire.scope import label
 
-__all__ = ["router", "RuntimeDep", "TableName", "LeaseId", "problems"]
+__all__ = ["LeaseId", "RuntimeDep", "TableName", "problems", "router"]
 
 router = APIRouter()
 

@@ -16,6 +16,7 @@ that is set
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -117,10 +118,8 @@ class Changes:
                 left = until - loop.time()
                 if left <= 0:
                     return
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(waiter.event.wait(), min(left, _DISCONNECT_CHECK_S))
-                except TimeoutError:
-                    pass
                 if is_disconnected is not None and await is_disconnected():
                     raise ClientGone()
         finally:

@@ -22,8 +22,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.lock.rows import SYSTEM
 
 __all__ = [
-    "Role",
     "ApiToken",
+    "Role",
     "Settings",
     "SettingsError",
     "get_settings",

@@ -27,18 +27,18 @@ from collections.abc import Iterable
 from typing import Literal
 
 __all__ = [
+    "MAX_NAME_CHARS",
+    "PARTITION_PATTERN",
     "Scope",
     "ScopeKind",
-    "PARTITION_PATTERN",
-    "MAX_NAME_CHARS",
-    "scope_of",
-    "intersects",
-    "covers",
     "conflicts",
-    "is_name",
-    "encode",
+    "covers",
     "decode",
+    "encode",
+    "intersects",
+    "is_name",
     "label",
+    "scope_of",
 ]
 
 Scope = frozenset[str] | None

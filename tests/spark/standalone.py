@@ -72,15 +72,35 @@ class StandaloneCluster:
         spark_class = str(spark_home() / "bin" / "spark-class")
         cluster._spawn(
             "master",
-            [spark_class, "org.apache.spark.deploy.master.Master"]
-            + ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui_port)],
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--webui-port",
+                str(ui_port),
+            ],
         )
         for i in range(workers):
             cluster._spawn(
                 f"worker-{i}",
-                [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url]
-                + ["--host", "127.0.0.1", "--cores", str(cores), "--memory", memory]
-                + ["--webui-port", str(free_port()), "--work-dir", str(workdir / "work")],
+                [
+                    spark_class,
+                    "org.apache.spark.deploy.worker.Worker",
+                    cluster.master_url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    str(cores),
+                    "--memory",
+                    memory,
+                    "--webui-port",
+                    str(free_port()),
+                    "--work-dir",
+                    str(workdir / "work"),
+                ],
             )
         try:
             cluster._wait_for_workers(workers, timeout_s=120)

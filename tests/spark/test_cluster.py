@@ -528,9 +528,16 @@ def test_a_submit_without_the_iceberg_runtime_stops_with_one_line(submitter):
     config.write_text('table = "local.db.events"\n')
     spark_submit = str(spark_home() / "bin" / "spark-submit")
     done = subprocess.run(
-        [spark_submit, "--master", "local[1]"]
-        + ["--conf", f"spark.pyspark.driver.python={sys.executable}"]
-        + [str(script("ingest")), "--config", str(config)],
+        [
+            spark_submit,
+            "--master",
+            "local[1]",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+            str(script("ingest")),
+            "--config",
+            str(config),
+        ],
         env=submitter.env(),
         cwd=submitter.workdir,
         capture_output=True,

@@ -275,8 +275,17 @@ def test_every_commit_of_a_run_that_leaves_dangling_deletes_carries_its_lease(
 
     audit = CliRunner().invoke(
         cli.app,
-        ["--url", lakelock_server.url, "--token", lakelock_server.token("reader")]
-        + ["audit", table, "--warehouse", str(spark_warehouse), "--json"],
+        [
+            "--url",
+            lakelock_server.url,
+            "--token",
+            lakelock_server.token("reader"),
+            "audit",
+            table,
+            "--warehouse",
+            str(spark_warehouse),
+            "--json",
+        ],
     )
     assert audit.exit_code == 0, audit.output
     assert json.loads(audit.stdout)["verdict"] == "clean"
