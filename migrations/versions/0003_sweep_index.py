@@ -2,7 +2,7 @@
 
 The sweeper asks, across all tables, for commit leases not yet ended whose expiry passed; the
 older index starts with table_name, so that query read every lease row ever written. Pruning
-(service.server.retention) finds ended leases past the retention by the same index.
+(service.lock.retention) finds ended leases past the retention by the same index.
 
 Revision ID: 0003
 Revises: 0002

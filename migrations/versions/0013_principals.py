@@ -2,7 +2,7 @@
 
 `principal` is the name of the bearer token (LAKELOCK_TOKENS) that took a commit lease, a
 maintenance lease, a claim or an intent; only that token renews, releases, withdraws or commits
-under it, and an operator may end any (docs/design.md §12). Rows granted before this revision
+under it, and an operator may end any (docs/design.md §6). Rows granted before this revision
 have none (NULL): no job token may act on them, only an operator may end them. `renewals` counts
 a lease's successful renewals (its end event carries the count).
 

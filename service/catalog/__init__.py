@@ -1,5 +1,5 @@
 """The catalog front: lakelock serves the Iceberg REST catalog and fences maintenance commits
-(docs/design.md §10).
+(docs/catalog-front.md).
 
     service.catalog.pointers  the JdbcCatalog's tables in lakelock's database (pyiceberg's
                               SqlCatalog over the service's engine), and the pointer swap
@@ -8,5 +8,5 @@
     service.catalog.front     the catalog's operations, each commit checked and swapped in one
                               transaction (service.lock.fence)
 
-The HTTP routes are service.server.iceberg; they only translate.
+The HTTP routes are service.server.routes.catalog; they only translate.
 """

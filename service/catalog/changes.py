@@ -1,5 +1,5 @@
 """What a catalog commit is, read from its updates and the manifests its snapshots wrote
-(docs/design.md §10, "What a commit is").
+(docs/catalog-front.md, "What a commit is").
 
     change = read_change(table, base, updated, updates, io, principal=..., headers=...)
     change.kind          "maintenance" | "data" | "table"
@@ -29,6 +29,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 from urllib.parse import urlparse
 
@@ -216,11 +217,13 @@ def _int(text: str | None) -> int | None:
     Raises:
         InvalidRequest: a number no fencing token can be.
     """
+    if text is None:
+        return None
     try:
-        value = None if text is None else int(text)
+        value = int(text)
     except ValueError:
         return None
-    if value is not None and not 0 <= value <= MAX_TOKEN:
+    if not 0 <= value <= MAX_TOKEN:
         raise InvalidRequest(
             f"{TOKEN} (or {TOKEN_HEADER}) is {text[:40]!r}: send the token lakelock granted "
             f"(an integer from 1 to {MAX_TOKEN})"
@@ -332,7 +335,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
     what they are, whatever the entries say.
 
     The service reads a manifest list or manifest a client names only inside the table's own
-    folder (`location`), where its writers put them (docs/design.md §12): never a path or a
+    folder (`location`), where its writers put them (docs/design.md §6): never a path or a
     host of the client's choosing.
 
     Raises:
@@ -358,7 +361,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
             )
         written.new_manifests += 1
         entries = _readable(
-            lambda m=manifest: m.fetch_manifest_entry(io, discard_deleted=False),
+            partial(manifest.fetch_manifest_entry, io, discard_deleted=False),
             manifest.manifest_path,
             io,
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.exceptions import (
@@ -71,6 +71,15 @@ __all__ = ["Front", "Loaded"]
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
+
+
+class Run(Protocol):
+    """How the front reaches the lock database: `run(fn)` calls `fn(conn)` in one transaction
+    (the service's `Runtime.transact_sync`) or on a read-only connection (`read_sync`)."""
+
+    def __call__(self, fn: Callable[[Connection], T], /) -> T: ...
+
+
 # a table as the catalog answers it: its metadata location (None when staged), the metadata,
 # and the metadata's JSON text (the file's, when there is one)
 Loaded = tuple[str | None, TableMetadata, str]
@@ -81,8 +90,8 @@ class Front:
         self,
         pointers: Pointers,
         *,
-        transact: Callable[[Callable[[Connection], T]], T],
-        read: Callable[[Callable[[Connection], T]], T],
+        transact: Run,
+        read: Run,
         caps: Limits | None = None,
     ) -> None:
         self.pointers = pointers

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
@@ -79,7 +79,8 @@ class Pointers(SqlCatalog):
 
     @property
     def warehouse(self) -> str:
-        return self.properties["warehouse"]
+        warehouse: str = self.properties["warehouse"]
+        return warehouse
 
     def _get_default_warehouse_location(self, database_name: str, table_name: str) -> str:
         levels = "/".join(database_name.split("."))
@@ -134,7 +135,7 @@ class Pointers(SqlCatalog):
                 _, (_, dropped) = self._cache.popitem(last=False)
                 self._cached_chars -= len(dropped)
 
-    def _update_and_stage_table(  # type: ignore[override]
+    def _update_and_stage_table(
         self,
         current_table: Table | None,
         table_identifier: Identifier,
@@ -168,7 +169,7 @@ class Pointers(SqlCatalog):
             catalog=self,
         )
 
-    def _convert_orm_to_iceberg(self, orm_table):  # type: ignore[no-untyped-def]
+    def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
         location = orm_table.metadata_location
         if not location:
             return super()._convert_orm_to_iceberg(orm_table)  # raises NoSuchTableError

@@ -1,10 +1,12 @@
-"""The lakelock client: what a job host imports (the base install: httpx and pydantic only).
+"""The lakelock client: what a job host imports (the base install: httpx, pydantic, tenacity).
 
     from service.client import LeaseClient, Renewer
     client = LeaseClient("http://lakelock:8737", token=secret)
     lease = client.acquire_commit("cat.db.events", holder="ingest:run-7", ttl_s=30, wait_s=10)
 
-    service.client.lease_client   LeaseClient: the HTTP calls, retries, acquire_until
+    service.client.lease_client   LeaseClient: the protocol's calls, one method each
+    service.client.waiting        acquire_until's loop: Acquired, Waited, NotGranted
+    service.client.transport      one HTTP call: auth, timeouts, problem+json, the retry policy
     service.client.renewer        Renewer, LeaseLost: keeping a lease alive, knowing it is lost
     service.client.reader         ReaderLease: a streaming reader's hold on snapshot expiry
 
@@ -12,17 +14,11 @@ Nothing here imports FastAPI, SQLAlchemy or Spark. Failures are the `service.wir
 re-exported here with the answers' models a job handles.
 """
 
-from service.client.lease_client import (
-    DEFAULT_URL,
-    MAX_WAIT_S,
-    UNAVAILABLE,
-    Acquired,
-    LeaseClient,
-    NotGranted,
-    Waited,
-)
+from service.client.lease_client import LeaseClient
 from service.client.reader import ReaderLease
 from service.client.renewer import LeaseLost, Renewer
+from service.client.transport import DEFAULT_URL
+from service.client.waiting import MAX_WAIT_S, UNAVAILABLE, Acquired, NotGranted, Waited
 from service.wire import DebtBody, Draining, Lease, TableDebt
 from service.wire.errors import (
     ClaimHeld,

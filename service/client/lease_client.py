@@ -1,8 +1,9 @@
-"""`LeaseClient`: the lakelock HTTP client both jobs use (with `service.client.renewer`).
+"""`LeaseClient`: the lakelock client both jobs use (with `service.client.renewer`): the protocol's
+verbs, one method each, over `service.client.transport`.
 
-Imports httpx, pydantic and `service.wire` only, so a Spark job can use it
-without FastAPI or SQLAlchemy. The protocol itself is described in service.lock.leases; the wire
-format in docs/api.md, its models in service.wire (the service answers with the same `Lease`).
+Imports httpx, pydantic, tenacity and `service.wire` only, so a Spark job can use it without
+FastAPI or SQLAlchemy. The protocol is docs/design.md §3, the client's rules §3.2; the wire
+format is docs/api.md, its models are in service.wire (the service answers with the same `Lease`).
 
     client = LeaseClient("http://lakelock:8737", token=secret)
     lease = client.acquire_commit("cat.db.events", holder="ingest:run-7", ttl_s=30, wait_s=10)
@@ -18,22 +19,16 @@ format in docs/api.md, its models in service.wire (the service answers with the 
     with Renewer(client, claim): ...           # plan, maintenance leases, housekeeping
     client.release(claim)
 
-Failures come back as the `service.wire.errors` tree. Connection errors, timeouts and 5xx answers
-are retried with exponential backoff and full jitter (a `Retry-After` longer than the backoff wins);
-4xx answers never are. When the retries run out on a timeout or a broken connection the call
-raises `OutcomeUnknown` (it may have taken effect: an acquire repeated with the same request id
-returns the same lease); on repeated 5xx it raises the mapped error (`Unavailable`,
-`ServerError`).
+Failures come back as the `service.wire.errors` tree, after the retries of
+`service.client.transport.RetryPolicy`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
@@ -41,6 +36,21 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
+from service.client.transport import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    Backoff,
+    RetryPolicy,
+    Transport,
+)
+from service.client.waiting import (
+    MAX_WAIT_S,
+    UNAVAILABLE,
+    Acquired,
+    NotGranted,
+    Waited,
+    ask_until,
+)
 from service.wire import (
     Backpressure,
     DebtBody,
@@ -55,14 +65,7 @@ from service.wire import (
     TableDebt,
     Withdrawn,
 )
-from service.wire.errors import (
-    TRANSIENT,
-    ClaimHeld,
-    LakelockError,
-    Locked,
-    OutcomeUnknown,
-    from_problem,
-)
+from service.wire.errors import ClaimHeld, LakelockError
 
 __all__ = [
     "DEFAULT_URL",
@@ -80,53 +83,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_URL = "http://127.0.0.1:8737"
-MAX_WAIT_S = 60.0  # the service bounds a long poll to [0, LAKELOCK_MAX_WAIT_S], 60 s by default
-UNAVAILABLE = "unavailable"  # the wait reason while the service fails or cannot be reached
-
-
-@dataclass(frozen=True)
-class Waited:
-    """One ask of `LeaseClient.acquire_until` that was not a grant: `reason` is the refusal's
-    (`paused`, `maintenance`, `intent`), `draining` (a maintenance request's intent is open),
-    or `unavailable` (the service failed; retried); `answer` is the refusal, the `Draining`
-    answer or the failure."""
-
-    reason: str
-    answer: Draining | Exception
-    waited_s: float
-
-
-@dataclass(frozen=True)
-class Acquired:
-    """A lease `acquire_until` got, after `waited_s`, of which `calls_s` in calls."""
-
-    lease: Lease
-    waited_s: float
-    calls_s: float
-
-
-class NotGranted(Exception):
-    """`acquire_until` ran out of time: no lease within its deadline. `last` is the last
-    answer (a `Locked`, a `Draining`, or the service's failure), `reasons` what held the
-    request, each once in the order first seen. A maintenance request's intent is already
-    withdrawn."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        last: Draining | Exception | None,
-        reasons: tuple[str, ...],
-        waited_s: float,
-        calls_s: float,
-    ) -> None:
-        super().__init__(message)
-        self.last = last
-        self.reasons = reasons
-        self.waited_s = waited_s
-        self.calls_s = calls_s
 
 
 class LeaseClient:
@@ -151,19 +107,32 @@ class LeaseClient:
         retries: int = 4,
         backoff_s: float = 0.2,
         max_backoff_s: float = 5.0,
-        timeout: httpx.Timeout = httpx.Timeout(5.0, connect=2.0),  # noqa: B008 (immutable)
+        timeout: httpx.Timeout = DEFAULT_TIMEOUT,
     ) -> None:
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
-        self._owns_http = http is None
-        self._http = http if http is not None else httpx.Client(base_url=base_url)
-        # a given client keeps its own base URL (TestClient has one); a bare one gets ours
-        self._prefix = "" if str(self._http.base_url) else base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.timeout = timeout
+        policy = RetryPolicy(retries, Backoff(first_s=backoff_s, max_s=max_backoff_s))
+        self._transport = Transport(
+            base_url, token=token, http=http, policy=policy, timeout=timeout
+        )
+
+    @property
+    def retries(self) -> int:
+        """How many more tries a failed call gets (`RetryPolicy`)."""
+        return self._transport.policy.retries
+
+    @property
+    def backoff_s(self) -> float:
+        """The first retry's backoff window (`Backoff`)."""
+        return self._transport.policy.backoff.first_s
+
+    @property
+    def max_backoff_s(self) -> float:
+        """The widest backoff window (`Backoff`)."""
+        return self._transport.policy.backoff.max_s
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """A call's timeouts; a long poll's read timeout is longer by its wait."""
+        return self._transport.timeout
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -189,7 +158,9 @@ class LeaseClient:
         body = self._acquire_body(
             holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
         )
-        answer = self._call("POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s)
+        answer = self._transport.call(
+            "POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s
+        )
         return Lease.model_validate_json(answer.content)
 
     def acquire_maintenance(
@@ -215,7 +186,7 @@ class LeaseClient:
         body = self._acquire_body(
             holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
         )
-        answer = self._call(
+        answer = self._transport.call(
             "POST", f"/v1/tables/{table}/maintenance-lease", json=body, wait_s=wait_s
         )
         if answer.status_code == 202:
@@ -239,7 +210,7 @@ class LeaseClient:
             Unavailable, ServerError, InvalidRequest, Unauthorized, Forbidden.
         """
         body = {"holder": holder, "ttl_s": ttl_s, "request_id": request_id or uuid.uuid4().hex}
-        answer = self._call("POST", f"/v1/tables/{table}/claim", json=body)
+        answer = self._transport.call("POST", f"/v1/tables/{table}/claim", json=body)
         return Lease.model_validate_json(answer.content)
 
     def acquire_until(
@@ -281,90 +252,24 @@ class LeaseClient:
         if kind == "claim":
             raise ValueError("a claim is never waited for: ask with claim(), move on if held")
         request_id = request_id or uuid.uuid4().hex
-        started = clock()
-        deadline = started + within_s
-        calls_s = 0.0
-        reasons: list[str] = []
-        last: Draining | Exception | None = None
-        failures = 0
-        intent_open = False
-        try:
-            while True:
-                # the first ask answers at once; later ones long-poll, within the deadline
-                wait_s = 0.0 if last is None else min(poll_s, deadline - clock(), MAX_WAIT_S)
-                asked = clock()
-                try:
-                    answer = self._ask(
-                        kind,
-                        table,
-                        holder,
-                        ttl_s,
-                        max(wait_s, 0.0),
-                        request_id,
-                        partitions,
-                        retry_unavailable=retry_unavailable,
-                    )
-                finally:
-                    calls_s += clock() - asked
-                if isinstance(answer, Lease):
-                    intent_open = False  # the grant fulfilled it
-                    return Acquired(answer, clock() - started, calls_s)
-                last, reason = answer, _wait_reason(answer)
-                intent_open = intent_open or isinstance(answer, Draining)
-                failures = failures + 1 if reason == UNAVAILABLE else 0
-                if reason not in reasons:
-                    reasons.append(reason)
-                if on_wait is not None:
-                    on_wait(Waited(reason, answer, clock() - started))
-                if clock() >= deadline:
-                    waited = clock() - started
-                    raise NotGranted(
-                        f"no {kind} lease on {table} after {waited:.1f}s (within {within_s:g}s);"
-                        f" waited for: {', '.join(reasons)}",
-                        last=last,
-                        reasons=tuple(reasons),
-                        waited_s=waited,
-                        calls_s=calls_s,
-                    )
-                if failures:
-                    log.warning(
-                        "%s lease on %s: service failed (%s); backing off",
-                        kind,
-                        table,
-                        _describe(answer),
-                    )
-                pause = _pause_s(
-                    answer, failures, poll_s=poll_s, wait_s=wait_s, asked_s=clock() - asked
-                )
-                pause = min(pause, deadline - clock())
-                if pause > 0:
-                    sleep(pause)
-        finally:
-            if intent_open:
-                self._withdraw_quietly(table, request_id=request_id, holder=holder)
 
-    def _ask(
-        self,
-        kind: LeaseKind,
-        table: str,
-        holder: str,
-        ttl_s: float,
-        wait_s: float,
-        request_id: str,
-        partitions: Sequence[str] | None,
-        *,
-        retry_unavailable: bool,
-    ) -> Lease | Draining | Exception:
-        """One ask of `acquire_until`: the lease, the drain, or the refusal to wait out (a
-        failing service too, with `retry_unavailable`)."""
-        try:
+        def ask(wait_s: float) -> Lease | Draining:
             return self._acquire(kind, table, holder, ttl_s, wait_s, request_id, partitions)
-        except Locked as exc:
-            return exc
-        except (*TRANSIENT, httpx.TransportError) as exc:
-            if not retry_unavailable:
-                raise
-            return exc
+
+        def withdraw() -> None:
+            self._withdraw_quietly(table, request_id=request_id, holder=holder)
+
+        return ask_until(
+            ask,
+            what=f"{kind} lease on {table}",
+            within_s=within_s,
+            poll_s=poll_s,
+            retry_unavailable=retry_unavailable,
+            on_wait=on_wait,
+            clock=clock,
+            sleep=sleep,
+            withdraw=withdraw,
+        )
 
     def _acquire(
         self,
@@ -411,7 +316,7 @@ class LeaseClient:
             body["ttl_s"] = ttl_s
         if lease.token is not None:
             body["token"] = lease.token
-        answer = self._call(
+        answer = self._transport.call(
             "POST", f"/v1/leases/{lease.lease_id}/renew", json=body, within_s=within_s
         )
         return Renewed.model_validate_json(answer.content).lease
@@ -428,7 +333,7 @@ class LeaseClient:
         params: dict[str, Any] = {"holder": lease.holder}
         if lease.token is not None:
             params["token"] = lease.token
-        self._call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
+        self._transport.call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
 
     def withdraw_intent(self, table: str, *, request_id: str, holder: str) -> bool:
         """Withdraw the intent a maintenance request opened (give up draining); True when one
@@ -437,7 +342,7 @@ class LeaseClient:
         Raises:
             NotOwner: the intent is another holder's. OutcomeUnknown, Unavailable, ServerError.
         """
-        answer = self._call(
+        answer = self._transport.call(
             "DELETE", f"/v1/tables/{table}/intents/{request_id}", params={"holder": holder}
         )
         return Withdrawn.model_validate_json(answer.content).withdrawn
@@ -458,7 +363,7 @@ class LeaseClient:
             "partitions": list(partitions),
             "reason": reason,
         }
-        answer = self._call("POST", f"/v1/tables/{table}/backpressure", json=body)
+        answer = self._transport.call("POST", f"/v1/tables/{table}/backpressure", json=body)
         return Backpressure.model_validate_json(answer.content)
 
     def let_go(
@@ -472,7 +377,7 @@ class LeaseClient:
         params: dict[str, Any] = {"holder": holder}
         if partitions is not None:
             params["partition"] = list(partitions)
-        answer = self._call("DELETE", f"/v1/tables/{table}/backpressure", params=params)
+        answer = self._transport.call("DELETE", f"/v1/tables/{table}/backpressure", params=params)
         return Backpressure.model_validate_json(answer.content).partitions
 
     def revoke(self, lease_id: str, *, reason: str) -> dict[str, Any]:
@@ -481,8 +386,11 @@ class LeaseClient:
         Raises:
             NotFound, Forbidden, OutcomeUnknown, Unavailable, ServerError.
         """
-        answer = self._call("POST", f"/v1/leases/{lease_id}/revoke", json={"reason": reason})
-        return answer.json()
+        answer = self._transport.call(
+            "POST", f"/v1/leases/{lease_id}/revoke", json={"reason": reason}
+        )
+        revoked: dict[str, Any] = answer.json()
+        return revoked
 
     # -- tables -------------------------------------------------------------------------------
 
@@ -508,7 +416,9 @@ class LeaseClient:
             body["maintenance"] = maintenance
         if backpressure is not None:
             body["backpressure"] = backpressure
-        return self._call("PUT", f"/v1/tables/{table}/switch", json=body).json()
+        answer = self._transport.call("PUT", f"/v1/tables/{table}/switch", json=body)
+        state: dict[str, Any] = answer.json()
+        return state
 
     def state(self, table: str, *, wait_s: float = 0.0, since: int | None = None) -> dict[str, Any]:
         """The table's state; with `wait_s`, as soon as its version passes `since`.
@@ -520,7 +430,9 @@ class LeaseClient:
             params["wait"] = wait_s
         if since is not None:
             params["since"] = since
-        return self._call("GET", f"/v1/tables/{table}", params=params, wait_s=wait_s).json()
+        answer = self._transport.call("GET", f"/v1/tables/{table}", params=params, wait_s=wait_s)
+        state: dict[str, Any] = answer.json()
+        return state
 
     def tables(self) -> list[dict[str, Any]]:
         """The state of every known table, by name, read a page at a time (a service before
@@ -529,7 +441,7 @@ class LeaseClient:
         found: list[dict[str, Any]] = []
         params: dict[str, Any] = {"limit": 1000}
         while True:
-            page = self._call("GET", "/v1/tables", params=params).json()
+            page = self._transport.call("GET", "/v1/tables", params=params).json()
             found.extend(page["tables"])
             if not page.get("next"):
                 return found
@@ -540,7 +452,9 @@ class LeaseClient:
         params: dict[str, Any] = {"limit": limit}
         if table is not None:
             params["table"] = table
-        return self._call("GET", "/v1/events", params=params).json()["events"]
+        answer = self._transport.call("GET", "/v1/events", params=params)
+        events: list[dict[str, Any]] = answer.json()["events"]
+        return events
 
     def report_run(self, table: str, report: dict[str, Any]) -> int:
         """Store a maintenance run report; returns its run id.
@@ -549,7 +463,9 @@ class LeaseClient:
 
         Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
         """
-        answer = self._call("POST", f"/v1/tables/{table}/runs", json=report, idempotent=False)
+        answer = self._transport.call(
+            "POST", f"/v1/tables/{table}/runs", json=report, idempotent=False
+        )
         return RunId.model_validate_json(answer.content).run_id
 
     def report_debt(self, table: str, debt: dict[str, Any] | BaseModel) -> TableDebt:
@@ -566,7 +482,7 @@ class LeaseClient:
         else:
             # sent as given, so the service's 422 names a wrong field; a datetime as RFC 3339
             body = {k: _rfc3339(v) if isinstance(v, datetime) else v for k, v in debt.items()}
-        answer = self._call("PUT", f"/v1/tables/{table}/debt", json=body)
+        answer = self._transport.call("PUT", f"/v1/tables/{table}/debt", json=body)
         return TableDebt.model_validate_json(answer.content)
 
     def report_ingest_lag(
@@ -579,7 +495,7 @@ class LeaseClient:
         Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
         """
         body = {"query_id": query_id, "batch_id": batch_id, "partitions": dict(partitions)}
-        answer = self._call("PUT", f"/v1/tables/{table}/ingest-lag", json=body)
+        answer = self._transport.call("PUT", f"/v1/tables/{table}/ingest-lag", json=body)
         return IngestLag.model_validate_json(answer.content)
 
     def record_ingest_gaps(
@@ -592,7 +508,9 @@ class LeaseClient:
         Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
         """
         body = {"query_id": query_id, "gaps": [dict(g) for g in gaps]}
-        answer = self._call("POST", f"/v1/tables/{table}/ingest-gaps", json=body, idempotent=False)
+        answer = self._transport.call(
+            "POST", f"/v1/tables/{table}/ingest-gaps", json=body, idempotent=False
+        )
         return GapsRecorded.model_validate_json(answer.content)
 
     def hold_reader(
@@ -613,7 +531,7 @@ class LeaseClient:
         body: dict[str, Any] = {"snapshot_id": snapshot_id, "ttl_s": ttl_s}
         if snapshots_behind is not None:
             body["snapshots_behind"] = snapshots_behind
-        answer = self._call("PUT", f"/v1/tables/{table}/readers/{reader}", json=body)
+        answer = self._transport.call("PUT", f"/v1/tables/{table}/readers/{reader}", json=body)
         return ReaderHold.model_validate_json(answer.content)
 
     def release_reader(self, table: str, reader: str) -> bool:
@@ -621,19 +539,20 @@ class LeaseClient:
 
         Raises: OutcomeUnknown, Unavailable, ServerError.
         """
-        answer = self._call("DELETE", f"/v1/tables/{table}/readers/{reader}")
+        answer = self._transport.call("DELETE", f"/v1/tables/{table}/readers/{reader}")
         return bool(answer.json()["released"])
 
     def runs(self, table: str, *, limit: int = 20) -> list[dict[str, Any]]:
         """Run reports, newest first. Raises: OutcomeUnknown, Unavailable, ServerError."""
-        return self._call("GET", f"/v1/tables/{table}/runs", params={"limit": limit}).json()["runs"]
+        answer = self._transport.call("GET", f"/v1/tables/{table}/runs", params={"limit": limit})
+        runs: list[dict[str, Any]] = answer.json()["runs"]
+        return runs
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def close(self) -> None:
         """Close the HTTP client if this object made it."""
-        if self._owns_http:
-            self._http.close()
+        self._transport.close()
 
     def __enter__(self) -> LeaseClient:
         return self
@@ -667,141 +586,7 @@ class LeaseClient:
             body["partitions"] = list(partitions)
         return body
 
-    def _call(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-        wait_s: float = 0.0,
-        within_s: float | None = None,
-        idempotent: bool = True,
-    ) -> httpx.Response:
-        """One call with retries; a 2xx answer, or the error its problem body stands for."""
-        started = time.monotonic()
-        attempt = 0
-        while True:
-            left = None if within_s is None else within_s - (time.monotonic() - started)
-            request = self._http.build_request(
-                method,
-                self._prefix + path,
-                json=json,
-                params=params,
-                headers=self._headers,
-                timeout=self._timeout_for(wait_s=wait_s, left_s=left),
-            )
-            retry_after: float | None = None
-            try:
-                response = self._http.send(request)
-            except httpx.TransportError as exc:
-                failure: httpx.TransportError | httpx.Response = exc
-                # a request never sent cannot have taken effect; one that was may have
-                sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
-                if sent and not idempotent:
-                    raise self._unknown(method, path, exc, attempt + 1) from exc
-            else:
-                if response.status_code < 500:
-                    return self._checked(response)
-                failure = response
-                retry_after = _retry_after_s(response)
-
-            delay = self._backoff_s(attempt, retry_after)
-            elapsed = time.monotonic() - started
-            out_of_time = within_s is not None and elapsed + delay >= within_s
-            if attempt >= self.retries or out_of_time:
-                if isinstance(failure, httpx.Response):
-                    raise _problem(failure)
-                raise self._unknown(method, path, failure, attempt + 1) from failure
-            log.warning(
-                "lakelock %s %s failed (%s); retry %d/%d in %.2fs",
-                method,
-                path,
-                _describe(failure),
-                attempt + 1,
-                self.retries,
-                delay,
-            )
-            time.sleep(delay)
-            attempt += 1
-
-    def _timeout_for(self, *, wait_s: float, left_s: float | None) -> httpx.Timeout:
-        # a long poll is answered after up to wait_s: the read timeout must outlast it
-        t = self.timeout
-        read = None if t.read is None else t.read + max(wait_s, 0.0)
-        parts = {"connect": t.connect, "read": read, "write": t.write, "pool": t.pool}
-        if left_s is not None:
-            cap = max(left_s, 0.05)
-            parts = {k: cap if v is None else min(v, cap) for k, v in parts.items()}
-        return httpx.Timeout(**parts)
-
-    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        # full jitter: retrying clients spread out instead of hitting a recovering service at once
-        delay = random.uniform(0.0, min(self.max_backoff_s, self.backoff_s * 2**attempt))
-        return max(delay, retry_after or 0.0)
-
-    @staticmethod
-    def _checked(response: httpx.Response) -> httpx.Response:
-        if response.is_success:
-            return response
-        raise _problem(response)
-
-    @staticmethod
-    def _unknown(method: str, path: str, exc: Exception, attempts: int) -> OutcomeUnknown:
-        return OutcomeUnknown(
-            f"{method} {path}: {_describe(exc)} after {attempts} attempt(s); it may have taken "
-            "effect, retry with the same request id",
-            attempts=attempts,
-        )
-
 
 def _rfc3339(at: datetime) -> str:
     """`at` as RFC 3339; a naive datetime is taken as UTC."""
     return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
-
-
-def _pause_s(
-    answer: Draining | Exception, failures: int, *, poll_s: float, wait_s: float, asked_s: float
-) -> float:
-    """How long `acquire_until` sleeps after `answer` (which took `asked_s`) before it asks
-    again (0: the next ask long-polls at once)."""
-    if failures:
-        # full jitter: a recovering service is not asked by every job at once
-        return random.uniform(0.0, min(poll_s, 0.5 * 2 ** (failures - 1)))
-    if wait_s > 0 and isinstance(answer, Draining | LakelockError):
-        # a long poll answered early (the state changed, or a service that does not hold
-        # calls) waits out Retry-After: never a busy loop
-        return min(answer.retry_after_s or 1.0, wait_s) - asked_s
-    return 0.0
-
-
-def _wait_reason(answer: Draining | Exception) -> str:
-    if isinstance(answer, Draining):
-        return "draining"
-    if isinstance(answer, Locked):
-        return str(answer.extra.get("reason") or "locked")
-    return UNAVAILABLE
-
-
-def _problem(response: httpx.Response) -> LakelockError:
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = {"detail": response.text[:500] or response.reason_phrase}
-    return from_problem(body, response.status_code)
-
-
-def _retry_after_s(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None  # an HTTP date: rare from this service, and the backoff still applies
-
-
-def _describe(failure: Exception | httpx.Response) -> str:
-    if isinstance(failure, httpx.Response):
-        return f"HTTP {failure.status_code}"
-    return f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__

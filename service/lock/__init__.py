@@ -5,11 +5,18 @@
     service.lock.store     the rows in the database: read, written as the rules decided
     service.lock.leases    the transitions: lock the table row, decide, store, audit
     service.lock.state     read-only views (a table's state, a lease)
+    service.lock.overview  the lock over every table at once: what the state gauges show
     service.lock.audit     the append-only events, in the caller's transaction
     service.lock.debt      compaction debt as the compactors report it
     service.lock.ingest    what ingest jobs report of their source: lag, skipped offset ranges
     service.lock.readers   holds of jobs streaming out of a table, which expiry keeps back
-    service.lock.db        the schema, the database clock, engines for MySQL and SQLite
+    service.lock.fence     a catalog front's commit checked against the leases
+                           (docs/catalog-front.md)
+    service.lock.runs      compactor run reports, the newest few per table
+    service.lock.retention deleting events and ended leases past the retention, in batches
+    service.lock.db        the schema, the database clock, engines for MySQL and SQLite, and
+                           the database's error types (the server maps them, never importing
+                           SQLAlchemy)
     service.lock.migrate   Alembic to the head (migrations/)
 
 The protocol is written in docs/design.md §3 to §5, and in `service.lock.leases`.

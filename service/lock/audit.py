@@ -18,32 +18,16 @@ from sqlalchemy import bindparam, insert, select
 from sqlalchemy.engine import Connection
 
 from service.lock.db import Hot, events_t, keyset, recorded_events
-from service.wire import Event
+from service.wire import Event, EventName
 
-__all__ = ["EVENTS", "last_for_lease", "recent", "record"]
+__all__ = ["last_for_lease", "recent", "record"]
 
-EVENTS = (
-    "lease.acquired",
-    "lease.renew_failed",
-    "lease.released",
-    "lease.expired",
-    "lease.revoked",
-    "intent.opened",
-    "backpressure.on",
-    "intent.expired",
-    "intent.withdrawn",
-    "intent.fulfilled",
-    "switch.set",
-    "run.reported",
-    "ingest.gap",
-    "reader.held",
-    "reader.released",
-    "reader.expired",
-    "catalog.commit",
-    "catalog.refused",
+_LIFECYCLE = (
+    EventName.LEASE_ACQUIRED,
+    EventName.LEASE_RELEASED,
+    EventName.LEASE_EXPIRED,
+    EventName.LEASE_REVOKED,
 )
-
-_LIFECYCLE = ("lease.acquired", "lease.released", "lease.expired", "lease.revoked")
 
 _COLUMNS = ("at", "table_name", "event", "lease_id", "kind", "holder", "token", "actor", "detail")
 # every transition writes one: a statement of the hot path (db.Hot)
@@ -55,7 +39,7 @@ def record(
     *,
     at: datetime,
     table: str,
-    event: str,
+    event: EventName,
     lease_id: str | None = None,
     kind: str | None = None,
     holder: str | None = None,
@@ -65,12 +49,10 @@ def record(
 ) -> None:
     """Append one event; `actor` is the token (its name) whose call made it, or
     `rows.SYSTEM` for what the service does by itself (expiry): every event names one."""
-    if event not in EVENTS:
-        raise ValueError(f"unknown audit event {event!r}")
     row = {
         "at": at,
         "table_name": table,
-        "event": event,
+        "event": EventName(event).value,  # a name of no event is a ValueError
         "lease_id": lease_id,
         "kind": kind,
         "holder": holder,

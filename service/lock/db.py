@@ -33,17 +33,24 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.sql.expression import ColumnElement, Executable, Select
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable, Select
 
 from service.wire.errors import LakelockError
 
 __all__ = [
+    "Connection",
+    "DatabaseError",
+    "Engine",
     "Hot",
     "Instant",
     "LockingRead",
+    "PoolExhausted",
     "claims_t",
     "commit_leases_t",
     "debt_t",
+    "driver_message",
     "events_t",
     "iceberg_namespaces_t",
     "iceberg_tables_t",
@@ -83,7 +90,7 @@ tables_t = Table(
     Column("name", String(NAME), primary_key=True),
     Column("ingest", String(16), nullable=False),  # running | paused
     Column("maintenance", String(16), nullable=False),  # enabled | disabled
-    # enabled | disabled: whether a compactor's backpressure holds commits (docs/design.md §11)
+    # enabled | disabled: whether a compactor's backpressure holds commits (docs/jobs.md §3)
     Column("backpressure", String(16), nullable=False, server_default="enabled"),
     Column("switch_reason", String(1024)),
     Column("switch_by", String(255)),
@@ -98,7 +105,7 @@ tables_t = Table(
 )
 
 
-def _lease_table(name: str, *own: Column, scoped: bool = True) -> Table:
+def _lease_table(name: str, *own: Column[Any], scoped: bool = True) -> Table:
     """A table of leases of one kind, one row per grant; `own` adds the kind's own columns,
     `scoped` the partitions a lease covers (NULL: the whole table)."""
     return Table(
@@ -107,7 +114,7 @@ def _lease_table(name: str, *own: Column, scoped: bool = True) -> Table:
         Column("id", String(ID), primary_key=True),
         Column("table_name", String(NAME), nullable=False),
         Column("holder", String(255), nullable=False),
-        # the token that took it (docs/design.md §12); NULL: granted before principals were
+        # the token that took it (docs/design.md §6); NULL: granted before principals were
         # recorded, so only an operator may end it
         Column("principal", String(255)),
         Column("request_id", String(128), nullable=False),
@@ -149,7 +156,7 @@ intents_t = Table(
     Column("opened_at", Instant, nullable=False),
     Column("expires_at", Instant, nullable=False),
     # drain: a maintenance request's writer preference; backpressure: a compactor holding the
-    # writers of a partition whose debt passed its hard bound (docs/design.md §11)
+    # writers of a partition whose debt passed its hard bound (docs/jobs.md §3)
     Column("cause", String(16), nullable=False, server_default="drain"),
     Index("ix_lakelock_intents_expires", "expires_at"),
 )
@@ -241,7 +248,7 @@ readers_t = Table(
 )
 
 
-# The catalog front's table pointers (docs/design.md §10): the two tables of Iceberg's
+# The catalog front's table pointers (docs/catalog-front.md): the two tables of Iceberg's
 # JdbcCatalog (its V1 schema), column for column, so that an existing JDBC catalog's database is
 # served as it is and pyiceberg's SqlCatalog reads them. `catalog_name` is the catalog's name
 # (LAKELOCK_CATALOG_NAME); a namespace of several levels is joined with dots.
@@ -274,7 +281,8 @@ def now(conn: Connection) -> datetime:
     """
     if conn.dialect.name == "sqlite":
         return datetime.now(UTC).replace(tzinfo=None)
-    return conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    at: datetime = conn.execute(text("SELECT UTC_TIMESTAMP(6)")).scalar_one()
+    return at
 
 
 def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Engine:
@@ -332,6 +340,11 @@ def make_engine(url: str, *, pool_size: int = 40, timeout_s: float = 5.0) -> Eng
     )
 
 
+# a row class named by the cursor's columns, which are known at run time only: called through
+# this name, namedtuple is a plain function to the type checker
+_row_class: Callable[[str, list[str]], type[Any]] = namedtuple
+
+
 class Hot:
     """A statement of the lease path, written once with SQLAlchemy, sent straight through the
     DBAPI cursor on MySQL/MariaDB.
@@ -349,9 +362,10 @@ class Hot:
     """
 
     def __init__(self, stmt: Executable) -> None:
+        assert isinstance(stmt, ClauseElement)  # built with SQLAlchemy's constructs: it compiles
         self.stmt = stmt
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
-        self._row: type | None = None
+        self._row: type[Any] | None = None
 
     def rows(self, conn: Connection, **params: Any) -> list[Any]:
         if conn.dialect.name == "sqlite":
@@ -360,7 +374,7 @@ class Hot:
         try:
             found = cursor.fetchall()
             if self._row is None:
-                self._row = namedtuple("Row", [d[0] for d in cursor.description])  # type: ignore[misc]
+                self._row = _row_class("Row", [d[0] for d in cursor.description])
             return [self._row._make(row) for row in found]
         finally:
             cursor.close()
@@ -370,14 +384,16 @@ class Hot:
             return conn.execute(self.stmt, params).rowcount
         cursor = self._execute(conn, params)
         cursor.close()
-        return cursor.rowcount
+        count: int = cursor.rowcount
+        return count
 
     def _execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         compiled = self._compiled.get(conn.dialect.driver)
         if compiled is None:
-            sql = self.stmt.compile(dialect=conn.dialect)
-            names = tuple(sql.positiontup or ()) if sql.positional else None
-            compiled = self._compiled[conn.dialect.driver] = (sql.string, names)
+            statement = self.stmt.compile(dialect=conn.dialect)
+            assert isinstance(statement, SQLCompiler)  # a query or DML, never DDL
+            names = tuple(statement.positiontup or ()) if statement.positional else None
+            compiled = self._compiled[conn.dialect.driver] = (statement.string, names)
         sql, names = compiled
         # the driver's paramstyle: positional (MySQLdb's %s) or named (PyMySQL's %(name)s)
         values = params if names is None else tuple(params[name] for name in names)
@@ -474,6 +490,21 @@ def _is_retryable(exc: DBAPIError) -> bool:
     if code in _MYSQL_RETRYABLE:
         return True
     return "database is locked" in str(exc.orig)
+
+
+DatabaseError = DBAPIError
+"""An error the database or its driver raised; `is_unavailable` tells an outage from a fault (a
+bad statement, a schema behind the code)."""
+
+PoolExhausted = PoolTimeout
+"""No pooled connection came free within LAKELOCK_DB_TIMEOUT_S: a database too slow to answer."""
+
+
+def driver_message(exc: BaseException) -> str:
+    """The driver's own message, e.g. `(2003, "Can't connect to MySQL server on 'db' ...")`:
+    it names the host, never the password, and leaves out the SQL that SQLAlchemy adds."""
+    orig = getattr(exc, "orig", None)
+    return f"{type(orig or exc).__name__}: {orig or exc}"
 
 
 def is_unavailable(exc: BaseException) -> bool:

@@ -1,5 +1,5 @@
 """Fencing at the commit: a catalog commit checked against the leases in the transaction that
-swaps the table's metadata pointer (docs/design.md §10).
+swaps the table's metadata pointer (docs/catalog-front.md).
 
     change = Change(table="lakelock.db.events", kind="maintenance", lease_id=..., token=7,
                     partitions=frozenset({"dt=2024-06-20"}), principal="compactor", ...)
@@ -9,7 +9,7 @@ swaps the table's metadata pointer (docs/design.md §10).
 expiry cannot slip between the check and the swap; then decides:
 
     maintenance  files replaced, delete files removed, snapshots removed: needs a live
-                 maintenance lease of this table taken by the committing token (§12), named
+                 maintenance lease of this table taken by the committing token (design §6), named
                  with its current token, whose scope covers the partitions the commit
                  touches, and maintenance enabled. A commit
                  that only removes snapshots may name the table's live claim instead (it
@@ -36,15 +36,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, leases, store
 from service.lock.db import debt_t
-from service.lock.rows import LeaseRow, Live, TableRow
+from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
 from service.lock.rules import holding
+from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
@@ -90,13 +91,13 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         elif change.kind == "data":
             _check_data(row, live, change, lease, at)
     except (Fenced, CommitHeld) as refusal:
-        _record(conn, change, at, "catalog.refused", reason=refusal.extra.get("reason"))
+        _record(conn, change, at, EventName.CATALOG_REFUSED, reason=refusal.extra.get("reason"))
         raise
     if not swap(conn):
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    _record(conn, change, at, "catalog.commit", foreign=not _leased(change, lease, at))
+    _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=not _leased(change, lease, at))
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
 
@@ -167,7 +168,11 @@ def _live_here(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
 def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
     """The commit names a live lease of its table that covers what it touched (a checked
     maintenance commit always does): not a foreign writer's."""
-    return _live_here(change, lease, at) and covers(lease.scope, change.partitions)  # type: ignore[union-attr]
+    return (
+        lease is not None
+        and _live_here(change, lease, at)
+        and covers(lease.scope, change.partitions)
+    )
 
 
 def _check_data(
@@ -179,11 +184,8 @@ def _check_data(
         if lease.kind == "maintenance" and change.token == lease.token:
             return  # the holder of the maintenance lease writes under it
     # what holds a gated commit holds a foreign one: the same leases and intents (rules.holding)
-    blocking = [
-        hold
-        for hold in (*live.of_kind("maintenance"), *holding(row, live))
-        if intersects(hold.scope, change.partitions)
-    ]
+    holds: tuple[LeaseRow | IntentRow, ...] = (*live.of_kind("maintenance"), *holding(row, live))
+    blocking = [hold for hold in holds if intersects(hold.scope, change.partitions)]
     if blocking:
         first = blocking[0]
         if isinstance(first, LeaseRow):
@@ -208,8 +210,11 @@ def _sample(partitions: Scope) -> str:
     return ", ".join(names[:3]) + more
 
 
-def _record(conn: Connection, change: Change, at: datetime, event: str, **detail: object) -> None:
+def _record(
+    conn: Connection, change: Change, at: datetime, event: EventName, **detail: object
+) -> None:
     names = None if change.partitions is None else sorted(change.partitions)
+    counted: dict[str, Any] = {**change.counts, **detail}  # the snapshots' totals, the detail
     audit.record(
         conn,
         at=at,
@@ -225,8 +230,7 @@ def _record(conn: Connection, change: Change, at: datetime, event: str, **detail
         partition_count=len(names)
         if names is not None
         else change.counts.get("changed-partition-count"),
-        **change.counts,
-        **detail,
+        **counted,
     )
 
 

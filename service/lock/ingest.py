@@ -27,7 +27,7 @@ from sqlalchemy.engine import Connection
 from service.lock import audit, store
 from service.lock.db import lag_t
 from service.lock.rows import seconds
-from service.wire import GapsBody, GapsRecorded, IngestLag, LagBody
+from service.wire import EventName, GapsBody, GapsRecorded, IngestLag, LagBody
 
 __all__ = ["lag_of", "most_behind", "record_gaps", "report_lag"]
 
@@ -74,7 +74,7 @@ def record_gaps(conn: Connection, *, table: str, body: GapsBody, by: str) -> Gap
             conn,
             at=at,
             table=table,
-            event="ingest.gap",
+            event=EventName.INGEST_GAP,
             holder=by,
             actor=by,
             query_id=body.query_id,

@@ -1,79 +1,13 @@
-"""Leases on Iceberg tables: the lock protocol, one transition per function, one transaction.
+"""Leases on Iceberg tables: the lock protocol's transitions, one function each, each in the
+caller's transaction (docs/design.md §3 to §5, docs/jobs.md §3).
 
-lakelock_tables has one row per table (the switch, next_token, holds_until);
-lakelock_commit_leases, lakelock_maintenance_leases and lakelock_claims one row per grant,
-lakelock_intents one row per open intent. Each function runs in the caller's transaction and
-first locks the table row (`SELECT ... FOR UPDATE` on MySQL/MariaDB, reading the clock in the
-same statement; `BEGIN IMMEDIATE` on SQLite), so two grants on one table never both see
-"nothing live".
-
-Every lease and intent has a scope (`service.wire.scope`): the whole table, or a set of partitions.
-Two of them conflict when their kinds conflict and their scopes intersect (docs/design.md §4):
-
-    commit       shared; granted while ingest is running and no live maintenance lease or open
-                 intent intersects its scope. Commit leases never exclude each other.
-    maintenance  exclusive on its scope; granted when no live maintenance lease and no live
-                 commit lease intersects it. When only commit leases do, an intent is opened
-                 (drain) and the caller is told how many of them are in flight.
-    intent       writer preference: while it is live no commit lease intersecting its scope is
-                 granted, so those in flight drain and compaction is not starved. It expires
-                 `intent_ttl` after the last time its request asked; asking again (same request
-                 id) keeps it open; its holder may withdraw it (`intent.withdrawn`: given up).
-                 A maintenance grant to its holder on a scope covering it ends it
-                 (`intent.fulfilled`: what it waited for is held), whatever the request id.
-                 It does not exclude another maintenance request. A backpressure intent
-                 (cause `backpressure`, one partition; `hold_back`) is opened by a compactor
-                 under its live claim for a partition past its hard bound of debt: it lives
-                 as long as the claim instead, and holds commits only while the table's
-                 backpressure and maintenance switches are on (docs/design.md §11).
-    claim        exclusive per table among claims only; always the whole table, no token. It
-                 conflicts with no commit or maintenance lease and no intent, so by itself it
-                 never holds ingest (its backpressure intents may), and none of them holds
-                 it: a compactor claims a table before it plans it and releases it after its
-                 housekeeping, so compactor processes share the tables without a coordinator
-                 (docs/design.md §5). It never waits: a claim another holder has is refused
-                 at once (ClaimHeld, naming the holder and the seconds left) and the asker
-                 moves on. Renew, release, revoke and expiry as for every lease. Taking a
-                 maintenance lease needs no claim.
-    switch       ingest running|paused (no commit grants), maintenance enabled|disabled (no
-                 maintenance grants); leases already live are not cut short by a switch.
-                 Neither setting refuses a claim: a claim writes nothing, and a compactor
-                 that claims a table whose maintenance is disabled is refused at its first
-                 maintenance lease (MaintenanceOff), as without a claim.
-    token        next_token at each maintenance grant, whatever its scope, then bumped: strictly
-                 increasing per table. Renew and release of a maintenance lease carry it;
-                 another one is StaleToken.
-    expiry       judged by the database clock, read once per transaction (`db.LockingRead`).
-                 A lease whose expiry passed is never live again: renew refuses it
-                 (LeaseExpired), and a sweep marks it ended and audits `lease.expired`
-                 (maintenance leases and intents whenever a call reads them, claims at a
-                 claim; expired commit leases before a maintenance grant; all of them by the
-                 background sweeper).
-    renew        extends a live lease only. Outcomes: ok | not_found | expired | not_owner
-                 (another holder, or revoked, naming who) | token_mismatch.
-    release      by the holder (and the token for maintenance); idempotent: releasing an ended
-                 lease answers its state again. An operator's release is a revoke.
-    request id   an acquire repeated with the same request id answers the same lease (or keeps
-                 the same intent), so a client may retry after a timeout; the unique key
-                 (table, request id) of each lease table catches the repeat at the insert.
-    version      the id of the table's newest audit event: every change writes one under the
-                 row lock, so it grows with each change; `GET ...?since=` long-polls on it.
-
-Decide, then store. Each transition locks the table row, loads the typed rows
-(`service.lock.rows`) the decision needs through `service.lock.store`, asks
-`service.lock.rules` (pure functions: the order of the checks and the answer), writes what the
-answer says and audits it (`service.lock.audit`) in the same transaction. Read-only views are
-`service.lock.state`.
-
-The commit path is lean on purpose (benchmarks/lease_throughput.py counts it): a grant is the
-locking read, the lease insert and its event; a release the locking read of lease and table
-(one join), the update and its event, each a `db.Hot` statement (compiled once, sent through
-the DBAPI cursor on MySQL/MariaDB). The table row's `holds_until` (no maintenance lease or
-intent of the table is unended after it) lets a commit grant skip reading them while none is.
-
-Refusals are raised as `service.wire.errors` exceptions. `db.run_transaction` commits what a refused
-call recorded (the sweep, a `lease.renew_failed` event) before re-raising, and nothing else is
-written before a refusal is decided.
+A transition locks the table's row and reads the database clock with it (`store.lock_table`),
+loads the rows its decision needs (`service.lock.store`), asks `service.lock.rules`, then writes
+and audits (`service.lock.audit`) what the answer says. A refusal is raised as a
+`service.wire.errors` exception; `db.run_transaction` still commits what was recorded before it
+(an expiry, a `lease.renew_failed` event). The table row's `holds_until` lets a commit grant skip
+reading maintenance leases and intents while none can be live, so the commit path stays a few
+statements (benchmarks/lease_throughput.py). Read-only views are `service.lock.state`.
 """
 
 from __future__ import annotations
@@ -82,7 +16,7 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.engine import Connection
 
@@ -102,7 +36,7 @@ from service.lock.rules import (
     WithdrawAsk,
 )
 from service.lock.state import lease_view, state_of
-from service.wire import Backpressure, Draining, IntentRef, Lease, TableState
+from service.wire import Backpressure, Draining, EventName, IntentRef, Lease, TableState
 from service.wire.errors import NotFound
 
 __all__ = [
@@ -110,7 +44,6 @@ __all__ = [
     "acquire_commit",
     "acquire_maintenance",
     "hold_back",
-    "hold_table",
     "let_go",
     "live_on",
     "release",
@@ -192,7 +125,7 @@ def acquire_claim(
 ) -> Lease:
     """Grant the claim on `table` (always the whole table), or refuse it at once.
 
-    Not refused by the switch (see the module docstring), not held by commit or maintenance
+    Not refused by the switch (docs/design.md §3), not held by commit or maintenance
     leases or intents. Expired claims of the table are ended first, each `lease.expired`.
 
     Raises:
@@ -240,9 +173,10 @@ def _settle(
             return lease
     earlier = store.lease_by_request(conn, ask.kind, ask.table, ask.request_id)
     if earlier is not None:
-        decision = rules.decide_repeat(earlier, ask, at)
-        if isinstance(decision, Repeat):
-            return decision.lease
+        repeat = rules.decide_repeat(earlier, ask, at)
+        if isinstance(repeat, Repeat):
+            return repeat.lease
+        decision = repeat
     if isinstance(decision, Refuse):
         raise rules.refused(decision, ask, at)
     if isinstance(decision, Drain):
@@ -253,6 +187,8 @@ def _settle(
 def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at: datetime) -> None:
     """Write what a grant changes besides its row, and audit it: one `lease.acquired` event
     for every grant, of either kind."""
+    principal = lease.principal
+    assert principal is not None  # a grant is taken by the caller's token
     if lease.kind == "maintenance":
         store.update_table(conn, row.name, next_token=row.next_token + 1)
         _hold_until(conn, row.name, row.holds_until, lease.expires_at)
@@ -260,12 +196,12 @@ def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at:
         conn,
         at=at,
         table=lease.table,
-        event="lease.acquired",
+        event=EventName.LEASE_ACQUIRED,
         lease_id=lease.id,
         kind=lease.kind,
         holder=lease.holder,
         token=lease.token,
-        actor=lease.principal,
+        actor=principal,
         request_id=lease.request_id,
         partitions=_list(lease.partitions),
         ttl_s=lease.ttl_s,
@@ -276,8 +212,8 @@ def _granted(conn: Connection, row: TableRow, lease: LeaseRow, grant: Grant, at:
             conn,
             intent,
             at,
-            "intent.fulfilled",
-            actor=lease.principal,
+            EventName.INTENT_FULFILLED,
+            actor=principal,
             kind="maintenance",
             lease_id=lease.id,
             open_s=seconds(at - intent.opened_at),
@@ -309,7 +245,7 @@ def _drain(
             conn,
             at=at,
             table=ask.table,
-            event="intent.opened",
+            event=EventName.INTENT_OPENED,
             kind="maintenance",
             holder=ask.holder,
             actor=ask.caller.principal,
@@ -366,7 +302,7 @@ def renew(
     if lease.kind == "maintenance":
         _hold_until(conn, lease.table, found.holds_until, decision.expires_at)
     if lease.kind == "claim" and found.holds_until is not None:
-        # a compactor's backpressure lives as long as its claim (docs/design.md §11)
+        # a compactor's backpressure lives as long as its claim (docs/jobs.md §3)
         _, intents = store.holds(conn, lease.table)
         pressed = [x for x in intents if x.cause == "backpressure" and x.live(at)]
         for intent in pressed:
@@ -409,7 +345,7 @@ def _renew_failed(
             conn,
             at=at,
             table=lease.table,
-            event="lease.renew_failed",
+            event=EventName.LEASE_RENEW_FAILED,
             lease_id=lease.id,
             kind=lease.kind,
             holder=ask.holder,
@@ -462,6 +398,9 @@ def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease
     return _ended(conn, found, decision, actor)
 
 
+_END_EVENTS = {"released": EventName.LEASE_RELEASED, "revoked": EventName.LEASE_REVOKED}
+
+
 def _ended(
     conn: Connection, found: store.LockedLease, decision: End | Unchanged, actor: str
 ) -> Lease:
@@ -476,7 +415,7 @@ def _ended(
     if lease.kind == "maintenance":
         _holds_ended(conn, lease.table)
     detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
-    _audit_end(conn, lease, at, f"lease.{end}", actor, **detail)
+    _audit_end(conn, lease, at, _END_EVENTS[end], actor, **detail)
     if lease.kind == "claim" and found.holds_until is not None:
         # no compactor holds the table now: nothing may hold its writers back (an intent
         # already expired is left to the sweep, which says so)
@@ -511,7 +450,7 @@ def withdraw_intent(
         conn,
         intent,
         at,
-        "intent.withdrawn",
+        EventName.INTENT_WITHDRAWN,
         actor=caller.principal,
         # a drain stands for a maintenance request; a backpressure intent is the claim's
         kind="maintenance" if intent.cause == "drain" else "intent",
@@ -535,7 +474,7 @@ def hold_back(
     caller: Caller,
 ) -> Backpressure:
     """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
-    intent of cause `backpressure` per partition, opened or kept open (docs/design.md §11).
+    intent of cause `backpressure` per partition, opened or kept open (docs/jobs.md §3).
 
     Only a compactor alive on the table may (`rules.hold_back_refusal`): `claim_id` must be the
     table's live claim and `holder` its holder or a run under it (`<claim holder>/<run>`). The
@@ -564,7 +503,9 @@ def hold_back(
     assert claim is not None
     names = list(dict.fromkeys(partitions))
     if row.backpressure == "disabled" or row.maintenance == "disabled":
-        off = "backpressure" if row.backpressure == "disabled" else "maintenance"
+        off: Literal["backpressure", "maintenance"] = (
+            "backpressure" if row.backpressure == "disabled" else "maintenance"
+        )
         return Backpressure(table=table, partitions=[], switch=row.backpressure, off=off)
     opened: dict[str, str] = {}  # partition: its intent's request id
     for name in names:
@@ -592,7 +533,7 @@ def hold_back(
             conn,
             at=at,
             table=table,
-            event="backpressure.on",
+            event=EventName.BACKPRESSURE_ON,
             kind="intent",
             holder=holder,
             actor=caller.principal,
@@ -658,7 +599,7 @@ def _end_backpressure(
             conn,
             intent,
             at,
-            "intent.withdrawn",
+            EventName.INTENT_WITHDRAWN,
             actor=actor,
             kind="intent",
             open_s=seconds(at - intent.opened_at),
@@ -668,7 +609,7 @@ def _end_backpressure(
     return [name for x in ended for name in x.partitions or ()]
 
 
-# -- switch, run reports, sweep --------------------------------------------------------------
+# -- switch, sweep ---------------------------------------------------------------------------
 
 
 def set_switch(
@@ -677,37 +618,39 @@ def set_switch(
     table: str,
     reason: str,
     actor: str,
-    ingest: str | None = None,
-    maintenance: str | None = None,
-    backpressure: str | None = None,
+    ingest: Literal["running", "paused"] | None = None,
+    maintenance: Literal["enabled", "disabled"] | None = None,
+    backpressure: Literal["enabled", "disabled"] | None = None,
 ) -> TableState:
     """Set the operator switch; any field may be None (unchanged). Always audited."""
     row, at = _locked_table(conn, table)
     row, _ = _live(conn, row, at)
+    changed = dataclasses.replace(
+        row,
+        ingest=ingest or row.ingest,
+        maintenance=maintenance or row.maintenance,
+        backpressure=backpressure or row.backpressure,
+        switch_reason=reason,
+        switch_by=actor,
+        switch_at=at,
+    )
     before = {"ingest": row.ingest, "maintenance": row.maintenance}
-    after = {"ingest": ingest or row.ingest, "maintenance": maintenance or row.maintenance}
+    after = {"ingest": changed.ingest, "maintenance": changed.maintenance}
     if backpressure is not None or row.backpressure != "enabled":
         before["backpressure"] = row.backpressure
-        after["backpressure"] = backpressure or row.backpressure
+        after["backpressure"] = changed.backpressure
     store.update_table(conn, table, **after, switch_reason=reason, switch_by=actor, switch_at=at)
     audit.record(
         conn,
         at=at,
         table=table,
-        event="switch.set",
+        event=EventName.SWITCH_SET,
         actor=actor,
         reason=reason,
         before=before,
         after=after,
     )
-    row = dataclasses.replace(row, switch_reason=reason, switch_by=actor, switch_at=at, **after)
-    return state_of(conn, row, at)
-
-
-def hold_table(conn: Connection, *, table: str) -> None:
-    """Lock a known table's row for a change that writes an event but no lease (a run report),
-    so event ids on the table keep following commit order."""
-    store.lock_table(conn, table, create=False)
+    return state_of(conn, changed, at)
 
 
 def sweep(conn: Connection, *, table: str) -> None:
@@ -766,7 +709,8 @@ def _live(
             _expire_intent(conn, intent, at)
     live_leases = tuple(x for x in leases if x.live(at))
     live_intents = tuple(x for x in intents if x.live(at))
-    latest = max((x.expires_at for x in (*live_leases, *live_intents)), default=None)
+    expiries = [x.expires_at for x in live_leases] + [x.expires_at for x in live_intents]
+    latest = max(expiries, default=None)
     if latest != row.holds_until:
         store.update_table(conn, row.name, holds_until=latest)
         row = dataclasses.replace(row, holds_until=latest)
@@ -795,10 +739,10 @@ def _list(partitions: tuple[str, ...] | None) -> list[str] | None:
 
 def _end_expired(conn: Connection, lease: LeaseRow, at: datetime) -> None:
     """Mark a lease whose expiry passed as ended, with its `lease.expired` event; a claim's
-    backpressure ends with it (docs/design.md §11), in the same transaction."""
+    backpressure ends with it (docs/jobs.md §3), in the same transaction."""
     store.end_lease(conn, lease, "expired", lease.expires_at)
     ended = dataclasses.replace(lease, ended_at=lease.expires_at)
-    _audit_end(conn, ended, at, "lease.expired", SYSTEM)
+    _audit_end(conn, ended, at, EventName.LEASE_EXPIRED, SYSTEM)
     if lease.kind == "claim":
         _end_claims_backpressure(conn, lease.table, at)
 
@@ -818,7 +762,7 @@ def _end_claims_backpressure(conn: Connection, table: str, at: datetime) -> None
 
 
 def _audit_end(
-    conn: Connection, lease: LeaseRow, at: datetime, event: str, actor: str, **detail: Any
+    conn: Connection, lease: LeaseRow, at: datetime, event: EventName, actor: str, **detail: Any
 ) -> None:
     """The event that ends a lease, by `actor`. It says what the lease was (its principal,
     request id, TTL, how long it was held and how often renewed), so the trail still answers
@@ -846,7 +790,12 @@ def _audit_end(
 def _expire_intent(conn: Connection, intent: IntentRow, at: datetime) -> None:
     """An intent whose expiry passed, ended by the service itself."""
     _end_intent(
-        conn, intent, at, "intent.expired", actor=SYSTEM, expired_at=intent.expires_at.isoformat()
+        conn,
+        intent,
+        at,
+        EventName.INTENT_EXPIRED,
+        actor=SYSTEM,
+        expired_at=intent.expires_at.isoformat(),
     )
 
 
@@ -854,7 +803,7 @@ def _end_intent(
     conn: Connection,
     intent: IntentRow,
     at: datetime,
-    event: str,
+    event: EventName,
     *,
     actor: str,
     kind: str | None = None,

@@ -11,7 +11,7 @@ position is kept). One row per (table, reader name); a PUT both starts and renew
 moves its position. Audited: `reader.held` when a hold starts (or starts again after it lapsed),
 `reader.released`, `reader.expired` when the sweep finds it past its TTL. A renewal is not an
 event, as a lease's renew is not. A live hold belongs to the token that put it (`holder`): only
-that token moves, renews or releases it, an operator may release any (docs/design.md §12).
+that token moves, renews or releases it, an operator may release any (docs/design.md §6).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from service.lock import audit, store
 from service.lock.db import readers_t
 from service.lock.rows import SYSTEM, Caller, seconds
 from service.lock.rules import other_principal_of
-from service.wire import ReaderBody, ReaderHold
+from service.wire import EventName, ReaderBody, ReaderHold
 
 __all__ = ["due", "expire", "hold", "live", "release"]
 
@@ -66,7 +66,7 @@ def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: Cal
             conn,
             at=at,
             table=table,
-            event="reader.held",
+            event=EventName.READER_HELD,
             holder=reader,
             actor=by.principal,
             snapshot_id=body.snapshot_id,
@@ -98,7 +98,7 @@ def release(conn: Connection, *, table: str, reader: str, by: Caller) -> bool:
         conn,
         at=at,
         table=table,
-        event="reader.released",
+        event=EventName.READER_RELEASED,
         holder=reader,
         actor=by.principal,
         snapshot_id=row.snapshot_id,
@@ -149,7 +149,7 @@ def _expired(conn: Connection, row: dict[str, Any], at: datetime) -> None:
         conn,
         at=row["expires_at"],
         table=row["table_name"],
-        event="reader.expired",
+        event=EventName.READER_EXPIRED,
         holder=row["reader"],
         actor=SYSTEM,
         snapshot_id=row["snapshot_id"],

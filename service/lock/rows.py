@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import ClassVar, Literal
 
 from service.wire import LeaseKind, LeaseState
 from service.wire.scope import Scope
@@ -44,7 +44,7 @@ IntentCause = Literal["drain", "backpressure"]
 class Caller:
     """Who sends a request: `principal`, the name of its bearer token, and whether that token
     is an operator's. A lease, claim or intent belongs to the principal that took it; only
-    that principal acts under it, and an operator may end any (docs/design.md §12).
+    that principal acts under it, and an operator may end any (docs/design.md §6).
 
         Caller("ingest")                     a job token
         Caller("alice", operator=True)       an operator
@@ -137,7 +137,7 @@ class IntentRow:
     cause: IntentCause = "drain"
     principal: str | None = None  # as a lease's
 
-    kind = "intent"  # for service.wire.scope.conflicts
+    kind: ClassVar[Literal["intent"]] = "intent"  # for service.wire.scope.conflicts
 
     @property
     def scope(self) -> Scope:

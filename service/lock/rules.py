@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from service.lock.rows import Caller, IntentRow, LeaseKind, LeaseRow, Live, TableRow, seconds
 from service.wire.errors import (
@@ -150,6 +150,8 @@ Reason = Literal[
 Blocking = TableRow | LeaseRow | IntentRow
 """What a refusal names: the table row (its switch), a lease or an intent."""
 
+Row = TypeVar("Row", LeaseRow, IntentRow)
+
 
 @dataclass(frozen=True, slots=True)
 class Grant:
@@ -206,16 +208,17 @@ class Unchanged:
 # -- acquire ---------------------------------------------------------------------------------
 
 
-def _first(ask: Ask, rows: tuple[LeaseRow, ...] | tuple[IntentRow, ...]) -> Blocking | None:
+def _first(ask: Ask, rows: tuple[Row, ...]) -> Row | None:
     return next((x for x in rows if conflicts(ask.kind, ask.scope, x.kind, x.scope)), None)
 
 
 def backpressure_holds(table: TableRow) -> bool:
     """Whether the table's backpressure intents hold commits now: only while its backpressure
-    switch and its maintenance switch are both on (docs/design.md §11). With maintenance off no
+    switch and its maintenance switch are both on (docs/jobs.md §3). With maintenance off no
     grant could end them, so they would hold writers for nothing; with backpressure off the
     operator chose ingest first. The commit decision and the catalog front's fence ask this
-    function (through `holding`); the backpressure gauge says the same in SQL."""
+    function (through `holding`), and so does the backpressure gauge
+    (`service.lock.overview.backpressure`)."""
     return table.backpressure == "enabled" and table.maintenance == "enabled"
 
 
@@ -372,8 +375,8 @@ def hold_back_refusal(
     table: str, claim_id: str, claim: LeaseRow | None, holder: str, caller: Caller, at: datetime
 ) -> LakelockError | None:
     """Why a backpressure request may not hold writers, or None: only the holder of the
-    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/design.md §11),
-    and only with the token that took the claim (§12)."""
+    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/jobs.md §3),
+    and only with the token that took the claim (docs/design.md §6)."""
     if claim is None:
         return NotFound(
             f"no claim {claim_id} on {table}; claim the table before holding its writers",
@@ -400,7 +403,7 @@ def hold_back_refusal(
 
 
 def other_principal(what: str, row: LeaseRow | IntentRow, caller: Caller, verb: str) -> NotOwner:
-    """The refusal of a token acting on what another token took (docs/design.md §12)."""
+    """The refusal of a token acting on what another token took (docs/design.md §6)."""
     return other_principal_of(what, row.principal, caller, verb)
 
 

@@ -11,12 +11,12 @@ through the DBAPI cursor on MySQL/MariaDB.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, delete, func, insert, select, update
+from sqlalchemy import Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.dialects import mysql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -34,7 +34,7 @@ from service.lock.db import (
     tables_t,
 )
 from service.lock.rows import IntentRow, LeaseEnd, LeaseKind, LeaseRow, TableRow
-from service.wire import Event
+from service.wire import Event, EventName
 from service.wire.scope import decode, encode
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "read_lease",
     "read_table",
     "tables_after",
+    "tables_named",
     "unended_claims",
     "update_table",
 ]
@@ -147,11 +148,10 @@ def lock_table(
         }
         # two first uses may race: the loser's insert is ignored and it locks the winner's row
         if conn.dialect.name == "sqlite":
-            stmt = sqlite.insert(tables_t).values(**values).on_conflict_do_nothing()
+            conn.execute(sqlite.insert(tables_t).values(**values).on_conflict_do_nothing())
         else:
-            stmt = mysql.insert(tables_t).values(**values)
-            stmt = stmt.on_duplicate_key_update(name=stmt.inserted.name)
-        conn.execute(stmt)
+            upsert = mysql.insert(tables_t).values(**values)
+            conn.execute(upsert.on_duplicate_key_update(name=upsert.inserted.name))
         found = _LOCK_TABLE.first(conn, name=name)
     if found is None:
         return None
@@ -165,6 +165,15 @@ def read_table(conn: Connection, name: str) -> TableRow | None:
     """The table's row, unlocked (a view)."""
     found = conn.execute(select(tables_t).where(tables_t.c.name == name)).first()
     return None if found is None else _table(found)
+
+
+def tables_named(conn: Connection, names: Iterable[str]) -> list[TableRow]:
+    """The rows of the tables named (those that exist), unlocked (a view), by name."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return []
+    query = select(tables_t).where(tables_t.c.name.in_(wanted)).order_by(tables_t.c.name)
+    return [_table(row) for row in conn.execute(query)]
 
 
 def tables_after(
@@ -194,7 +203,10 @@ class LockedLease:
     locked: bool = True
 
 
-_ENDS: dict[str, LeaseEnd] = {"lease.revoked": "revoked", "lease.released": "released"}
+_ENDS: dict[str, LeaseEnd] = {
+    EventName.LEASE_REVOKED: "revoked",
+    EventName.LEASE_RELEASED: "released",
+}
 
 
 def _from_trail(event: Event) -> LeaseRow:
@@ -324,7 +336,7 @@ def latest_hold(conn: Connection, table: str) -> datetime | None:
     m, i = maintenance_leases_t.c, intents_t.c
     leases = select(func.max(m.expires_at)).where(m.table_name == table, m.ended_at.is_(None))
     intents = select(func.max(i.expires_at)).where(i.table_name == table)
-    both: Row[Any] = conn.execute(select(leases.scalar_subquery(), intents.scalar_subquery())).one()
+    both = conn.execute(select(leases.scalar_subquery(), intents.scalar_subquery())).one()
     return max((x for x in both if x is not None), default=None)
 
 
@@ -403,11 +415,11 @@ def put_row(conn: Connection, rows: Table, key: dict[str, Any], values: dict[str
     """Insert the row of `rows` at `key` with `values`, or update it there: the one-row-per-table
     reports (debt, lag) are replaced whole."""
     if conn.dialect.name == "sqlite":
-        stmt = sqlite.insert(rows).values(**key, **values)
-        conn.execute(stmt.on_conflict_do_update(index_elements=list(key), set_=values))
+        insert_sqlite = sqlite.insert(rows).values(**key, **values)
+        conn.execute(insert_sqlite.on_conflict_do_update(index_elements=list(key), set_=values))
     else:
-        stmt = mysql.insert(rows).values(**key, **values)
-        conn.execute(stmt.on_duplicate_key_update(**values))
+        insert_mysql = mysql.insert(rows).values(**key, **values)
+        conn.execute(insert_mysql.on_duplicate_key_update(**values))
 
 
 def _one_intent(intent: IntentRow) -> Any:

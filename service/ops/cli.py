@@ -299,8 +299,8 @@ def _state_tables(
             ]
             for intent in open_intents
         ]
-        title = "intents (commit leases held back while these drain, or by backpressure)"
-        out.append(rows_view(console, INTENT_COLUMNS, rows, title=title))
+        held_back = "intents (commit leases held back while these drain, or by backpressure)"
+        out.append(rows_view(console, INTENT_COLUMNS, rows, title=held_back))
     return out
 
 

@@ -39,6 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from service.wire.events import EventName
 from service.wire.scope import intersects, scope_of
 
 __all__ = [
@@ -61,7 +62,7 @@ __all__ = [
 TOKEN = "lakelock.token"
 LEASE_ID = "lakelock.lease-id"
 NO_LEASE = "none"  # ingest_gate.snapshots.batch_properties writes it for an ungated commit
-_ENDS = ("lease.released", "lease.revoked", "lease.expired")
+_ENDS = (EventName.LEASE_RELEASED, EventName.LEASE_REVOKED, EventName.LEASE_EXPIRED)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def lease_intervals(events: Iterable[Mapping[str, Any]]) -> dict[str, LeaseInter
         lease_id = event.get("lease_id")
         if not lease_id:
             continue
-        if event["event"] == "lease.acquired":
+        if event["event"] == EventName.LEASE_ACQUIRED:
             acquired[lease_id] = event
         elif event["event"] in _ENDS:
             ended[lease_id] = event

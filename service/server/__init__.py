@@ -1,13 +1,19 @@
 """The lease service: a FastAPI app over the lock core (`pip install 'lakelock[service]'`).
 
-service.server.app        create_app(settings): engine in the lifespan, the error handler
-service.server.routes     the HTTP routes: parse, one transaction, translate
-service.server.runtime    what a process shares: engine, metrics, long-poll waits
-service.server.auth       bearer tokens and roles
-service.server.settings   LAKELOCK_* settings, validated at start-up
-service.server.metrics    Prometheus metrics
-service.server.page       the status page (static/status.html)
-service.server.retention  pruning old events and ended leases
-service.server.logs       JSON logs
-service.server.serve      uvicorn, one process or workers
+service.server.app         create_app(settings): the engine and what runs beside requests
+service.server.routes      the HTTP routes, a module per resource: parse, one call, translate
+service.server.problems    every error as application/problem+json
+service.server.middleware  request ids, body bounds, the request log
+service.server.openapi     openapi.json with the problems, the bearer scheme and the bounds
+service.server.runtime     what a process shares: engine, metrics, long-poll waits
+service.server.sweeper     the thread that ends what expired
+service.server.retention   the thread that prunes past the retention (service.lock.retention)
+service.server.auth        bearer tokens and roles
+service.server.settings    LAKELOCK_* settings, validated at start-up
+service.server.metrics     Prometheus metrics
+service.server.page        the status page (static/status.html)
+service.server.logs        JSON logs
+service.server.serve       uvicorn, one process or workers
+
+Every SQL statement and database error type is service.lock's: nothing here imports SQLAlchemy.
 """

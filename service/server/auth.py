@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.lock.rows import Caller
-from service.server.settings import ANONYMOUS, ROLES, ApiToken, Role
+from service.server.settings import ANONYMOUS, ROLES, ApiToken, Role, Settings
 from service.wire import TABLE_PATTERN
 from service.wire.errors import Forbidden, Unauthorized
 
@@ -41,7 +41,7 @@ def authenticate(request: Request) -> ApiToken:
     Raises:
         Unauthorized: no bearer token, or an unknown one.
     """
-    settings = request.app.state.settings
+    settings: Settings = request.app.state.settings
     if settings.auth == "off":
         return ANONYMOUS_OPERATOR
     known: ApiToken | None = getattr(request.state, "token", None)

@@ -66,7 +66,7 @@ def logging_config(level: str = "info", fmt: str = "json") -> dict[str, Any]:
             # uvicorn's own lines go through the root handler, as JSON
             "uvicorn": {"handlers": [], "propagate": True},
             "uvicorn.error": {"handlers": [], "propagate": True},
-            # the request log of service.server.app replaces uvicorn's access log
+            # the request log of service.server.middleware replaces uvicorn's access log
             "uvicorn.access": {"handlers": [], "propagate": False},
             # alembic narrates every migration context; readiness checks open one per probe
             "alembic": {"level": max(logging.WARNING, logging.getLevelName(root_level))},

@@ -31,23 +31,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import Engine, func, select
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from service.lock import debt, ingest
-from service.lock.db import (
-    claims_t,
-    commit_leases_t,
-    intents_t,
-    is_unavailable,
-    maintenance_leases_t,
-    now,
-    tables_t,
-)
-from service.lock.rows import seconds
-from service.wire import TableDebt
+from service.lock.db import DatabaseError, Engine, PoolExhausted, is_unavailable
+from service.lock.overview import overview
+from service.wire import EventName, TableDebt
 from service.wire.scope import label
 
 __all__ = [
@@ -56,12 +43,18 @@ __all__ = [
     "StateCollector",
     "multiprocess_folder",
     "process_exited",
-    "read_state",
 ]
 
 log = logging.getLogger("lakelock.service")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+# the events that end a lease, by the label of its end
+_ENDS = {
+    EventName.LEASE_RELEASED: "released",
+    EventName.LEASE_EXPIRED: "expired",
+    EventName.LEASE_REVOKED: "revoked",
+}
 
 _HOLD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 
@@ -94,7 +87,7 @@ class Metrics:
             ["table"],
             registry=own,
         )
-        # the catalog front (docs/design.md §10): `writer` leased (named a live lease or
+        # the catalog front (docs/catalog-front.md): `writer` leased (named a live lease or
         # claim) or foreign (named none)
         self.catalog_commits = Counter(
             "lakelock_catalog_commits",
@@ -142,19 +135,19 @@ class Metrics:
             name, kind = event["event"], event.get("kind") or "none"
             detail = event.get("detail") or {}
             scope = label(detail.get("partitions"))
-            if name == "lease.acquired":
+            if name == EventName.LEASE_ACQUIRED:
                 self.grants.labels(kind, scope).inc()
-            elif name == "catalog.commit":
+            elif name == EventName.CATALOG_COMMIT:
                 writer = "foreign" if detail.get("foreign") else "leased"
                 self.catalog_commits.labels(kind, writer).inc()
-            elif name == "catalog.refused":
+            elif name == EventName.CATALOG_REFUSED:
                 self.catalog_refusals.labels(detail.get("reason") or "unknown").inc()
-            elif name == "intent.opened":
+            elif name == EventName.INTENT_OPENED:
                 self.intents.labels(scope).inc()
-            elif name == "lease.renew_failed":
+            elif name == EventName.LEASE_RENEW_FAILED:
                 self.renew_failures.labels(detail.get("outcome", "unknown")).inc()
-            elif name in ("lease.released", "lease.expired", "lease.revoked"):
-                end = name.removeprefix("lease.")
+            elif name in _ENDS:
+                end = _ENDS[name]
                 self.ends.labels(kind, end).inc()
                 if end == "expired":
                     self.expiries.labels(kind).inc()
@@ -171,11 +164,8 @@ class Metrics:
 
 
 class StateCollector(Collector):
-    """The lock state as gauges, counted in the database at scrape time.
-
-    Live is judged by expiry against the database clock, as the protocol does (see
-    service.lock.leases), so a lease the sweeper has not yet ended is not counted. When the database
-    cannot be reached, the scrape still carries the process counters, with
+    """The lock state as gauges, read at scrape time (`service.lock.overview`). When the
+    database cannot be reached, the scrape still carries the process counters, with
     `lakelock_state_up` 0 and no state gauges.
     """
 
@@ -192,12 +182,9 @@ class StateCollector(Collector):
         )
         try:
             with self.engine.connect() as conn:
-                state = read_state(conn)
-                at = now(conn)
-                heaviest = debt.heaviest(conn, limit=self.max_tables, at=at)
-                behind = ingest.most_behind(conn, limit=self.max_tables, at=at)
-        except (DBAPIError, PoolTimeout) as exc:
-            if isinstance(exc, DBAPIError) and not is_unavailable(exc):
+                seen = overview(conn, max_tables=self.max_tables)
+        except (DatabaseError, PoolExhausted) as exc:
+            if isinstance(exc, DatabaseError) and not is_unavailable(exc):
                 raise  # a bad statement or schema is a fault, not an outage
             log.warning("state gauges not read, database unavailable: %s", exc)
             up.add_metric([], 0)
@@ -211,37 +198,37 @@ class StateCollector(Collector):
             "How long the oldest live lease of each kind has been held (0: none is live)",
             labels=["kind"],
         )
-        for kind in ("commit", "maintenance", "claim"):
-            live.add_metric([kind], state[kind])
-            age.add_metric([kind], state[f"{kind}_age"])
+        for kind, count in seen.live.items():
+            live.add_metric([kind], count)
+            age.add_metric([kind], seen.oldest_s[kind])
         yield live
         yield age
         yield _per_table(
             "lakelock_maintenance_lease_seconds",
             "How long the oldest live maintenance lease of each table has been held (the tables "
             "that have one)",
-            state["maintenance_by_table"],
+            seen.maintenance_by_table,
         )
         yield GaugeMetricFamily(
             "lakelock_open_intents",
             "Open intents: drains of maintenance requests and backpressure",
-            value=state["intents"],
+            value=seen.intents,
         )
         yield _per_table(
             "lakelock_backpressure_partitions",
             "Partitions whose commits a compactor's backpressure holds (debt over its hard bound; "
             "not while the table's backpressure or maintenance switch is off)",
-            state["backpressure"],
+            seen.backpressure,
         )
         yield GaugeMetricFamily(
-            "lakelock_paused_tables", "Tables whose ingest switch is paused", value=state["paused"]
+            "lakelock_paused_tables", "Tables whose ingest switch is paused", value=seen.paused
         )
-        yield from _debt_gauges(heaviest)
+        yield from _debt_gauges(seen.heaviest)
         yield _per_table(
             "lakelock_ingest_lag_records",
             "Records an ingest query was behind its source after its last batch, over all its "
             "topic-partitions (the LAKELOCK_METRICS_MAX_TABLES tables furthest behind)",
-            [(table, reported.records) for table, reported in behind],
+            [(table, reported.records) for table, reported in seen.behind],
         )
 
 
@@ -273,58 +260,6 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
             # None: not in a report from before the count existed
             [(table, value) for table, value in values if value is not None],
         )
-
-
-def read_state(conn: Connection) -> dict[str, Any]:
-    """Counts of live leases of each kind, open intents and paused tables; (table, seconds) of
-    the oldest live maintenance lease of each table that has one; (table, partitions) of the
-    tables whose writers a compactor's backpressure holds."""
-    at = now(conn)
-    counts: dict[str, Any] = {}
-    kinds = (
-        ("commit", commit_leases_t),
-        ("maintenance", maintenance_leases_t),
-        ("claim", claims_t),
-    )
-    for kind, leases_t in kinds:
-        c = leases_t.c
-        # by the (ended_at, expires_at) index: not ended, expiry ahead
-        live = select(func.count(), func.min(c.acquired_at)).where(
-            c.ended_at.is_(None), c.expires_at > at
-        )
-        counts[kind], oldest = conn.execute(live).one()
-        counts[f"{kind}_age"] = 0.0 if oldest is None else max(0.0, seconds(at - oldest))
-    c = maintenance_leases_t.c
-    oldest_per_table = (
-        select(c.table_name, func.min(c.acquired_at))
-        .where(c.ended_at.is_(None), c.expires_at > at)
-        .group_by(c.table_name)
-    )
-    counts["maintenance_by_table"] = [
-        (table, max(0.0, seconds(at - oldest)))
-        for table, oldest in conn.execute(oldest_per_table).all()
-    ]
-    counts["intents"] = conn.execute(
-        select(func.count()).where(intents_t.c.expires_at > at)
-    ).scalar_one()
-    # the ones that hold writers now: service.lock.rules.backpressure_holds, in SQL; a
-    # partition held by two runs under one claim counts once (one partition an intent)
-    i, t = intents_t.c, tables_t.c
-    counts["backpressure"] = conn.execute(
-        select(i.table_name, func.count(func.distinct(i.partitions)))
-        .join_from(intents_t, tables_t, t.name == i.table_name)
-        .where(
-            i.expires_at > at,
-            i.cause == "backpressure",
-            t.backpressure == "enabled",
-            t.maintenance == "enabled",
-        )
-        .group_by(i.table_name)
-    ).all()
-    counts["paused"] = conn.execute(
-        select(func.count()).where(tables_t.c.ingest == "paused")
-    ).scalar_one()
-    return counts
 
 
 @contextmanager

@@ -21,16 +21,15 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 from prometheus_client import Gauge
-from sqlalchemy import Engine
-from sqlalchemy.engine import Connection
 
 from service.lock import leases, state
-from service.lock.db import is_unavailable, run_transaction
+from service.lock.db import Connection, Engine, is_unavailable, run_transaction
 from service.server.metrics import Metrics
 from service.server.settings import Settings
 
@@ -190,7 +189,7 @@ class Runtime:
             if not tables:
                 continue
             try:
-                versions = await self.read(lambda conn, t=tables: state.table_versions(conn, t))
+                versions = await self.read(partial(state.table_versions, tables=tables))
             except Exception as exc:
                 # a database outage: wake the waiters, whose own next try answers 503
                 log.warning("version poll failed: %s: %s", type(exc).__name__, exc)
@@ -212,7 +211,7 @@ class Runtime:
         swept = 0
         for table in due:
             try:
-                self.transact_sync(lambda conn, table=table: leases.sweep(conn, table=table))
+                self.transact_sync(partial(leases.sweep, table=table))
             except Exception as exc:
                 if is_unavailable(exc):
                     raise

@@ -35,8 +35,10 @@ def serve(settings: Settings) -> int:
         forwarded_allow_ips=settings.proxies,
         # each worker process configures its logging from this, not from main()
         log_config=logging_config(settings.log_level, settings.log_format),
-        access_log=False,  # service.server.app logs one JSON line per request instead
-        timeout_graceful_shutdown=settings.shutdown_grace_s,
+        access_log=False,  # service.server.middleware logs one JSON line per request instead
+        timeout_graceful_shutdown=(
+            settings.shutdown_grace_s  # type: ignore[arg-type]  # uvicorn waits any float
+        ),
     )
     if settings.workers > 1:
         from service.server.metrics import multiprocess_folder

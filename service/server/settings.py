@@ -14,7 +14,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -180,8 +180,8 @@ class Settings(BaseSettings):
         default=30,
         ge=1,
         le=3650,
-        description="Audit events and ended commit leases older than this are deleted (each "
-        "table keeps its newest event).",
+        description="Audit events older than this are deleted (each table keeps its newest "
+        "event), and so are commit leases, maintenance leases and claims that ended longer ago.",
     )
     prune_interval_s: float = Field(
         default=600.0,
@@ -371,7 +371,7 @@ def parse_tokens(value: str) -> tuple[ApiToken, ...]:
                 "give the token another name"
             )
         names.add(name)
-        found.append(ApiToken(name=name, role=role, secret=secret))  # type: ignore[arg-type]
+        found.append(ApiToken(name=name, role=role, secret=secret))
     return tuple(found)
 
 
@@ -416,10 +416,10 @@ def parse_token_tables(value: str) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def load_settings(**overrides: object) -> Settings:
+def load_settings(**overrides: Any) -> Settings:
     """Settings from the environment and `overrides`; SettingsError names each bad variable."""
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        return Settings(**overrides)
     except ValidationError as exc:
         lines = []
         for error in exc.errors():

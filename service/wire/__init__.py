@@ -4,9 +4,13 @@
                           `from service.wire import Lease`
     service.wire.errors   the error tree, and problem+json both ways
     service.wire.scope    partition names and the conflict rule of scopes
+    service.wire.events   the audit events' names (`EventName`), re-exported here
 
 The client (the base install) needs all of it; so do the lock core and the server.
 """
 
+from service.wire.events import EventName
 from service.wire.models import *  # noqa: F403
-from service.wire.models import __all__ as __all__
+from service.wire.models import __all__ as _models
+
+__all__ = ["EventName", *_models]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import (
     BaseModel,
@@ -123,16 +123,13 @@ def _whole(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _json_int(low: int, high: int) -> Any:
-    """An integer of a request body within [low, high]: a whole float (7.0) is taken as the
-    integer it is. (The bounds sit inside the validator so openapi.json states them as
-    `minimum`/`maximum`.)"""
-    return Annotated[Annotated[int, Field(ge=low, le=high)], BeforeValidator(_whole)]
-
-
-Token = _json_int(1, MAX_TOKEN)
-Count = _json_int(0, MAX_TOKEN)
-SnapshotId = _json_int(MIN_SNAPSHOT_ID, MAX_SNAPSHOT_ID)
+# integers of a request body within their bounds: a whole float (7.0) is taken as the integer it
+# is (the bounds sit inside the validator so openapi.json states them as `minimum`/`maximum`)
+Token: TypeAlias = Annotated[Annotated[int, Field(ge=1, le=MAX_TOKEN)], BeforeValidator(_whole)]
+Count: TypeAlias = Annotated[Annotated[int, Field(ge=0, le=MAX_TOKEN)], BeforeValidator(_whole)]
+SnapshotId: TypeAlias = Annotated[
+    Annotated[int, Field(ge=MIN_SNAPSHOT_ID, le=MAX_SNAPSHOT_ID)], BeforeValidator(_whole)
+]
 
 # the rules are in the schema for clients, and checked by AcquireBody's validator and the routes
 # (`LAKELOCK_MAX_PARTITIONS`) with messages that say what to send instead
@@ -194,9 +191,10 @@ def _partition_names(names: list[str]) -> list[str]:
     for name in names:
         partition_name(name)
     seen: set[str] = set()
-    repeated = next((name for name in names if name in seen or seen.add(name)), None)
-    if repeated is not None:
-        raise ValueError(f"partition {repeated!r} is listed twice; send each name once")
+    for name in names:
+        if name in seen:
+            raise ValueError(f"partition {name!r} is listed twice; send each name once")
+        seen.add(name)
     return names
 
 
@@ -225,7 +223,7 @@ class ClaimBody(AcquireBody):
 
 class BackpressureBody(_Body):
     """A compactor holding the writers of partitions whose debt passed their hard bound, until
-    it compacts them (docs/design.md §11): under its live claim on the table."""
+    it compacts them (docs/jobs.md §3): under its live claim on the table."""
 
     claim_id: str = Field(min_length=1, max_length=64, description="the table's live claim")
     holder: Holder = Field(

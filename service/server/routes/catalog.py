@@ -1,11 +1,11 @@
 """The Iceberg REST catalog at /iceberg (served when LAKELOCK_CATALOG_WAREHOUSE is set): parse,
-call service.catalog.front on a worker thread, translate (docs/design.md §10).
+call service.catalog.front on a worker thread, translate (docs/catalog-front.md).
 
 Spark's `RESTCatalog` (`uri = http://host:8737/iceberg`) and pyiceberg's `RestCatalog` use it as
 they use any REST catalog. Roles: a reader loads tables and namespaces (and reports scan
 metrics); a job also creates namespaces and tables and commits; an operator also drops, renames
 and changes namespace properties. A refusal is a problem+json body that also carries Iceberg's
-`error` object, so both kinds of client read it (service.server.app).
+`error` object, so both kinds of client read it (service.server.problems).
 
 Namespaces with several levels come in the path joined by the unit separator (%1F), as the REST
 specification says.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeAlias, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request, Response
@@ -34,7 +34,10 @@ __all__ = ["ENDPOINTS", "router"]
 router = APIRouter(prefix="/iceberg", tags=["iceberg catalog"])
 T = TypeVar("T")
 
-Reader, Job, Operator = ReaderDep, JobDep, OperatorDep
+# the roles of the catalog's calls (docs/catalog-front.md)
+Reader: TypeAlias = ReaderDep
+Job: TypeAlias = JobDep
+Operator: TypeAlias = OperatorDep
 
 ENDPOINTS = [
     "GET /v1/{prefix}/namespaces",
@@ -59,7 +62,8 @@ JSON = "application/json"
 
 
 def _front(request: Request) -> Front:
-    return request.app.state.catalog
+    front: Front = request.app.state.catalog
+    return front
 
 
 async def _call(request: Request, fn: Callable[[Front], T]) -> T:
