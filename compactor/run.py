@@ -19,7 +19,7 @@ The order, and why:
     backpressure     under the caller's claim, the partitions the plan found past the hard
                      bound have their writers held until their group's lease is granted (asked
                      before the first group; a skipped group lets its own go at once, the rest
-                     are let go after the groups; docs/design.md §11)
+                     are let go after the groups; docs/jobs.md §3)
     lease            acquire_maintenance waits through the drain (compactor.lease)
     renewer          renews at ttl/3 from a daemon thread; when the lease is lost (refused
                      renew, revoke, or no renew within the deadline) it cancels our Spark jobs
@@ -237,7 +237,7 @@ def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
 
 
 class _Backpressure:
-    """The run's backpressure (docs/design.md §11): the partitions its plan found past the hard
+    """The run's backpressure (docs/jobs.md §3): the partitions its plan found past the hard
     bound, which its groups rewrite, have their writers held from before the first group until
     the group that compacts each one is granted its lease; a group that is skipped lets its
     partitions go at once, what is left is let go when the groups end. The service keeps them
@@ -492,7 +492,7 @@ def _unleased(
     properties = {"lakelock.run-uid": report.run_uid, "lakelock.mode": str(the_plan.mode)}
     if rest_catalog(spark, config.name) is None:
         return _unfenced(spark, config, the_plan, report, properties, before_step=before_step)
-    # a catalog front fences snapshot removal by the table's claim (docs/design.md §10): the
+    # a catalog front fences snapshot removal by the table's claim (docs/catalog-front.md): the
     # fleet's own, else one taken for these steps (it holds no writer)
     if claim is not None:
         properties["lakelock.lease-id"] = claim.lease_id

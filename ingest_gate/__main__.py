@@ -7,7 +7,7 @@
 Exit status: 0 when the query stopped as configured, 1 when it failed (the last batch's error is
 logged; a restart resumes from the checkpoint), 2 for a bad configuration, a missing table or a
 table the job cannot write (one line says which and what to do), 3 when its Kafka topics no
-longer hold records it has not read (the ranges and the ways on are named; ingest_gate.kafka).
+longer hold records it has not read (the ranges and the ways on are named; ingest_gate.job.kafka).
 At the end it logs the run's summary: files read, records, bad, skipped, changes, deletes.
 """
 
@@ -18,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from ingest_gate.config import ConfigError, config_from_args
+from ingest_gate.job.config import ConfigError, config_from_args
 from jobkit.token import TOKEN_ENV, refused_token
 from service.extras import needs_extras, require
 
@@ -46,8 +46,8 @@ def _main(argv: Sequence[str] | None) -> int:
             "%s is not set: sending no token, which only a service with LAKELOCK_AUTH=off accepts",
             TOKEN_ENV,
         )
-    from ingest_gate.job import IngestError, TableMissing, run
-    from ingest_gate.kafka import RetentionLoss
+    from ingest_gate.job.kafka import RetentionLoss
+    from ingest_gate.job.run import IngestError, TableMissing, run
     from jobkit.maven import MavenMissing
     from jobkit.spark import ConnectorMissing
     from service.wire.errors import Unauthorized

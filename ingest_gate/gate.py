@@ -112,7 +112,7 @@ class GatePass:
     lease: Lease | None = None
     waited_s: float = 0.0
     wait_reasons: list[str] = field(default_factory=list)
-    # of waited_s, the seconds a compactor's backpressure held the pass (docs/design.md §11)
+    # of waited_s, the seconds a compactor's backpressure held the pass (docs/jobs.md §3)
     backpressure_s: float = 0.0
     held_s: float = 0.0
     outcome: Outcome | None = None

@@ -1,7 +1,7 @@
 """The Python the executors run, and which Python runs it.
 
     python_for_local_workers()          # a local master: the workers start the driver's Python
-    py_files(("ingest_gate", "jobkit"))  # a cluster: a zip of those packages, for --py-files
+    py_files(("ingest_gate", "ingest_gate.job", "jobkit"))  # a cluster: a zip, for --py-files
 
 The ingest job's record decoder is the one piece of lakelock that runs on executors (one
 `mapPartitions` per micro-batch); it imports `ingest_gate` and `jobkit` and the standard
@@ -38,7 +38,7 @@ def python_for_local_workers() -> str:
 
 
 def py_files(packages: Sequence[str], folder: Path | None = None) -> Path:
-    """A zip of the top-level `packages` (their modules, not their subpackages), for
+    """A zip of `packages` (dotted names; each one's modules, not its subpackages), for
     `--py-files` or `SparkContext.addPyFile`.
 
     Named by a hash of its sources and made once per folder (default: the system's temporary
@@ -47,7 +47,8 @@ def py_files(packages: Sequence[str], folder: Path | None = None) -> Path:
     sources = []
     for name in packages:
         package = Path(importlib.import_module(name).__file__ or "").resolve().parent
-        sources += [(f"{name}/{source.name}", source) for source in sorted(package.glob("*.py"))]
+        prefix = name.replace(".", "/")  # a subpackage's modules go in its own folder
+        sources += [(f"{prefix}/{source.name}", source) for source in sorted(package.glob("*.py"))]
     digest = hashlib.sha256()
     for name, source in sources:
         digest.update(name.encode() + b"\0" + source.read_bytes())

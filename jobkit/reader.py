@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 __all__ = ["Hold", "follow", "iceberg_snapshot"]
 
@@ -51,11 +51,11 @@ def iceberg_snapshot(offset: str | None) -> int | None:
 def follow(spark: SparkSession, query: StreamingQuery, hold: Hold) -> Any:
     """Advance `hold` after each progress of `query` to its Iceberg source's end snapshot;
     returns the listener (`spark.streams.removeListener(...)` stops it)."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     query_id = str(query.id)
 
-    class Follow(StreamingQueryListener):  # type: ignore[misc]
+    class Follow(StreamingQueryListener):
         def onQueryStarted(self, event: Any) -> None:
             return None
 

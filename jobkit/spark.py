@@ -336,7 +336,8 @@ class SparkJobGroups:
         """Restore the job group this thread had before `set()`."""
         saved = getattr(self._saved, "props", None) or {}
         for key in self._KEYS:
-            self._sc.setLocalProperty(key, saved.get(key))  # None removes the property
+            # None removes the property (pyspark's annotation says str)
+            self._sc.setLocalProperty(key, saved.get(key))  # type: ignore[arg-type]
         self._saved.props = None
 
     def cancel(self, group: str) -> None:
@@ -379,9 +380,17 @@ def load_table(spark: SparkSession, table: str) -> Any:
     Raises:
         py4j.protocol.Py4JJavaError: the table cannot be loaded.
     """
-    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+    return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
         spark._jsparkSession, table
     )
+
+
+def jvm(spark: SparkSession) -> Any:
+    """The py4j view of the session's JVM (a classic session has one; Spark Connect has none)."""
+    view = spark._jvm
+    if view is None:
+        raise RuntimeError("this Spark session has no JVM: lakelock's jobs need a classic session")
+    return view
 
 
 @contextmanager
@@ -390,21 +399,21 @@ def fenced_table(spark: SparkSession, table: str, headers: Mapping[str, str]) ->
     a catalog of its own whose requests carry `headers` (Iceberg's `header.<name>` catalog
     properties), so every commit made through it does, closed afterwards. lakelock's catalog
     front reads a commit's lease from them where the commit has no snapshot summary
-    (`expire_snapshots`; docs/design.md §10); other REST catalogs ignore them."""
+    (`expire_snapshots`; docs/catalog-front.md); other REST catalogs ignore them."""
     base = rest_catalog(spark, table) if headers else None
     if base is None:
         yield load_table(spark, table)
         return
     name, _, identifier = table.partition(".")
-    jvm = spark._jvm
-    properties = jvm.java.util.HashMap(base.properties())
+    java = jvm(spark)
+    properties = java.java.util.HashMap(base.properties())
     for key, value in headers.items():
         properties.put(f"header.{key}", str(value))
-    catalog = jvm.org.apache.iceberg.rest.RESTCatalog()
+    catalog = java.org.apache.iceberg.rest.RESTCatalog()
     catalog.setConf(spark._jsc.hadoopConfiguration())
     catalog.initialize(name, properties)
     try:
-        yield catalog.loadTable(jvm.org.apache.iceberg.catalog.TableIdentifier.parse(identifier))
+        yield catalog.loadTable(java.org.apache.iceberg.catalog.TableIdentifier.parse(identifier))
     finally:
         catalog.close()
 

@@ -7,9 +7,10 @@ runtime jar of the `spark` extra, and the Python the executors run.
 
 The executors run one piece of lakelock's Python: the ingest job's record decoder (one
 `mapPartitions` per micro-batch). It needs the standard library and pyspark only, so it travels
-with the submit as a zip of the `ingest_gate` and `jobkit` packages (`--py-files`; the job adds
-it itself when a submit did not carry it), and a worker needs no more than a Python of the
-driver's minor version: nothing of lakelock installed.
+with the submit as a zip of the packages it sits in and imports (`ingest_gate`,
+`ingest_gate.job`, `jobkit`; `--py-files`; the job adds it itself when a submit did not carry
+it), and a worker needs no more than a Python of the driver's minor version: nothing of
+lakelock installed.
 
 spark-submit runs a Python application from a `.py` file and puts that file's folder first on
 `sys.path`, so the entry scripts live here, in a folder of their own: run from inside a package
@@ -50,9 +51,9 @@ def jars() -> list[Path]:
 
 
 def py_files(folder: Path | None = None) -> Path:
-    """A zip of the Python the executors run (`ingest_gate.EXECUTOR_PACKAGES`), for
+    """A zip of the Python the executors run (`ingest_gate.job.EXECUTOR_PACKAGES`), for
     `--py-files`; made once per version of the sources (jobkit.executors.py_files)."""
-    from ingest_gate import EXECUTOR_PACKAGES
+    from ingest_gate.job import EXECUTOR_PACKAGES
     from jobkit.executors import py_files as zipped
 
     return zipped(EXECUTOR_PACKAGES, folder)

@@ -36,7 +36,7 @@ from service.wire.errors import TRANSIENT
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ingest_gate.config import IngestConfig
+    from ingest_gate.job.config import IngestConfig
     from service.client import LeaseClient
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class KafkaProgress:
     def __init__(
         self, spark: SparkSession, config: IngestConfig, client: LeaseClient | None
     ) -> None:
-        from ingest_gate.source import kafka_reader_options
+        from ingest_gate.job.source import kafka_reader_options
 
         self._spark = spark
         self._config = config

@@ -5,7 +5,7 @@
     write_dead_letters(bad_records(decoded), path, query_id=q, batch_id=7)
     merged = last_change_per_key(changes(decoded), key_columns=("id",), names=target.names)
 
-`decode_batch` runs `ingest_gate.decode.Decoder.rows` over each partition of the batch (the
+`decode_batch` runs `ingest_gate.job.decode.Decoder.rows` over each partition of the batch (the
 batch's `raw`, `_source_file`, `_source_pos`), so the columns come from the target table read
 at the start of the batch. Its rows: `_kind` (change | bad | skip), `_reason`, `_raw`,
 `_deleted`, `_unknown` (record fields with no column), the order `_source_file`, `_source_pos`,
@@ -14,7 +14,7 @@ at the start of the batch. Its rows: `_kind` (change | bad | skip), `_reason`, `
 Order within a batch: the place in the stream (file name and line, or Kafka topic-partition and
 offset: a key's changes are in one partition), then `_sub` within a record. The json format
 puts the event time first, so the newest version wins and a tie goes to the record written
-later; the MERGE's guard does the same across batches (see ingest_gate.merge).
+later; the MERGE's guard does the same across batches (see ingest_gate.job.merge).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ingest_gate.target import spark_schema
+from ingest_gate.job.target import spark_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from ingest_gate.decode import Decoder
+    from ingest_gate.job.decode import Decoder
 
 __all__ = [
     "DELETED",

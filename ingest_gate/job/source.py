@@ -9,7 +9,7 @@ of one micro-batch are ordered by file name, then line: name files so that names
 order they were written (a sequence number, a timestamp), as the change-stream formats need.
 
 Both give one raw record per row in `raw` plus where it was read (ORDER_COLUMNS), which breaks
-ties between versions of a key with equal event time (see ingest_gate.changes).
+ties between versions of a key with equal event time (see ingest_gate.job.changes).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ingest_gate.changes import ORDER_COLUMNS, RAW_COLUMN
+from ingest_gate.job.changes import ORDER_COLUMNS, RAW_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ingest_gate.config import IngestConfig
+    from ingest_gate.job.config import IngestConfig
 
 __all__ = [
     "KAFKA_DEFAULTS",

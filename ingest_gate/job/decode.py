@@ -63,7 +63,7 @@ from decimal import Decimal, InvalidOperation, localcontext
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from ingest_gate.target import IcebergType, ListOf, MapOf, Primitive, Struct, Target
+from ingest_gate.job.target import IcebergType, ListOf, MapOf, Primitive, Struct, Target
 
 __all__ = [
     "FORMATS",
@@ -523,7 +523,7 @@ class Decoder:
     # -- Spark rows
 
     def rows(self, records: Iterable[Sequence[Any]]) -> Iterator[tuple[Any, ...]]:
-        """`(raw, source, position)` records as decoded rows (see ingest_gate.changes): one per
+        """`(raw, source, position)` records as decoded rows (see ingest_gate.job.changes): one per
         change, plus one for a bad or skipped record; the first of each record marked."""
         names = self.target.names
         empty = (None,) * len(names)

@@ -8,22 +8,22 @@
 Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
 
 1. read the target table from the catalog (schema, identifier fields, partition spec; see
-   ingest_gate.target): when it changed since the last batch (an `ALTER TABLE ... ADD
+   ingest_gate.job.target): when it changed since the last batch (an `ALTER TABLE ... ADD
    COLUMN`), records are parsed against the new columns from this batch on;
-2. decode the records in the configured format (ingest_gate.decode) into changes; bad records
+2. decode the records in the configured format (ingest_gate.job.decode) into changes; bad records
    go to the dead-letter folder of the batch with their reason, tombstones and DDL are
    counted as skipped, record fields the table has no column for are counted and ignored;
-3. keep the last change of each key (ingest_gate.changes.last_change_per_key);
+3. keep the last change of each key (ingest_gate.job.changes.last_change_per_key);
 4. skip the batch when a snapshot of the table already carries this query id and batch id: the
    batch committed before a crash and is being replayed from the checkpoint;
 5. name the batch's partitions (jobkit.partition), enter the gate with a commit lease on
-   them (see ingest_gate.gate) and run the MERGE (ingest_gate.merge): upserts, and for change
+   them (see ingest_gate.gate) and run the MERGE (ingest_gate.job.merge): upserts, and for change
    streams deletes, its ON condition limited to those partitions (exactly up to
    `exact_filter_max_partitions`, past it by one IN list per partition field, a cheaper
    superset), with the query id, batch id and lease id in the snapshot summary;
 6. source kafka: measure the lag per topic-partition after the batch and report it to the
-   service (ingest_gate.kafka);
-7. log one JSON line (logger `ingest_gate.job`) and keep it as a `BatchRecord`.
+   service (ingest_gate.job.kafka);
+7. log one JSON line (logger `ingest_gate.job.run`) and keep it as a `BatchRecord`.
 
 Source kafka, before the query starts: the checkpoint's position is checked against what the
 topics still hold; records retention deleted before the job read them stop it (`RetentionLoss`)
@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ingest_gate.changes import (
+from ingest_gate.job.changes import (
     DELETED,
     bad_records,
     changes,
@@ -66,22 +66,22 @@ from ingest_gate.changes import (
     last_change_per_key,
     write_dead_letters,
 )
-from ingest_gate.decode import Decoder
-from ingest_gate.merge import merge_sql
-from ingest_gate.snapshots import (
+from ingest_gate.job.decode import Decoder
+from ingest_gate.job.merge import merge_sql
+from ingest_gate.job.snapshots import (
     batch_properties,
     find_batch_snapshot,
     snapshot_summary,
     with_commit_properties,
 )
-from ingest_gate.source import count_files, read_stream, with_source_position
-from ingest_gate.table import (
+from ingest_gate.job.source import count_files, read_stream, with_source_position
+from ingest_gate.job.table import (
     check_write_modes,
     ensure_clustered_writes,
     identifier_merge_refusal,
     table_properties,
 )
-from ingest_gate.target import Primitive, TableMissing, Target, read_target, unsupported
+from ingest_gate.job.target import Primitive, TableMissing, Target, read_target, unsupported
 from jobkit.partition import (
     PartitionScope,
     batch_partition_counts,
@@ -95,8 +95,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from ingest_gate.config import IngestConfig
-    from ingest_gate.kafka import KafkaProgress
+    from ingest_gate.job.config import IngestConfig
+    from ingest_gate.job.kafka import KafkaProgress
 
 __all__ = [
     "BatchHooks",
@@ -173,7 +173,7 @@ class BatchRecord:
              was stopped while the batch ran; the next start runs it again)
     scope:   the partitions its commit lease covered, or "table"
     merge_filter: how its MERGE was limited to its partitions: exact, superset (see
-             ingest_gate.merge), or None (the whole table)
+             ingest_gate.job.merge), or None (the whole table)
     sources: files (or Kafka topic-partitions) read, last_source the last of them by name;
              rows_read: records; skipped: records skipped by reason (tombstone, DDL); changes:
              what the good records asked for (deletes of them); duplicates_dropped: changes
@@ -738,12 +738,12 @@ def run(
     Raises:
         TableMissing: the table does not exist (one line: where the job looked, how to create it).
         IngestError: the table and the config do not fit (the message says what to fix).
-        ingest_gate.kafka.RetentionLoss: source kafka lost records the job had not read, and
+        ingest_gate.job.kafka.RetentionLoss: source kafka lost records the job had not read, and
             `on_data_loss` is `stop`.
         pyspark.errors.PySparkException: the query cannot be set up.
     """
     if spark is None:
-        from ingest_gate import EXECUTOR_PACKAGES
+        from ingest_gate.job import EXECUTOR_PACKAGES
         from jobkit.spark import build_session
 
         spark = build_session(
@@ -776,7 +776,7 @@ def run(
         )
     kafka_options = None
     if config.source == "kafka":
-        from ingest_gate.kafka import KafkaProgress
+        from ingest_gate.job.kafka import KafkaProgress
 
         # lag and gaps go where the gate's lease calls go (none without a service)
         writer.progress = KafkaProgress(spark, config, getattr(writer.gate, "client", None))

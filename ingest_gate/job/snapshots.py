@@ -15,7 +15,7 @@ pinned threads, the statement it issues.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from jobkit.sql import quote_identifier
 
@@ -65,7 +65,7 @@ class _PythonCallable:
         return None
 
     class Java:
-        implements = ["java.util.concurrent.Callable"]
+        implements: ClassVar[list[str]] = ["java.util.concurrent.Callable"]  # read by py4j
 
 
 def with_commit_properties(

@@ -14,7 +14,7 @@ gives
 The event-time guard makes the statement idempotent: replaying a batch that already committed
 matches every row with an equal event time and rewrites it with the same values, and an older
 version of a key (a late update) never replaces a newer one. `>=` rather than `>` lets a later
-batch win a tie, the same rule as within a batch (see ingest_gate.changes).
+batch win a tie, the same rule as within a batch (see ingest_gate.job.changes).
 
 A change stream's batch (one last change per key, `_deleted` true for a delete) merges with
 

@@ -6,7 +6,7 @@
                      partitioned_by="dt, hr", identifier=("event_id", "dt", "hr"))
     read_rows(spark, "local.db.events", key_columns=("event_id", "dt", "hr"))
 
-The job never creates its table: the table is the schema (ingest_gate.target). A table made for
+The job never creates its table: the table is the schema (ingest_gate.job.target). A table made for
 it is best merge-on-read for MERGE, UPDATE and DELETE (position deletes instead of rewritten
 data files, so a micro-batch is cheap), with file-scoped delete granularity (one delete file per
 data file, which `rewrite_position_delete_files` can drop when the data file is compacted),

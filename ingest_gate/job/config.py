@@ -17,7 +17,7 @@ The TOML file has top-level keys named as the fields below, plus two tables:
     [catalog]                 # CatalogConfig: name, type, warehouse, properties
     type = "glue"
     source = "kafka"
-    on_data_loss = "stop"     # or "skip": see ingest_gate.kafka
+    on_data_loss = "stop"     # or "skip": see ingest_gate.job.kafka
     [kafka]                   # Spark's Kafka reader options, passed through
     "kafka.bootstrap.servers" = "b1:9092"     # also --kafka-bootstrap-servers
     subscribe = "events"                      # also --kafka-subscribe
@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from ingest_gate.decode import Format
+from ingest_gate.job.decode import Format
 from jobkit.config import (
     STRICT,
     Bool,
@@ -88,7 +88,7 @@ DATA_LOSS: tuple[str, ...] = DataLoss.__args__
 
 FORMATS: tuple[str, ...] = Format.__args__
 """`json`: one row per line; `debezium`: Debezium change events; `canal`: canal-json messages
-(see ingest_gate.decode)."""
+(see ingest_gate.job.decode)."""
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
