@@ -14,8 +14,8 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
-from demo.local import LocalService  # noqa: E402
 from service.client import LeaseClient  # noqa: E402
+from testkit import LocalService  # noqa: E402
 from tests.test_status_page import launch  # noqa: E402
 
 
