@@ -40,7 +40,7 @@ from benchmarks.lease_throughput import (
     running_service,
     write_figures,
 )
-from demo.local import fresh_database
+from testkit import fresh_database
 
 __all__ = ["Latency", "Throughput", "main"]
 

@@ -65,8 +65,8 @@ class Stream:
     """The ingest query on the orders landing folder, and when each batch became visible."""
 
     def __init__(self, spark: Any, values: dict[str, Any]) -> None:
-        from ingest_gate.config import load_config
-        from ingest_gate.job import BatchHooks, run
+        from ingest_gate.job.config import load_config
+        from ingest_gate.job.run import BatchHooks, run
 
         self.visible: list[tuple[str, float]] = []  # (last source file, commit time)
         self._last: dict[int, str | None] = {}
@@ -111,8 +111,8 @@ def _lags(workload: Any, reader: Any, visible: list[tuple[str, float]], since: i
 
 
 def _drain(spark: Any, values: dict[str, Any], *, compact: Any = None) -> dict[str, Any]:
-    from ingest_gate.config import load_config
-    from ingest_gate.job import run
+    from ingest_gate.job.config import load_config
+    from ingest_gate.job.run import run
 
     handle = run(load_config(overrides={**values, "available_now": True}), spark=spark)
     started = time.monotonic()
@@ -142,7 +142,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from compactor.report import publish
     from compactor.run import run_table
     from demo.binlog import BinlogReader
-    from demo.local import LocalService
     from demo.mariadb import PrivateMariaDB
     from demo.shop import (
         TABLES,
@@ -155,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from jobkit.spark import CatalogConfig, build_session
     from service.client import LeaseClient
+    from testkit import LocalService
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
@@ -279,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         deletes = sorted(int(r["deletes"]) for r in rows)
         files = sorted(int(r["files"]) for r in rows)
         # what each batch pays to notice a schema change: one read of the table from the catalog
-        from ingest_gate.target import read_target
+        from ingest_gate.job.target import read_target
 
         reads = []
         for _ in range(21):

@@ -49,7 +49,7 @@ def upsert_batches(spark: Any, table: str, *, batches: int, rows: int = 40) -> N
     """`batches` MERGE upserts into `table`; keys repeat across batches over three hours of one
     day, so from the second batch on each writes position deletes."""
     from demo.generate import create_events_table
-    from ingest_gate.merge import merge_sql
+    from ingest_gate.job.merge import merge_sql
 
     create_events_table(spark, table)
     for batch in range(batches):

@@ -59,9 +59,9 @@ from typing import Any
 
 from benchmarks.lake import local_lake
 from benchmarks.streams import Streams, wait
-from demo.local import LocalService
 from service.client import LeaseClient
 from service.ops.iceberg_audit import metadata_file
+from testkit import LocalService
 
 __all__ = ["build_lake", "main", "overlaps", "tick_lines"]
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from benchmarks.fleet import _create, add_debt
 from benchmarks.lake import local_lake
-from demo.local import LocalService
 from service.client import LeaseClient
+from testkit import LocalService
 
 __all__ = ["main"]
 

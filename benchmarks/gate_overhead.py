@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks.lease_throughput import percentile, running_service
-from demo.local import fresh_database
 from ingest_gate.gate import Gate
 from service.client import LeaseClient
+from testkit import fresh_database
 
 __all__ = ["main", "measure"]
 
@@ -64,9 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--passes must be >= 1")
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
-        with fresh_database(args.database, mariadb_url=args.mariadb_url, workdir=workdir) as url:
-            with running_service(url, log_path=workdir / "service.log") as base:
-                result = {"database": args.database, **measure(base, passes=args.passes)}
+        with (
+            fresh_database(args.database, mariadb_url=args.mariadb_url, workdir=workdir) as url,
+            running_service(url, log_path=workdir / "service.log") as base,
+        ):
+            result = {"database": args.database, **measure(base, passes=args.passes)}
     print(json.dumps(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -119,8 +119,8 @@ class Bench:
     ) -> dict[str, Any]:
         from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
         from demo.kafka import as_messages
-        from ingest_gate.config import load_config
-        from ingest_gate.job import run
+        from ingest_gate.job.config import load_config
+        from ingest_gate.job.run import run
 
         name = name or f"p{partitions}_{'gated' if gated else 'bare'}"
         table = f"local.db.events_{name}"
@@ -159,8 +159,8 @@ class Bench:
     def lag(self) -> dict[str, Any]:
         from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
         from demo.kafka import as_messages
-        from ingest_gate.config import load_config
-        from ingest_gate.job import run
+        from ingest_gate.job.config import load_config
+        from ingest_gate.job.run import run
 
         table = "local.db.events_lag"
         create_events_table(self.spark, table)
@@ -217,8 +217,8 @@ class Bench:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from demo.kafka import LocalKafka
-    from demo.local import LocalService
     from jobkit.spark import CatalogConfig, build_session
+    from testkit import LocalService
 
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from demo.local import LocalService
+from testkit import LocalService
 
 __all__ = ["local_lake"]
 

@@ -43,7 +43,7 @@ from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 from typing import Any
 
-from demo.local import LocalService, fresh_database
+from testkit import LocalService, fresh_database
 
 __all__ = [
     "DEFAULT_MARIADB_URL",

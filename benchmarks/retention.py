@@ -41,10 +41,10 @@ from sqlalchemy import Engine, func, insert, select, text
 from sqlalchemy.engine import Connection
 
 from benchmarks.lease_throughput import DEFAULT_MARIADB_URL, percentile
-from demo.local import fresh_database
 from service.lock import migrate
 from service.lock.db import commit_leases_t, events_t, make_engine, now
-from service.server.retention import prune
+from service.lock.retention import prune
+from testkit import fresh_database
 
 __all__ = ["fill", "main", "probe_writes", "time_query"]
 

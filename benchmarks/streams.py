@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from demo.local import LocalService
+from testkit import LocalService
 
 __all__ = ["Job", "Streams", "batch_outcomes", "wait"]
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from demo.local import LocalService, fresh_database
 from service.client import LeaseClient
+from testkit import LocalService, fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ updates keys the table holds (so the MERGE writes position deletes too) and the 
 keys; `--layout recent` puts them in the K newest hours (a stream catching up), `spread` in K
 hours spread evenly over the whole table (late data from everywhere: where a per-field superset
 admits the most partitions it does not need). The MERGE is the ingest job's own statement
-(ingest_gate.merge.merge_sql) with each partition filter (`--filters`):
+(ingest_gate.job.merge.merge_sql) with each partition filter (`--filters`):
 
     none      no partition filter: the MERGE reads every file of the table
     exact     partition_predicate: one OR term per partition (the job's up to
@@ -211,7 +211,7 @@ def merge_once(spark: Any, spec: Any, base: int, result: Result, batch: Any, upd
     Raises:
         AssertionError: the snapshot added other rows or deletes than the batch asks for.
     """
-    from ingest_gate.merge import merge_sql
+    from ingest_gate.job.merge import merge_sql
     from jobkit.partition import batch_partition_counts
 
     values = list(batch_partition_counts(batch, spec, catalog="local"))
@@ -342,7 +342,7 @@ def _check(args: argparse.Namespace) -> tuple[list[str], list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     kinds, layouts = _check(args)
-    from ingest_gate.table import FANOUT_PROPERTY
+    from ingest_gate.job.table import FANOUT_PROPERTY
     from jobkit.spark import CatalogConfig, build_session
 
     shape = Shape(args.partitions, args.files, args.rows_per_file)

@@ -25,7 +25,7 @@ from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
     from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
-    from ingest_gate.config import FORMATS, SCOPES, SOURCES
+    from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
 
 __all__ = ["main"]
 

@@ -21,7 +21,7 @@ base64. canal writes every value as MySQL's text, binary as ISO-8859-1 text.
 
 Delivery is at least once: lines are written at transaction boundaries, then the position
 after them is saved (atomically). A reader killed between the two writes the same transactions
-again after its restart, and replaying them converges (docs/design.md §6).
+again after its restart, and replaying them converges (docs/jobs.md §1).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Each record is one of (chosen at random by the ratios; the rest are new events):
     bad          unparseable JSON, a missing key field, or a wrong type: goes to the dead letters
 
 Expected final row per key: the latest event_time wins; on a tie the record written later wins
-(the MERGE's `>=` and ingest_gate.changes.last_change_per_key agree). Files are named and
+(the MERGE's `>=` and ingest_gate.job.changes.last_change_per_key agree). Files are named and
 time-stamped in write order: names sort in write order, modification times strictly increase,
 so the file source reads them in that order.
 """
@@ -108,8 +108,8 @@ def events_table_sql(table: str) -> list[str]:
     """The DDL of the click-event table: merge-on-read, partitioned by day and hour. Its key
     (event_id, dt, hr; KEY_FIELDS) goes to the ingest job as `key_columns`, not as identifier
     fields, which Iceberg 1.9 cannot MERGE merge-on-read into (see
-    ingest_gate.table.identifier_merge_refusal)."""
-    from ingest_gate.table import create_table_sql
+    ingest_gate.job.table.identifier_merge_refusal)."""
+    from ingest_gate.job.table import create_table_sql
 
     columns = ",\n  ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS)
     return create_table_sql(table, columns=columns, partitioned_by="dt, hr")

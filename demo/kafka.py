@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from demo.local import free_port
+from demo.service import free_port
 from jobkit.maven import jars
 
 __all__ = ["LocalKafka", "Message", "as_messages", "main"]

@@ -5,7 +5,7 @@
         server.settings()                             # for pymysqlreplication
         server.position()                             # ("binlog.000001", 1234): SHOW MASTER STATUS
 
-For the binlog demo, its benchmark and its tests (docs/design.md §8): never the machine's own
+For the binlog demo, its benchmark and its tests (docs/operating.md §1): never the machine's own
 server. `mariadb-install-db` makes the data folder, `mariadbd --no-defaults` serves it with
 `--binlog-format=ROW --binlog-row-metadata=FULL` (column names in the row events) and the
 clock in UTC. Needs Debian's `mariadb-server-core` (`bin/bootstrap` says so when missing).
@@ -61,7 +61,7 @@ class PrivateMariaDB:
             MariaDBMissing: the binaries are not installed.
             RuntimeError: the server did not answer within `timeout_s` (its log is named).
         """
-        from demo.local import free_port
+        from demo.service import free_port
 
         install, server = binaries()
         folder.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,8 @@ class PrivateMariaDB:
             capture_output=True,
         )
         port = free_port()
-        log = open(folder / "server.log", "wb")  # the server writes it while it runs
+        # the server writes it while it runs; stop() closes it
+        log = open(folder / "server.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
             [
                 server,

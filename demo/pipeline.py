@@ -66,10 +66,10 @@ from compactor.run import run_table
 from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
 from demo.health import Health, sample
 from demo.kafka import LocalKafka, as_messages
-from demo.local import LocalService
-from ingest_gate.config import IngestConfig
-from ingest_gate.job import BatchHooks, BatchRecord, run
-from ingest_gate.table import read_rows
+from demo.service import LocalService
+from ingest_gate.job.config import IngestConfig
+from ingest_gate.job.run import BatchHooks, BatchRecord, run
+from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
 from service.client import Lease, LeaseClient
 

@@ -47,7 +47,7 @@ _MERGE_ON_READ = (
     "'write.delete.granularity'='file')"
 )
 # Iceberg 1.9 cannot MERGE merge-on-read into a table with identifier fields (see
-# ingest_gate.table.identifier_merge_refusal): the small dimension table is copy-on-write
+# ingest_gate.job.table.identifier_merge_refusal): the small dimension table is copy-on-write
 _COPY_ON_WRITE = "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='copy-on-write')"
 
 

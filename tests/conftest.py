@@ -19,8 +19,8 @@ import hypothesis
 import pytest
 from sqlalchemy import create_engine, text
 
-from demo.local import LocalService, free_port, fresh_database
 from service.client import LeaseClient
+from testkit import LocalService, free_port, fresh_database
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 

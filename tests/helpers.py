@@ -84,7 +84,7 @@ def unactivated_env(**extra: str) -> dict[str, str]:
 
 
 # `headers` sends the call with another token than the client's own (a lease belongs to the
-# token that took it: docs/design.md §12)
+# token that took it: docs/design.md §6)
 
 
 def commit(

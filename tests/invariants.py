@@ -12,17 +12,17 @@ everything; the checker has its own `_overlap` for that, apart from the service'
 - inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open;
 - inv6: never two live claims on one table (a claim covers the whole table; it is checked
   against claims only, and commit and maintenance leases never against claims);
-- inv7: no maintenance commit through the catalog front (docs/design.md §10) without a live
+- inv7: no maintenance commit through the catalog front (docs/catalog-front.md) without a live
   maintenance lease of its table, named with its token, whose scope covers the partitions the
   commit touched, at the instant of the commit; a commit that only removes snapshots may name
   the table's live claim instead;
-- inv8: no commit granted while a compactor's backpressure (docs/design.md §11) holds an
+- inv8: no commit granted while a compactor's backpressure (docs/jobs.md §3) holds an
   intersecting partition, unless the table's backpressure or maintenance switch is off; and
   no writer held back without a live claim: each backpressure intent opens and ends within
   the life of the claim it was opened under (by replay, and on database-time intervals, so a
   claim that expired before any sweep said so counts as ended at its expiry);
 - inv9: a lease is released, an intent withdrawn and a maintenance commit made under a lease
-  only by the token that took it (docs/design.md §12), or by an operator (`operators`); what
+  only by the token that took it (docs/design.md §6), or by an operator (`operators`); what
   the service ends by itself is its own (`lakelock`).
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
@@ -44,6 +44,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import create_engine, text
+
+from service.wire import EventName
 
 
 @dataclass
@@ -182,19 +184,19 @@ class _Table:
 
     def apply(self, e: dict[str, Any]) -> None:
         name = e["event"]
-        if name == "lease.acquired":
+        if name == EventName.LEASE_ACQUIRED:
             step = {"commit": self.commit, "claim": self.claim}.get(e["kind"], self.maintain)
         else:
             step = {
-                "lease.released": self.end,
-                "lease.expired": self.end,
-                "lease.revoked": self.end,
-                "intent.opened": self.open_intent,
-                "backpressure.on": self.hold_back,
-                "intent.expired": self.close_intent,
-                "intent.withdrawn": self.close_intent,
-                "intent.fulfilled": self.close_intent,
-                "switch.set": self.switch,
+                EventName.LEASE_RELEASED: self.end,
+                EventName.LEASE_EXPIRED: self.end,
+                EventName.LEASE_REVOKED: self.end,
+                EventName.INTENT_OPENED: self.open_intent,
+                EventName.BACKPRESSURE_ON: self.hold_back,
+                EventName.INTENT_EXPIRED: self.close_intent,
+                EventName.INTENT_WITHDRAWN: self.close_intent,
+                EventName.INTENT_FULFILLED: self.close_intent,
+                EventName.SWITCH_SET: self.switch,
             }.get(name, lambda _e, _s: None)
         step(e, _scope(e["detail"].get("partitions")))
 
@@ -225,13 +227,13 @@ def lease_spans(history: History, kind: str) -> dict[str, list[Span]]:
     for e in history.events:
         if e["kind"] != kind or not e["lease_id"]:
             continue
-        if e["event"] == "lease.acquired":
+        if e["event"] == EventName.LEASE_ACQUIRED:
             granted[e["lease_id"]] = e
             continue
-        if e["event"] in ("lease.released", "lease.revoked"):
+        if e["event"] in (EventName.LEASE_RELEASED, EventName.LEASE_REVOKED):
             start = granted.pop(e["lease_id"])
             end = e["at"]
-        elif e["event"] == "lease.expired":
+        elif e["event"] == EventName.LEASE_EXPIRED:
             start = granted.pop(e["lease_id"])
             end = start["at"] + timedelta(seconds=e["detail"]["held_s"])
         else:
@@ -259,6 +261,9 @@ def _overlapping(spans: list[Span]) -> list[tuple[str, str]]:
     ]
 
 
+_INTENT_ENDS = {EventName.INTENT_EXPIRED, EventName.INTENT_WITHDRAWN, EventName.INTENT_FULFILLED}
+
+
 def backpressure_outside_claims(history: History) -> list[str]:
     """inv8 on database-time intervals: each backpressure intent (its `backpressure.on`, then
     its end: withdrawn, fulfilled, or expired at its `expired_at`) lies within the live span of
@@ -269,15 +274,15 @@ def backpressure_outside_claims(history: History) -> list[str]:
     ends: list[tuple[str, datetime, datetime, str]] = []  # (claim, opened, ended, table)
     for e in history.events:
         detail = e["detail"]
-        if e["event"] == "backpressure.on":
+        if e["event"] == EventName.BACKPRESSURE_ON:
             for request_id in detail["request_ids"]:
                 opened.setdefault(request_id, (e["at"], e["lease_id"], e["table_name"]))
-        elif e["event"].startswith("intent.") and detail.get("cause") == "backpressure":
+        elif e["event"] in _INTENT_ENDS and detail.get("cause") == "backpressure":
             start = opened.pop(detail["request_id"], None)
             if start is None:
                 continue
             end = e["at"]
-            if e["event"] == "intent.expired":
+            if e["event"] == EventName.INTENT_EXPIRED:
                 end = datetime.fromisoformat(detail["expired_at"]).replace(tzinfo=None)
             ends.append((start[1], start[0], end, start[2]))
     ends += [(claim, at, datetime.max, table) for at, claim, table in opened.values()]
@@ -335,11 +340,15 @@ def fenced(history: History) -> list[str]:
     live: dict[str, dict[str, Any]] = {}
     renewed = {r.lease_id for r in history.renews}
     for e in history.events:
-        if e["event"] == "lease.acquired" and e["kind"] in ("maintenance", "claim"):
+        if e["event"] == EventName.LEASE_ACQUIRED and e["kind"] in ("maintenance", "claim"):
             live[e["lease_id"]] = e
-        elif e["event"] in ("lease.released", "lease.revoked", "lease.expired"):
+        elif e["event"] in (
+            EventName.LEASE_RELEASED,
+            EventName.LEASE_REVOKED,
+            EventName.LEASE_EXPIRED,
+        ):
             live.pop(e["lease_id"], None)
-        elif e["event"] == "catalog.commit" and e["kind"] == "maintenance":
+        elif e["event"] == EventName.CATALOG_COMMIT and e["kind"] == "maintenance":
             problem = _unfenced(e, live.get(e["lease_id"] or ""), renewed)
             if problem:
                 violations.append(f"inv7: {e['table_name']} event {e['id']}: {problem}")
@@ -378,26 +387,30 @@ def owned(history: History) -> list[str]:
     for e in history.events:
         name, actor = e["event"], e.get("actor")
         request = f"{e['table_name']}/{e['detail'].get('request_id')}"
-        if name == "lease.acquired":
+        if name == EventName.LEASE_ACQUIRED:
             taker[e["lease_id"]] = actor
-        elif name in ("intent.opened", "backpressure.on"):
+        elif name in (EventName.INTENT_OPENED, EventName.BACKPRESSURE_ON):
             for request_id in e["detail"].get("request_ids") or [e["detail"]["request_id"]]:
                 taker[f"{e['table_name']}/{request_id}"] = actor
         ended_by = {
-            "lease.released": taker.get(e["lease_id"] or ""),
-            "intent.withdrawn": taker.get(request),
+            EventName.LEASE_RELEASED: taker.get(e["lease_id"] or ""),
+            EventName.INTENT_WITHDRAWN: taker.get(request),
         }
         if name in ended_by and actor not in allowed and actor != ended_by[name]:
             violations.append(
                 f"inv9: {e['table_name']} event {e['id']}: {name} by {actor}, "
                 f"taken by {ended_by[name]}"
             )
-        if name == "catalog.commit" and e["kind"] == "maintenance" and e["lease_id"]:
-            if actor != taker.get(e["lease_id"]):
-                violations.append(
-                    f"inv9: {e['table_name']} event {e['id']}: committed by {actor} under "
-                    f"lease {e['lease_id']} of {taker.get(e['lease_id'])}"
-                )
+        if (
+            name == EventName.CATALOG_COMMIT
+            and e["kind"] == "maintenance"
+            and e["lease_id"]
+            and actor != taker.get(e["lease_id"])
+        ):
+            violations.append(
+                f"inv9: {e['table_name']} event {e['id']}: committed by {actor} under "
+                f"lease {e['lease_id']} of {taker.get(e['lease_id'])}"
+            )
     return violations
 
 

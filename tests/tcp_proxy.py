@@ -11,6 +11,7 @@ under test but the sockets.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -128,8 +129,6 @@ class TcpProxy:
     def _close(self, sock: socket.socket) -> None:
         with self._lock:
             self._sockets.discard(sock)
-        try:
+        with contextlib.suppress(OSError):  # already closed by the other side
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass  # already closed by the other side
         sock.close()

@@ -47,9 +47,9 @@ def test_snapshots_come_from_the_catalogs_current_metadata(properties):
 
 
 def test_a_missing_table_or_an_unnamed_catalog_is_a_clear_error(properties):
-    with pytest.raises(FileNotFoundError, match="lake.db.nothing: not in catalog 'lake'"):
+    with pytest.raises(FileNotFoundError, match=r"lake\.db\.nothing: not in catalog 'lake'"):
         load_catalog_table("lake.db.nothing", properties=properties)
-    with pytest.raises(ValueError, match="catalog.namespace.table"):
+    with pytest.raises(ValueError, match=r"catalog\.namespace\.table"):
         load_catalog_table("db.events", properties=properties)
 
 

@@ -1,4 +1,4 @@
-"""Backpressure (docs/design.md §11): a compactor under its live claim holds the commits that
+"""Backpressure (docs/jobs.md §3): a compactor under its live claim holds the commits that
 touch a partition over its debt bound until its maintenance grant covers that partition; never
 without a live claim, never with the table's switch off."""
 

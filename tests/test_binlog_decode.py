@@ -15,8 +15,8 @@ import pytest
 from demo.binlog import BinlogReader
 from demo.mariadb import PrivateMariaDB
 from demo.shop import TABLES, Workload, create_source, differences, source_rows
-from ingest_gate.decode import Decoder
-from ingest_gate.target import Field, Primitive, Target
+from ingest_gate.job.decode import Decoder
+from ingest_gate.job.target import Field, Primitive, Target
 from jobkit.partition import PartitionSpec
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The catalog front (docs/design.md §10) with pyiceberg's RestCatalog and raw REST commits,
+"""The catalog front (docs/catalog-front.md) with pyiceberg's RestCatalog and raw REST commits,
 against a real service process on SQLite and on MariaDB.
 
 What a user of the front would notice: tables made and written through it are the JdbcCatalog's

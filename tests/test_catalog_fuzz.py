@@ -1,6 +1,6 @@
 """The Iceberg REST catalog at /iceberg, fuzzed with Apache Iceberg's own OpenAPI document.
 
-schemathesis runs the operations lakelock serves (service.server.iceberg.ENDPOINTS, and
+schemathesis runs the operations lakelock serves (service.server.routes.catalog.ENDPOINTS, and
 `GET /v1/config`) from Iceberg's `rest-catalog-open-api.yaml` against a live service with the
 catalog on, on SQLite and on MariaDB, once with each role's token: no input may give a 5xx,
 every status must be one the specification declares for the operation, and a call without a
@@ -38,7 +38,7 @@ from sqlalchemy import create_engine, select
 
 from service.catalog import locations
 from service.lock.db import iceberg_tables_t
-from service.server.iceberg import ENDPOINTS
+from service.server.routes.catalog import ENDPOINTS
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.fuzzing import fuzz_seed, repeat_hint
 

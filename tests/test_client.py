@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer
+from service.client.transport import Backoff
 from service.wire.errors import (
     PROBLEM_TYPE_PREFIX,
     LeaseExpired,
@@ -151,6 +152,23 @@ def test_retry_after_longer_than_the_backoff_is_honoured() -> None:
     started = time.monotonic()
     assert client.tables() == []
     assert time.monotonic() - started >= 0.25
+
+
+def test_a_bounded_call_does_not_retry_past_its_bound() -> None:
+    busy = problem(503, "unavailable")
+    busy.headers["Retry-After"] = "5"
+    client, recorder = make_client(scripted(busy), retries=10)
+    started = time.monotonic()
+    with pytest.raises(Unavailable):
+        client.renew(Lease.model_validate(lease_json()), within_s=1.0)
+    assert len(recorder.requests) == 1 and time.monotonic() - started < 1.0
+
+
+def test_the_backoff_is_full_jitter_doubling_up_to_its_cap() -> None:
+    backoff = Backoff(first_s=0.2, max_s=1.0)
+    for retry, window in [(1, 0.2), (2, 0.4), (3, 0.8), (4, 1.0), (40, 1.0)]:
+        delays = [backoff.delay_s(retry) for _ in range(200)]
+        assert all(0.0 <= d <= window for d in delays) and max(delays) > window / 2
 
 
 @pytest.mark.parametrize(

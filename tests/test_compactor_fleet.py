@@ -8,6 +8,7 @@ import io
 import logging
 import threading
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import pytest
 
@@ -70,8 +71,8 @@ def lake(monkeypatch):
     that compact; `lake.runs` lists the tables run, `lake.claims` the claims taken."""
 
     class Lake:
-        runs: list[str] = []
-        claims: list[FakeClaim] = []
+        runs: ClassVar[list[str]] = []
+        claims: ClassVar[list[FakeClaim]] = []
 
     def take(client, table, **_):
         claim = FakeClaim(table)

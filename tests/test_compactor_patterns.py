@@ -122,9 +122,9 @@ def test_the_fleet_section_is_read_and_checked():
     assert config.fleet.max_concurrent == 4
     assert config.fleet.claim_ttl == timedelta(minutes=2)
     assert config.fleet.scheduler == "fair"
-    with pytest.raises(ConfigError, match="fleet.max_concurrent: must be >= 1"):
+    with pytest.raises(ConfigError, match=r"fleet\.max_concurrent: must be >= 1"):
         config_from_dict({"fleet": {"max_concurrent": 0}})
-    with pytest.raises(ConfigError, match="fleet.scheduler: must be one of fair, fifo"):
+    with pytest.raises(ConfigError, match=r"fleet\.scheduler: must be one of fair, fifo"):
         config_from_dict({"fleet": {"scheduler": "random"}})
 
 
@@ -132,7 +132,7 @@ def test_a_pattern_on_the_command_line_is_a_selection(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text('[[tables]]\nname = "local.db.*"\n')
 
-    config, selection = resolve(parse_args(["run", "--config", str(path), "--once"]))
+    _, selection = resolve(parse_args(["run", "--config", str(path), "--once"]))
     assert selection == ["local.db.*"]
 
     _, selection = resolve(parse_args(["run", "--table", "local.raw.*", "--once"]))

@@ -114,7 +114,7 @@ def test_many_delete_files_plan_a_rewrite_that_applies_them_and_drops_them():
     assert procedures(p) == ["rewrite_data_files", "rewrite_position_delete_files"]
     assert any("12 delete files" in r for r in p.reasons)
     assert p.steps[0].options["delete-file-threshold"] == "1"
-    # Iceberg 1.9.2 drops dangling position deletes only this way (see compactor.plan)
+    # Iceberg 1.9.2 drops dangling position deletes only this way (see compactor.plan.steps)
     assert p.steps[1].options["rewrite-all"] == "true"
 
 

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from ingest_gate.decode import Decoder, WrongType, convert
-from ingest_gate.target import Field, ListOf, MapOf, Primitive, Struct, Target, target_of
+from ingest_gate.job.decode import Decoder, WrongType, convert
+from ingest_gate.job.target import Field, ListOf, MapOf, Primitive, Struct, Target, target_of
 from jobkit.partition import PartitionSpec
 
 P = Primitive

@@ -208,9 +208,11 @@ def test_max_hold_with_policy_fail_raises_gate_timeout_naming_the_reason(
 ) -> None:
     service.block("maintenance")
     body_ran = False
-    with pytest.raises(GateTimeout, match=r"maintenance") as caught:
-        with make_gate(client, max_hold_s=0.5, policy="fail").commit(TABLE):
-            body_ran = True
+    with (
+        pytest.raises(GateTimeout, match=r"maintenance") as caught,
+        make_gate(client, max_hold_s=0.5, policy="fail").commit(TABLE),
+    ):
+        body_ran = True
     assert not body_ran
     assert "max_hold_s=0.5" in str(caught.value)
     assert caught.value.gate_pass.outcome == "timed_out"
@@ -221,10 +223,12 @@ def test_max_hold_with_policy_proceed_runs_the_body_without_a_lease(
     service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     service.block("paused")
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.gate"):
-        with make_gate(client, max_hold_s=0.4, policy="proceed").commit(TABLE) as gate_pass:
-            assert gate_pass.lease is None
-            gate_pass.check()  # nothing to lose
+    with (
+        caplog.at_level(logging.WARNING, logger="ingest_gate.gate"),
+        make_gate(client, max_hold_s=0.4, policy="proceed").commit(TABLE) as gate_pass,
+    ):
+        assert gate_pass.lease is None
+        gate_pass.check()  # nothing to lose
     assert gate_pass.outcome == "proceeded_without_lease"
     assert any("without a lease" in r.getMessage() for r in caplog.records)
 
@@ -236,9 +240,11 @@ def test_unreachable_service_is_retried_until_max_hold_then_the_policy_applies(
     service.down = True
     started = time.monotonic()
     if policy == "fail":
-        with pytest.raises(GateTimeout, match="unavailable"):
-            with make_gate(client, max_hold_s=0.8, policy=policy).commit(TABLE):
-                pass
+        with (
+            pytest.raises(GateTimeout, match="unavailable"),
+            make_gate(client, max_hold_s=0.8, policy=policy).commit(TABLE),
+        ):
+            pass
     else:
         with make_gate(client, max_hold_s=0.8, policy=policy).commit(TABLE) as gate_pass:
             assert gate_pass.lease is None
@@ -289,12 +295,14 @@ def test_body_failing_after_the_lease_was_lost_raises_lease_lost_from_its_error(
     service: FakeLakelock, client: LeaseClient
 ) -> None:
     groups = FakeJobGroups()
-    with pytest.raises(LeaseLost) as caught:
-        with make_gate(client, ttl_s=3.0, job_groups=groups).commit(TABLE) as gate_pass:
-            assert gate_pass.lease is not None
-            service.revoke(gate_pass.lease.lease_id)
-            assert groups.cancelled_event.wait(HANG_GUARD_S)
-            raise RuntimeError("Job group cancelled")  # what Spark raises in the MERGE
+    with (
+        pytest.raises(LeaseLost) as caught,
+        make_gate(client, ttl_s=3.0, job_groups=groups).commit(TABLE) as gate_pass,
+    ):
+        assert gate_pass.lease is not None
+        service.revoke(gate_pass.lease.lease_id)
+        assert groups.cancelled_event.wait(HANG_GUARD_S)
+        raise RuntimeError("Job group cancelled")  # what Spark raises in the MERGE
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
@@ -326,9 +334,11 @@ def test_lease_is_renewed_while_a_body_outlasts_its_ttl(
 
 
 def test_lease_is_released_when_the_body_raises(service: FakeLakelock, client: LeaseClient) -> None:
-    with pytest.raises(ValueError, match="bad batch"):
-        with make_gate(client).commit(TABLE) as gate_pass:
-            raise ValueError("bad batch")
+    with (
+        pytest.raises(ValueError, match="bad batch"),
+        make_gate(client).commit(TABLE) as gate_pass,
+    ):
+        raise ValueError("bad batch")
     assert gate_pass.outcome == "failed"
     assert service.released == [gate_pass.lease.lease_id]
     assert service.live() == []
@@ -410,9 +420,11 @@ def test_the_time_backpressure_held_a_pass_is_counted_apart_and_logged_once(
     service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     service.refuse_in_turn("paused", "paused", "backpressure", "backpressure", "backpressure")
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.gate"):
-        with make_gate(client, poll_s=0.1).commit(TABLE) as gate_pass:
-            pass
+    with (
+        caplog.at_level(logging.WARNING, logger="ingest_gate.gate"),
+        make_gate(client, poll_s=0.1).commit(TABLE) as gate_pass,
+    ):
+        pass
     assert gate_pass.wait_reasons == ["paused", "backpressure"]
     assert 0 < gate_pass.backpressure_s < gate_pass.waited_s
     assert gate_pass.as_dict()["backpressure_s"] == round(gate_pass.backpressure_s, 3)

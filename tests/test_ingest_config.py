@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest_gate.config import ConfigError, IngestConfig, config_from_args, load_config
-from ingest_gate.source import file_reader_options, kafka_reader_options
+from ingest_gate.job.config import ConfigError, IngestConfig, config_from_args, load_config
+from ingest_gate.job.source import file_reader_options, kafka_reader_options
 
 
 def _problems(exc: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:

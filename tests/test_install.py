@@ -1,6 +1,6 @@
 """One install per host: a wheel built from this checkout, each extra in a fresh virtualenv.
 
-    base      the client alone (httpx, pydantic): it takes a lease from a real service
+    base      the client alone (httpx, pydantic, tenacity): it takes a lease from a real service
     service   `lakelock-service` serves on SQLite (its migrations come inside the wheel)
     ops       `lakelock status` against that service
     spark     the jobs' entry points, and the Iceberg jar for spark-submit
@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from demo.local import LocalService
+from testkit import LocalService
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -56,7 +56,10 @@ NEEDS = {
 }
 # top-level modules each install must have, and must not have
 HAS = {
-    "base": ({"httpx", "pydantic"}, {"fastapi", "sqlalchemy", "pyspark", "typer", "pyiceberg"}),
+    "base": (
+        {"httpx", "pydantic", "tenacity"},
+        {"fastapi", "sqlalchemy", "pyspark", "typer", "pyiceberg"},
+    ),
     "service": (
         {
             "fastapi",
@@ -86,6 +89,16 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (built,) = out.glob("lakelock-*.whl")
     return built
+
+
+def test_the_wheel_ships_the_packages_and_no_testing_support(wheel):
+    """The testing support (testkit), the tests and the benchmarks live in the checkout only;
+    the client's type information ships with it."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert not [n for n in names if n.startswith(("testkit/", "tests/", "benchmarks/"))]
+    assert "service/client/py.typed" in names
+    assert "service/server/app.py" in names and "demo/service.py" in names
+    assert "ingest_gate/job/run.py" in names and "compactor/plan/planner.py" in names
 
 
 class Venv:
@@ -270,7 +283,7 @@ def test_the_spark_install_names_what_spark_submit_takes(venvs):
     done = spark.run(spark.bin("python"), "-m", "lakelock_submit", "py-files")
     assert done.returncode == 0, done.stderr
     names = zipfile.ZipFile(done.stdout.strip()).namelist()
-    assert {"ingest_gate/decode.py", "jobkit/partition.py"} <= set(names)
+    assert {"ingest_gate/job/decode.py", "jobkit/partition.py"} <= set(names)
 
 
 @pytest.mark.spark

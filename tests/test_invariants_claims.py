@@ -122,7 +122,7 @@ class ClaimWorkload(Workload):
                     self.call(http, rng, "POST", path, json={"reason": "chaos"})
 
     def hold_back(self, http, rng, table: str, claim: dict) -> bool:
-        """Backpressure under the claim (docs/design.md §11) on a partition or two: it holds
+        """Backpressure under the claim (docs/jobs.md §3) on a partition or two: it holds
         every whole-table commit lease until the claim's maintenance lease or its end."""
         parts = rng.sample(["p=1", "p=2", "p=3"], rng.choice([1, 2]))
         body = {

@@ -1,6 +1,6 @@
 """The five invariants of docs/design.md §3.1 under concurrency: 16 ingest clients, 3 compactors,
 an operator and an intruder (a job token of its own that tries to renew, release and withdraw
-what the others took, with their ids, holders and tokens: docs/design.md §12), over two service
+what the others took, with their ids, holders and tokens: docs/design.md §6), over two service
 processes sharing one database, with short TTLs, abandoned leases (expiry), revokes and pauses
 mixed in. The checker in `invariants.py` reads the recorded
 history afterwards and fails on any violation."""

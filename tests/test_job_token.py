@@ -61,10 +61,10 @@ class _RefusedRun:
 
 def test_ingest_job_without_a_token_names_lakelock_token(monkeypatch, caplog):
     import ingest_gate.__main__
-    import ingest_gate.job
+    import ingest_gate.job.run
 
     monkeypatch.delenv(TOKEN_ENV, raising=False)
-    monkeypatch.setattr(ingest_gate.job, "run", lambda config: _RefusedRun())
+    monkeypatch.setattr(ingest_gate.job.run, "run", lambda config: _RefusedRun())
     with caplog.at_level(logging.WARNING, logger="ingest_gate"):
         status = ingest_gate.__main__.main([])
     assert status == 1

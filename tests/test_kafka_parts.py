@@ -11,7 +11,7 @@ import pytest
 
 from demo.generate import KEY_FIELDS, ChangeGenerator
 from demo.kafka import as_messages
-from ingest_gate.kafka import Gap, RetentionLoss, _offsets_json, lag_of, lost_ranges
+from ingest_gate.job.kafka import Gap, RetentionLoss, _offsets_json, lag_of, lost_ranges
 from jobkit.maven import SETS, _artifact_name, _pom
 
 

@@ -25,9 +25,23 @@ MAY_IMPORT = {
     "service.extras": set(),
     "service.__main__": {"service.server", "service.lock", "service.extras"},
     "jobkit": set(),
-    "ingest_gate": {"jobkit", "service.client", "service.wire", "service.extras"},
+    "ingest_gate": {"service.client", "service.wire", "service.extras"},
+    "ingest_gate.job": {
+        "ingest_gate",
+        "jobkit",
+        "service.client",
+        "service.wire",
+        "service.extras",
+    },
+    "ingest_gate.__main__": {"ingest_gate.job", "jobkit", "service.wire", "service.extras"},
     "compactor": {"jobkit", "service.client", "service.wire", "service.extras"},
-    "lakelock_submit": {"jobkit", "ingest_gate", "compactor", "service.extras"},
+    "lakelock_submit": {
+        "jobkit",
+        "ingest_gate.job",
+        "ingest_gate.__main__",
+        "compactor",
+        "service.extras",
+    },
 }
 PARTS = sorted(MAY_IMPORT, key=len, reverse=True)
 
@@ -80,3 +94,26 @@ def test_the_checker_sees_a_crossing(tmp_path):
 @pytest.mark.parametrize("part", sorted(MAY_IMPORT))
 def test_each_part_imports_only_the_parts_below_it(part):
     assert [c for c in crossings() if part_of(c.split()[0]) == part] == []
+
+
+def sqlalchemy_users(root: Path = ROOT) -> list[str]:
+    """The modules of service.server that import SQLAlchemy: the HTTP layer translates, every
+    statement and database error type is service.lock's (docs/design.md §2)."""
+    return [
+        ".".join(path.relative_to(root).with_suffix("").parts)
+        for path in sorted((root / "service" / "server").rglob("*.py"))
+        if any(name.split(".")[0] == "sqlalchemy" for name in imports_of(path))
+    ]
+
+
+def test_the_checker_sees_sqlalchemy_in_the_server(tmp_path):
+    routes = tmp_path / "service" / "server" / "routes"
+    routes.mkdir(parents=True)
+    (routes / "x.py").write_text("def f():\n    from sqlalchemy.exc import DBAPIError\n")
+    (routes / "y.py").write_text("import sqlalchemy\n")
+    (routes / "z.py").write_text("from service.lock.db import DatabaseError\n")
+    assert sqlalchemy_users(tmp_path) == ["service.server.routes.x", "service.server.routes.y"]
+
+
+def test_the_server_never_imports_sqlalchemy():
+    assert sqlalchemy_users() == []

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from ingest_gate import job
-from ingest_gate.config import ConfigError, load_config
-from ingest_gate.job import BatchWriter, Ungated
+from ingest_gate.job import run as job
+from ingest_gate.job.config import ConfigError, load_config
+from ingest_gate.job.run import BatchWriter, Ungated
 from jobkit.partition import PartitionField, PartitionScope, PartitionSpec
 
 DT_HR = PartitionSpec(
@@ -72,7 +72,7 @@ def test_key_without_a_partition_column_leases_the_table_and_says_why_once(
     scope_reads, caplog: pytest.LogCaptureFixture
 ):
     w = writer(key_columns=["event_id", "dt"])
-    with caplog.at_level(logging.INFO, logger="ingest_gate.job"):
+    with caplog.at_level(logging.INFO, logger="ingest_gate.job.run"):
         scopes = [scope_of(w, batch_id) for batch_id in range(3)]
     assert scopes == [(None, None)] * 3
     assert scope_reads == ["local.db.events"]  # decided once per run
@@ -91,7 +91,7 @@ def test_lease_scope_table_keeps_leases_and_merge_as_without_scopes(scope_reads)
 def test_a_batch_in_more_partitions_than_allowed_leases_the_table_keeps_the_filter(
     scope_reads, caplog: pytest.LogCaptureFixture
 ):
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job.run"):
         names, merge_filter = scope_of(writer(max_lease_partitions=1), 4)
     assert names is None and merge_filter is not None
     assert "batch 4 touches 2 partitions" in caplog.text

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from demo.generate import events_table_sql
-from ingest_gate.merge import merge_sql
-from ingest_gate.table import (
+from ingest_gate.job.merge import merge_sql
+from ingest_gate.job.table import (
     FANOUT_PROPERTY,
     TABLE_PROPERTIES,
     create_table_sql,
@@ -288,7 +288,7 @@ class FakeSpark:
 
 def test_a_table_without_a_writer_setting_is_set_to_the_clustered_writer(caplog):
     spark = FakeSpark({"format-version": "2"})
-    with caplog.at_level(logging.INFO, logger="ingest_gate.table"):
+    with caplog.at_level(logging.INFO, logger="ingest_gate.job.table"):
         assert ensure_clustered_writes(spark, "local.db.events") is True
     assert spark.statements == [
         "ALTER TABLE `local`.`db`.`events` SET TBLPROPERTIES ('write.spark.fanout.enabled' = "
@@ -301,7 +301,7 @@ def test_a_clustered_table_is_left_alone_and_a_fanout_one_is_warned_about(caplog
     clustered = FakeSpark({FANOUT_PROPERTY: "false"})
     assert ensure_clustered_writes(clustered, "local.db.events") is True
     fanout = FakeSpark({FANOUT_PROPERTY: "true"})  # its owner's choice: not altered
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.table"):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job.table"):
         assert ensure_clustered_writes(fanout, "local.db.events") is False
     assert clustered.statements == fanout.statements == []
     assert "SET TBLPROPERTIES ('write.spark.fanout.enabled' = 'false')" in caplog.text

@@ -1,4 +1,4 @@
-"""A lease belongs to the token that took it (docs/design.md §12), against a real service on
+"""A lease belongs to the token that took it (docs/design.md §6), against a real service on
 SQLite and on MariaDB with two job tokens, A and B, as a hostile B would try them.
 
 Lease ids and fencing tokens are not secrets: a reader sees them (`GET /v1/tables/{t}`), and

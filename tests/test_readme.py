@@ -1,4 +1,5 @@
-"""The README's service and curl recipes work when pasted into bash in the order shown.
+"""The service and curl recipes of docs/operating.md, where the README sends its readers for
+them, work when pasted into bash in the order shown.
 
 Each runs in a scratch folder (its `.venv` a link to this checkout's), on a free port instead of
 8737, with curl told to fail on an error answer (`fail-with-body` in a curlrc of its own), so a
@@ -16,18 +17,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from demo.local import free_port
+from testkit import free_port
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
+OPERATING = ROOT / "docs" / "operating.md"
 TABLE = "local.db.events"
+SERVICE = "2. Running the service"
+CURL = "3. Operating it with curl"
 
 
 def bash_blocks(section: str) -> list[str]:
-    """The ```bash blocks of the README section headed `## {section}`, in order."""
-    text = README.read_text()
+    """The ```bash blocks of the docs/operating.md section headed `## {section}`, in order."""
+    text = OPERATING.read_text()
     start = text.index(f"\n## {section}\n")
     end = text.find("\n## ", start + 1)
     body = text[start : end if end >= 0 else len(text)]
@@ -63,9 +66,9 @@ def _refused(port: int) -> bool:
 
 def test_the_curl_recipes_run_as_pasted(scratch):
     folder, port, env = scratch
-    start, recipes, stop = bash_blocks("Operating it with curl")
+    start, recipes, stop = bash_blocks(CURL)
     assert TABLE in recipes and "$OPS_TOKEN" in recipes and "OPS_TOKEN=" in start
-    # what the recipes left, read between the README's last recipe and its stop line
+    # what the recipes left, read between the page's last recipe and its stop line
     probe = (
         'curl -s "$LL/v1/tables/$T" -H "$AUTH" >state.json\n'
         'curl -s "$LL/v1/events?table=$T&limit=50" -H "$AUTH" >events.json\n'
@@ -88,7 +91,7 @@ def test_the_curl_recipes_run_as_pasted(scratch):
     deadline = time.monotonic() + 30
     while not _refused(port) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _refused(port), "the README's stop line should stop the service it started"
+    assert _refused(port), "the page's stop line should stop the service it started"
 
 
 def _serve(line: str, folder: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -128,10 +131,10 @@ def _stop(process: subprocess.Popen[str]) -> None:
 
 def test_the_service_lines_start_a_service_as_described(scratch):
     folder, port, env = scratch
-    local_try, with_tokens = bash_blocks("Running the service")[0].strip().splitlines()
+    local_try, with_tokens = bash_blocks(SERVICE)[0].strip().splitlines()
     assert "LAKELOCK_AUTH=off" in local_try and "LAKELOCK_TOKENS=" in with_tokens
     url = f"http://127.0.0.1:{port}"
-    # the tokens are the ones the curl section exported, as when the README is pasted in order
+    # the tokens are the ones the curl section exports, as the page says
     env = {**env, "OPS_TOKEN": "ops-secret-1", "JOB_TOKEN": "job-secret-1"}
 
     service = _serve(_on_port(local_try, port), folder, env)
@@ -177,18 +180,18 @@ def test_the_mysql_lines_migrate_then_serve(scratch):
             pytest.fail("LAKELOCK_REQUIRE_MARIADB is set but LAKELOCK_TEST_MARIADB_URL is not")
         pytest.skip("LAKELOCK_TEST_MARIADB_URL is not set")
     folder, port, env = scratch
-    point, migrate, serve = bash_blocks("Running the service")[1].strip().splitlines()
+    point, migrate, serve = bash_blocks(SERVICE)[1].strip().splitlines()
     assert point.startswith("export LAKELOCK_DATABASE_URL=") and migrate.endswith("migrate")
     assert "LAKELOCK_TOKENS" not in migrate, "a migration needs no tokens"
     name = f"lakelock_readme_{os.getpid()}"
     admin = create_engine(server)
     with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))  # empty: the README's migrate fills it
+        conn.execute(text(f"CREATE DATABASE {name}"))  # empty: the page's migrate fills it
     try:
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
         env = {**env, "LAKELOCK_DATABASE_URL": url, "OPS_TOKEN": "ops-secret-1"}
         env["JOB_TOKEN"] = "job-secret-1"
-        # the README's lines after its first, which points at a database this test made
+        # the page's lines after its first, which points at a database this test made
         env.pop("LAKELOCK_TOKENS", None)
         done = subprocess.run(
             ["bash", "-c", migrate],

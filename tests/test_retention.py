@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Engine, insert, select
 
 from service.lock.db import claims_t, commit_leases_t, events_t, make_engine, now
-from service.server.retention import prune
+from service.lock.retention import prune
 from tests.test_metrics import _samples
 
 RETENTION = timedelta(days=30)

@@ -1,4 +1,4 @@
-"""The README lists every setting, and `python -m service` refuses bad ones at start."""
+"""docs/settings.md lists every setting, and `python -m service` refuses bad ones at start."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from service.server.settings import Settings, settings_table
 from tests.dockerfile import ROOT
 
-DOC = ROOT / "README.md"
+DOC = ROOT / "docs" / "settings.md"
 BEGIN = "<!-- settings-table"
 END = "<!-- /settings-table -->"
 
@@ -22,9 +22,9 @@ def _documented_table() -> str:
     return text[start : text.index(END)]
 
 
-def test_the_readme_settings_table_is_the_one_the_code_generates():
+def test_the_settings_table_is_the_one_the_code_generates():
     assert _documented_table() == settings_table(), (
-        "the README's settings table is stale; regenerate it with "
+        "the settings table of docs/settings.md is stale; regenerate it with "
         "service.server.settings.settings_table()"
     )
 

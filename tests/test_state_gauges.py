@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
-from demo.local import free_port
+import pytest
+
+from service.lock import rules, store
 from service.lock.db import make_engine
-from service.server.metrics import Metrics, read_state
-from tests.helpers import backdate, commit, held_since, maintenance, release, switch
+from service.lock.overview import overview
+from service.server.metrics import Metrics
+from testkit import free_port
+from tests.helpers import (
+    backdate,
+    claim,
+    commit,
+    held_since,
+    maintenance,
+    metric,
+    release,
+    switch,
+)
 from tests.test_metrics import _samples
 
 LIVE_COMMIT = ("lakelock_live_leases", (("kind", "commit"),))
@@ -64,10 +77,48 @@ def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url)
     engine = make_engine(db_url)
     try:
         with engine.connect() as conn:
-            state = read_state(conn)
+            seen = overview(conn)
     finally:
         engine.dispose()
-    assert (state["commit"], state["maintenance"], state["maintenance_by_table"]) == (0, 0, [])
+    assert (seen.live["commit"], seen.live["maintenance"], seen.maintenance_by_table) == (0, 0, [])
+
+
+@pytest.mark.parametrize(
+    ("backpressure", "maintenance_switch", "holds"),
+    [("enabled", "enabled", True), ("disabled", "enabled", False), ("enabled", "disabled", False)],
+)
+def test_the_backpressure_gauge_counts_what_the_commit_rule_holds(
+    api, db_url, backpressure, maintenance_switch, holds
+):
+    table, hot = "lake.db.events", "dt=2024-06-20/hr=13"
+    held = claim(api, table=table).json()
+    answer = api.post(
+        f"/v1/tables/{table}/backpressure",
+        json={
+            "claim_id": held["lease_id"],
+            "holder": "compactor-1/run-1",
+            "partitions": [hot],
+            "reason": "14 small files, hard bound 24",
+        },
+    )
+    assert answer.json()["partitions"] == [hot]
+    # the intent stays open whatever the switch says next; the rule says whether it holds
+    switch(api, table=table, backpressure=backpressure, maintenance=maintenance_switch)
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            row = store.read_table(conn, table)
+            assert row is not None
+            by_rule = rules.backpressure_holds(row)
+            seen = dict(overview(conn).backpressure)
+    finally:
+        engine.dispose()
+    assert by_rule is holds
+    assert seen == ({table: 1} if holds else {})
+    assert metric(api, "lakelock_backpressure_partitions", table=table) == (1 if holds else 0)
+    # ... and the commit decision answers by the same rule
+    refused = commit(api, table=table, partitions=[hot]).status_code == 423
+    assert refused is holds
 
 
 def test_a_scrape_without_the_database_still_has_the_counters():

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import zipfile
 
-from ingest_gate.decode import Decoder
+from ingest_gate.job.decode import Decoder
 from lakelock_submit import py_files
 from lakelock_submit.__main__ import main
 from tests.test_decode import MEMBERS
@@ -29,7 +29,7 @@ print(json.dumps([[str(v) for v in row] for row in rows]))
 
 def test_a_python_with_nothing_installed_decodes_with_the_zip_alone(tmp_path):
     archive = py_files(tmp_path)
-    assert "ingest_gate/decode.py" in zipfile.ZipFile(archive).namelist()
+    assert "ingest_gate/job/decode.py" in zipfile.ZipFile(archive).namelist()
     decoder = Decoder(MEMBERS, key_columns=("userid",), format="debezium")
     records = [
         json.dumps({"op": "c", "after": {"userid": "u1", "name": "Ann", "member_level": 2}}),

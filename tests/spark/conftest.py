@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from demo.generate import KEY_FIELDS, create_events_table
-from ingest_gate.config import IngestConfig, load_config
-from ingest_gate.table import read_rows
+from ingest_gate.job.config import IngestConfig, load_config
+from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
 from tests.helpers import wait_parked
 

@@ -14,6 +14,7 @@ the submit (`--jars`), which the executor fetches into its work folder under `wo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from demo.local import free_port
+from testkit import free_port
 
 __all__ = ["StandaloneCluster", "spark_home"]
 
@@ -181,17 +182,18 @@ class StandaloneCluster:
             except OSError:
                 continue  # ended meanwhile
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if parent in workers and wanted in cmdline:
-                if app_id is None or app_id.encode() in cmdline.split(b"\0"):
-                    found.append(int(entry.name))
+            if (
+                parent in workers
+                and wanted in cmdline
+                and (app_id is None or app_id.encode() in cmdline.split(b"\0"))
+            ):
+                found.append(int(entry.name))
         return found
 
     def signal_executors(self, pids: list[int], sig: signal.Signals) -> None:
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):  # it ended already
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass  # it ended already
 
     def stop(self) -> None:
         """SIGTERM to workers (which end their executors), then to the master; SIGKILL after a

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from ingest_gate.snapshots import batch_properties, with_commit_properties
+from ingest_gate.job.snapshots import batch_properties, with_commit_properties
 from service.client import LeaseClient
 from service.ops import cli
 from service.ops.iceberg_audit import metadata_file, read_snapshots

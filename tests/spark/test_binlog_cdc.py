@@ -36,8 +36,8 @@ from demo.shop import (
     iceberg_rows,
     source_rows,
 )
-from ingest_gate.config import load_config
-from ingest_gate.job import BatchHooks, run
+from ingest_gate.job.config import load_config
+from ingest_gate.job.run import BatchHooks, run
 from service.client import LeaseClient
 from tests.helpers import installed, unactivated_env
 

@@ -1,6 +1,6 @@
 """Spark 3.5 with Iceberg's RESTCatalog against lakelock's catalog front, and the jobs run
 against it (`type = "rest"`): writes pass, a compaction under its lease passes, one without a
-live lease gets 403 and leaves the table as it was (docs/design.md §10).
+live lease gets 403 and leaves the table as it was (docs/catalog-front.md).
 
 What Iceberg wrote is read back with pyiceberg's SQL catalog straight from the service's
 database, not through the front.
@@ -23,7 +23,7 @@ from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome
 from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
-from ingest_gate.job import run as run_ingest
+from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import CatalogConfig, build_session
 from tests.conftest import start_server
 from tests.spark.conftest import ingest_config
@@ -187,7 +187,7 @@ def test_a_rewrite_without_a_live_lease_is_refused_and_the_table_is_unchanged(
         assert direct(front, table).current_snapshot().snapshot_id == snapshot
         assert data_files(front, table) == files  # Spark deleted what it had written
 
-    with pytest.raises(Exception, match="ForbiddenException.*no-lease"):
+    with pytest.raises(Exception, match=r"ForbiddenException.*no-lease"):
         spark.sql(f"CALL {CATALOG}.system.rewrite_data_files(table => 'db.fenced')").collect()
     unchanged()
 

@@ -41,11 +41,11 @@ import httpx
 import pytest
 
 from demo.generate import KEY_FIELDS, EventGenerator
-from demo.local import free_port
 from lakelock_submit import jars as iceberg_jars
 from lakelock_submit import py_files as executor_zip
 from lakelock_submit import script
 from service.client import LeaseClient
+from testkit import free_port
 from tests.spark.standalone import StandaloneCluster, spark_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -299,7 +299,7 @@ def _wait(what: str, check, timeout_s: float = WAIT_S, process=None):
 CREATE_TABLE = """
 import sys
 
-from ingest_gate.config import config_from_args
+from ingest_gate.job.config import config_from_args
 from demo.generate import create_events_table
 from jobkit.spark import build_session
 

@@ -22,7 +22,7 @@ from compactor.procedure import run_step
 from compactor.report import EXIT_CODES, Outcome, publish
 from compactor.run import run_table
 from compactor.stats import collect_stats
-from ingest_gate.snapshots import batch_properties, with_commit_properties
+from ingest_gate.job.snapshots import batch_properties, with_commit_properties
 from service.client import LeaseClient
 from service.ops import cli
 from service.ops.iceberg_audit import metadata_file, read_snapshots

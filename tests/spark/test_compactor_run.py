@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -509,10 +510,9 @@ def test_a_killed_compactor_loses_its_lease_after_the_ttl(
         deadline = time.monotonic() + 240
         lease = None
         while lease is None and process.poll() is None and time.monotonic() < deadline:
-            try:
+            # NotFound: the compactor has not asked for its lease yet, the table is unknown
+            with contextlib.suppress(NotFound):
                 lease = job_client.state(table)["maintenance_lease"]
-            except NotFound:
-                pass  # the compactor has not asked for its lease yet: the table is unknown
             time.sleep(0.05)
         assert lease is not None, (tmp_path / "compactor.log").read_text()[-3000:]
         # the whole process group: the Python driver and the Spark JVM it started

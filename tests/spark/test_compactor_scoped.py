@@ -130,7 +130,7 @@ def test_cold_partitions_are_compacted_in_scoped_groups_while_a_hot_one_keeps_co
 def test_a_due_partition_under_a_commit_in_flight_is_compacted_once_it_drains(
     spark, job_client, operator
 ):
-    """A commit in flight is a reason to wait, not to skip (docs/design.md §11): the run drains
+    """A commit in flight is a reason to wait, not to skip (docs/jobs.md §3): the run drains
     the writer of the due partition and compacts it, the hot group first (most debt)."""
     table = make_hourly_table(spark, "drained")
     spark.sql(f"INSERT INTO {table} SELECT id, DATE '2024-06-20', 13, 'x' FROM range(0, 40, 1, 4)")
@@ -167,7 +167,7 @@ def test_a_due_partition_under_a_commit_in_flight_is_compacted_once_it_drains(
 def test_partitions_past_the_hard_bound_hold_their_writers_until_their_group_runs(
     spark, job_client, operator
 ):
-    """Backpressure (docs/design.md §11): under its claim, the run holds the commits to every
+    """Backpressure (docs/jobs.md §3): under its claim, the run holds the commits to every
     partition past the bound from before its first group until that partition's group holds
     its lease; then lets go."""
     table = make_hourly_table(spark, "pressed")

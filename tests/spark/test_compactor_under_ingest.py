@@ -18,8 +18,8 @@ from compactor.config import (
 from compactor.report import Outcome
 from compactor.run import run_table
 from demo.generate import EventGenerator
-from ingest_gate.job import run
-from ingest_gate.table import read_rows
+from ingest_gate.job.run import run
+from ingest_gate.job.table import read_rows
 from service.client import LeaseClient
 from tests.spark.conftest import ingest_config
 

@@ -252,7 +252,7 @@ def test_plan_of_a_missing_table_says_in_one_line_where_it_looked(tmp_path):
 
 
 def test_the_printed_service_commands_show_the_demo_table_with_curl(demo_run, tmp_path):
-    from demo.local import free_port
+    from testkit import free_port
 
     done, summary, _ = demo_run
     lines = done.stdout.split("look at what the run left in", 1)[1].split("\n\n")[0].splitlines()

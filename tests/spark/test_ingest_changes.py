@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from demo.generate import KEY_FIELDS, ChangeGenerator, create_events_table
-from ingest_gate.config import load_config
-from ingest_gate.job import BatchWriter, IngestError, Ungated, run
-from ingest_gate.target import TableMissing
+from ingest_gate.job.config import load_config
+from ingest_gate.job.run import BatchWriter, IngestError, Ungated, run
+from ingest_gate.job.target import TableMissing
 from service.ops.iceberg_audit import metadata_file
 from tests.spark.conftest import table_rows
 
@@ -181,7 +181,7 @@ def test_a_column_added_while_the_job_runs_is_written_from_the_next_batch(spark,
     assert writer.records[0].unknown_names == ["level"]
 
     spark.sql(f"ALTER TABLE {table} ADD COLUMN level INT")
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job.run"):
         writer(_lines(spark, [json.dumps({**first, "t": "2024-06-20T10:00:01Z"})]), 1)
 
     assert writer.records[1].unknown_fields == 0
@@ -209,7 +209,7 @@ def test_files_the_pattern_does_not_match_are_named_at_start_and_in_the_summary(
     landing.mkdir()
     (landing / "changes-0001.json").write_text("\n".join(gen.records(5)) + "\n")
 
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job.run"):
         quiet = run(
             _config(tmp_path, table, format="debezium", key_columns=KEY_FIELDS), spark=spark
         )

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from demo.generate import EventGenerator
-from ingest_gate.job import BatchHooks, run
-from ingest_gate.merge import merge_sql
+from ingest_gate.job.merge import merge_sql
+from ingest_gate.job.run import BatchHooks, run
 from jobkit.partition import batch_partition_values, read_spec, table_partition_names
 from jobkit.predicate import partition_predicate
 from service.client import Lease, LeaseClient
@@ -173,7 +173,7 @@ def test_key_without_partition_columns_leases_the_whole_table_and_says_why_once(
     hot.write_file(config.landing_path, 10)
     asked, hooks = leases_asked()
 
-    with caplog.at_level(logging.WARNING, logger="ingest_gate.job"):
+    with caplog.at_level(logging.WARNING, logger="ingest_gate.job.run"):
         records = run(config, spark=spark, hooks=hooks).wait(timeout=WAIT_S)
 
     assert [(r.outcome, r.scope) for r in records] == [("committed", "table")] * 2

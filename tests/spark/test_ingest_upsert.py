@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
-from ingest_gate.changes import changes, decode_batch, last_change_per_key
-from ingest_gate.config import load_config
-from ingest_gate.job import BatchHooks, BatchWriter, Ungated, plan_decoder, run
-from ingest_gate.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
-from ingest_gate.target import read_target
+from ingest_gate.job.changes import changes, decode_batch, last_change_per_key
+from ingest_gate.job.config import load_config
+from ingest_gate.job.run import BatchHooks, BatchWriter, Ungated, plan_decoder, run
+from ingest_gate.job.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
+from ingest_gate.job.target import read_target
 from jobkit.spark import SparkJobGroups
 from tests.helpers import installed, unactivated_env
 from tests.spark.conftest import snapshots, table_rows

@@ -31,9 +31,9 @@ from demo.shop import (
     iceberg_rows,
     source_rows,
 )
-from ingest_gate.config import load_config
-from ingest_gate.job import run
-from ingest_gate.kafka import RetentionLoss
+from ingest_gate.job.config import load_config
+from ingest_gate.job.kafka import RetentionLoss
+from ingest_gate.job.run import run
 from service.client import LeaseClient
 from tests.helpers import installed, unactivated_env
 from tests.spark.conftest import table_rows
@@ -304,7 +304,7 @@ def test_a_mysql_binlog_through_a_topic_equals_the_mysql_table(
 def test_bin_kafka_local_serves_in_the_foreground_until_sigterm(tmp_path):
     """The broker as a user starts it: `bin/kafka-local --port PORT --dir DIR`; topics made
     through it survive a restart on the same folder."""
-    from demo.local import free_port
+    from testkit import free_port
 
     port = free_port()
     root = Path(__file__).resolve().parents[2]

@@ -142,7 +142,7 @@ def test_partition_scope_refuses_live_files_of_an_older_spec(spark, tables):
 def test_merge_filter_of_each_partition_selects_its_rows_in_the_pushed_down_scan(
     spark, tables, name
 ):
-    """The gate's MERGE filter (ingest_gate.merge.partition_predicate): per partition of the
+    """The gate's MERGE filter (ingest_gate.job.merge.partition_predicate): per partition of the
     batch, it holds for exactly the table rows in that partition, and Iceberg gets it as a scan
     filter (an unpushed filter would still be right, but would read every file)."""
     table, batch = tables[name]

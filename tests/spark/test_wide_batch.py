@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from demo.generate import format_time, write_lines
-from ingest_gate.job import BatchHooks, run
-from ingest_gate.table import FANOUT_PROPERTY, table_properties
+from ingest_gate.job.run import BatchHooks, run
+from ingest_gate.job.table import FANOUT_PROPERTY, table_properties
 from jobkit.partition import partition_names, read_spec
 from service.ops.iceberg_audit import metadata_file
 from tests.spark.conftest import ingest_config

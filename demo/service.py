@@ -1,4 +1,5 @@
-"""Run the service as a local child process: for the demo, the benchmarks and the tests.
+"""Run the service as a local child process: the demo's service (the tests and benchmarks reach
+it through `testkit`).
 
     with LocalService.start(db_url="sqlite:///var/demo/lakelock.db", log_path=path) as svc:
         client = LeaseClient(svc.url, token=svc.token("job"))
@@ -15,9 +16,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +23,7 @@ from typing import IO
 
 import httpx
 
-__all__ = ["LocalService", "free_port", "fresh_database"]
+__all__ = ["LocalService", "free_port"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("reader", "job", "operator")
@@ -140,43 +138,3 @@ class LocalService:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-@contextmanager
-def fresh_database(
-    kind: str, *, mariadb_url: str, workdir: Path, prefix: str = "lakelock_bench"
-) -> Iterator[str]:
-    """A new database at the migration head, yielded as its URL; a MariaDB one is dropped
-    afterwards. `kind` is sqlite (a file in `workdir`) or mariadb: `mariadb_url` names the
-    server (and a database to connect to while creating ours), `prefix` the new one's name.
-
-    Raises:
-        ValueError: an unknown kind.
-        sqlalchemy.exc.OperationalError: the MariaDB server cannot be reached.
-    """
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
-
-    from service.lock import migrate
-
-    if kind == "sqlite":
-        url = f"sqlite:///{workdir / f'lakelock-{uuid.uuid4().hex[:8]}.db'}"
-        migrate.upgrade(url)
-        yield url
-        return
-    if kind != "mariadb":
-        raise ValueError(f"unknown database {kind!r}; use sqlite or mariadb")
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(mariadb_url)
-    try:
-        with admin.begin() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        url = make_url(mariadb_url).set(database=name).render_as_string(hide_password=False)
-        try:
-            migrate.upgrade(url)
-            yield url
-        finally:
-            with admin.begin() as conn:
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-    finally:
-        admin.dispose()
