@@ -16,7 +16,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 RUN python -m venv /opt/venv
 COPY deploy/requirements.txt /tmp/requirements.txt
-# every requirement is pinned in the file (tests/test_dockerfile.py checks it)
+# every requirement is pinned in the file (tests/deploy/test_dockerfile.py checks it)
 RUN /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: -r /tmp/requirements.txt
 
 WORKDIR /app

@@ -16,7 +16,7 @@ from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 from service.client import LeaseClient  # noqa: E402
 from testkit import LocalService  # noqa: E402
-from tests.test_status_page import launch  # noqa: E402
+from tests.server.test_status_page import launch  # noqa: E402
 
 
 def main() -> None:

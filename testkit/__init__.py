@@ -1,5 +1,5 @@
 """The project's testing support: what the tests and benchmarks share to start the real parts on
-loopback. It lives in the checkout only; no wheel ships it (tests/test_install.py).
+loopback. It lives in the checkout only; no wheel ships it (tests/project/test_install.py).
 
 testkit.database   fresh_database: a lock database at the migration head, dropped afterwards
 demo.service       LocalService, free_port: the service as a child process (the demo runs it too)

@@ -1,5 +1,5 @@
 """A module the catalog front must never import: importing it leaves the file named by
-LAKELOCK_TEST_TRUST_MARKER, so tests/test_catalog_trust.py sees whether a class a client named
+LAKELOCK_TEST_TRUST_MARKER, so tests/catalog/test_trust.py sees whether a class a client named
 was loaded in the service."""
 
 from __future__ import annotations

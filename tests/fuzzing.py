@@ -3,7 +3,7 @@
 A run of `bin/test` (and of CI) fuzzes with the same seeds every time, so it fails only where
 the code or the contract changed, never because a new seed happened upon an old gap. Exploring
 new inputs is `bin/fuzz` (LAKELOCK_FUZZ_SEED=random, or `--seed N` to repeat one); a failure it
-finds prints its seed and becomes a fixed case (tests/test_contract_cases.py) before it is
+finds prints its seed and becomes a fixed case (tests/server/test_contract_cases.py) before it is
 fixed.
 """
 
@@ -36,5 +36,5 @@ def repeat_hint(seed: int) -> str:
     """What to do with a failure found with `seed`."""
     return (
         f"fuzzed with seed {seed}: repeat it with `bin/fuzz --seed {seed}`; add the failing "
-        "request as a fixed case (tests/test_contract_cases.py), then fix the service"
+        "request as a fixed case (tests/server/test_contract_cases.py), then fix the service"
     )

@@ -44,7 +44,7 @@ from tests.fuzzing import fuzz_seed, repeat_hint
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SPEC_ENV = "LAKELOCK_ICEBERG_OPENAPI"
 SPEC_PLACES = (REPO.parent / "shared" / "iceberg" / "rest-catalog-open-api.yaml",)
 # bin/fuzz may ask for more (LAKELOCK_FUZZ_EXAMPLES)

@@ -12,7 +12,7 @@ import zipfile
 from ingest_gate.job.decode import Decoder
 from lakelock_submit import py_files
 from lakelock_submit.__main__ import main
-from tests.test_decode import MEMBERS
+from tests.jobs.test_decode import MEMBERS
 
 # an executor's task, in a Python with the standard library and the zip only: unpickle the
 # decoder the driver sent and decode records with it

@@ -21,7 +21,7 @@ from testkit import free_port
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPERATING = ROOT / "docs" / "operating.md"
 TABLE = "local.db.events"
 SERVICE = "2. Running the service"

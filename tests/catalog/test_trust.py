@@ -44,9 +44,9 @@ from service.catalog.changes import Written
 from service.catalog.pointers import Pointers
 from service.lock.db import iceberg_tables_t
 from service.wire.errors import InvalidRequest
+from tests.catalog.test_front import SCHEMA, SPEC, maintenance_lease, rows
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.iceberg_commits import rewrite_body
-from tests.test_catalog_front import SCHEMA, SPEC, maintenance_lease, rows
 
 CATALOG = "lakelock"
 MODULE = "tests.catalog_trust_marker.Named"  # importing it leaves the marker file

@@ -1,5 +1,5 @@
 """Fixed cases of the Iceberg REST catalog: each request the catalog fuzzer
-(tests/test_catalog_fuzz.py) once found answered with a 5xx, sent as it was.
+(tests/catalog/test_fuzz.py) once found answered with a 5xx, sent as it was.
 
 A body pyiceberg's models cannot read is the client's mistake: a 400 whose message says what to
 send, with Iceberg's `error` object, and no change to the table.

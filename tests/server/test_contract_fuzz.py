@@ -10,7 +10,7 @@ where the service or its contract changed; `bin/fuzz` explores with new seeds. I
 the seed to repeat it with) is in a failure.
 
 Every check runs but one, `use_after_free`: a released lease stays readable with its state.
-The choices, each explained where it is made (tests/schemathesis.toml, and below): the
+The choices, each explained where it is made (tests/server/schemathesis.toml, and below): the
 protocol's refusals of well-formed requests (410, 412, 423) count as accepted data, so does the
 422 of a maintenance lease's release or renew without its token (JSON Schema cannot say which
 leases need one), and the fuzzer runs one worker. With answers described in openapi.json the
@@ -92,7 +92,7 @@ def test_every_answer_is_in_the_contract(db_url: str, tmp_path: Path) -> None:
         done = _schemathesis(
             server.url + "/openapi.json",
             tmp_path / "report.json",
-            # every check but use_after_free (why: tests/schemathesis.toml); a check named on
+            # every check but use_after_free (why: tests/server/schemathesis.toml); a check named on
             # the command line outranks the config file, so it is left out here
             *("--checks", "all", "--exclude-checks", "use_after_free"),
             *("--max-examples", str(MAX_EXAMPLES)),

@@ -33,7 +33,7 @@ from testkit import LocalService
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
 SCRIPTS = ("lakelock", "lakelock-service", "lakelock-ingest", "lakelock-compactor")

@@ -22,7 +22,7 @@ from service.lock.retention import Pruned
 from service.server.settings import Settings
 from service.wire.events import EventName
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = sorted([README, ROOT / "benchmarks" / "README.md", *DOCS.glob("*.md")])

@@ -36,7 +36,7 @@ from pyiceberg.types import DateType, LongType, NestedField, StringType
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
 from tests.iceberg_commits import rewrite_body
 from tests.invariants import History, check, fenced, load_history
-from tests.test_invariants_concurrency import _event
+from tests.lock.test_invariants_concurrency import _event
 
 pytestmark = pytest.mark.mariadb
 

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from tests.invariants import History, check, commit_span, lease_spans
-from tests.test_invariants_concurrency import Workload, run_on_two_services
+from tests.lock.test_invariants_concurrency import Workload, run_on_two_services
 
 pytestmark = pytest.mark.slow
 

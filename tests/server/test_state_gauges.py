@@ -19,7 +19,7 @@ from tests.helpers import (
     release,
     switch,
 )
-from tests.test_metrics import _samples
+from tests.server.test_metrics import _samples
 
 LIVE_COMMIT = ("lakelock_live_leases", (("kind", "commit"),))
 LIVE_MAINTENANCE = ("lakelock_live_leases", (("kind", "maintenance"),))

@@ -11,7 +11,7 @@ from sqlalchemy import Engine, insert, select
 
 from service.lock.db import claims_t, commit_leases_t, events_t, make_engine, now
 from service.lock.retention import prune
-from tests.test_metrics import _samples
+from tests.server.test_metrics import _samples
 
 RETENTION = timedelta(days=30)
 OLD = timedelta(days=31)

@@ -1,5 +1,5 @@
-"""What the contract fuzz (tests/test_contract_fuzz.py) found, each pinned by one fast case: the
-answer a client gets is the one openapi.json promises for what it sent."""
+"""What the contract fuzz (tests/server/test_contract_fuzz.py) found, each pinned by one fast
+case: the answer a client gets is the one openapi.json promises for what it sent."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import yaml
 
 from tests.helpers import claim, commit
 
-RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 TABLE = "lake.db.events"
 
 
