@@ -1,6 +1,6 @@
 """The ingest gate, and the streaming ingest job that uses it (docs/design.md §2, §3.2).
 
-    from ingest_gate import Gate
+    from ingest_gate.gate import Gate
     gate = Gate(client, holder=f"ingest:{query_id}")
     with gate.commit("cat.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
         gate_pass.check()            # right before the MERGE
@@ -10,40 +10,6 @@ ingest_gate.gate   Gate: the commit lease a batch holds from before its read to 
                    needs service.client alone
 ingest_gate.job    the Structured Streaming job (`python -m ingest_gate`, `lakelock-ingest`)
 
-The gate's names load on first use: the executors import this package on their way to the job's
-decoder (ingest_gate.job.decode), and they have neither httpx nor pydantic.
+This package imports nothing itself: the executors import it on their way to the job's decoder
+(ingest_gate.job.decode), and they have neither httpx nor pydantic.
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ingest_gate.gate import (
-        Gate,
-        GateError,
-        GatePass,
-        GateTimeout,
-        JobGroups,
-        LeaseLost,
-        Outcome,
-        Policy,
-    )
-
-__all__ = [
-    "Gate",
-    "GateError",
-    "GatePass",
-    "GateTimeout",
-    "JobGroups",
-    "LeaseLost",
-    "Outcome",
-    "Policy",
-]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("ingest_gate.gate"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
