@@ -28,11 +28,11 @@ from service.server.logs import mask_url
 from service.server.metrics import process_exited
 from service.server.middleware import RequestContext
 from service.server.openapi import openapi
+from service.server.periodic import sweeper as make_sweeper
 from service.server.retention import Pruner
 from service.server.routes import router
 from service.server.runtime import Changes, Runtime
 from service.server.settings import Settings, get_settings
-from service.server.sweeper import Sweeper
 
 __all__ = ["create_app"]
 
@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             _serve_catalog(app, runtime, settings)
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
-        sweeper = Sweeper(runtime)
+        sweeper = make_sweeper(runtime)
         sweeper.start()
         pruner = Pruner(engine, settings, runtime.metrics)
         pruner.start()

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from datetime import timedelta
 
-from service.lock.db import Engine, is_unavailable
+from service.lock.db import Engine
 from service.lock.retention import Pruned, prune
 from service.server.metrics import Metrics
+from service.server.periodic import Periodic
 from service.server.settings import Settings
 
 __all__ = ["Pruner"]
@@ -22,45 +22,36 @@ log = logging.getLogger("lakelock.retention")
 
 
 class Pruner:
-    """Runs `prune` every LAKELOCK_PRUNE_INTERVAL_S on a daemon thread until `stop()`."""
+    """Runs `prune` every LAKELOCK_PRUNE_INTERVAL_S on a daemon thread (`Periodic`) until
+    `stop()`; the first pass at a random point of the first interval, so that replicas started
+    together (a deploy) do not prune at the same instants."""
 
     def __init__(self, engine: Engine, settings: Settings, metrics: Metrics) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lakelock-pruner", daemon=True)
+        interval = settings.prune_interval_s
+        self._periodic = Periodic(
+            "pruning",
+            self.prune_once,
+            interval_s=interval,
+            first_wait_s=random.uniform(0, interval),
+            logger=log,
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._periodic.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ends the pass in progress after its current batch, then the thread."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        interval = self.settings.prune_interval_s
-        # replicas started together (a deploy) would otherwise prune at the same instants
-        wait = random.uniform(0, interval)
-        while not self._stop.wait(wait):
-            wait = interval
-            try:
-                self.prune_once()
-            except Exception as exc:
-                # the next interval tries again; an outage must not end pruning for good, nor
-                # write a traceback every interval while it lasts
-                if is_unavailable(exc):
-                    log.warning("pruning skipped, database unavailable: %s", exc)
-                else:
-                    log.exception("pruning failed")
+        self._periodic.stop(timeout)
 
     def prune_once(self) -> Pruned:
         pruned = prune(
             self.engine,
             retention=timedelta(days=self.settings.retention_days),
             batch_rows=self.settings.prune_batch_rows,
-            pause=self._stop.wait,
+            pause=self._periodic.wait,
         )
         self.metrics.pruned.labels("events").inc(pruned.events)
         self.metrics.pruned.labels("commit_leases").inc(pruned.commit_leases)
