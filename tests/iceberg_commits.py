@@ -19,27 +19,43 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 __all__ = ["rewrite_body"]
 
 
-def rewrite_body(
-    table: Any, day: date, properties: dict[str, str], label: str = "replace"
-) -> dict[str, Any] | None:
-    """The commit body that rewrites partition `dt=day` of `table` (None: it has no files),
-    its snapshot labelled `label` (Spark's rewrite says `replace`)."""
+Rewritten = tuple[list[Any], list[Any]]  # the data files a rewrite replaces, and its new ones
+
+
+def rewrite_files(table: Any, day: date) -> Rewritten | None:
+    """Partition `dt=day` of `table` read and written again as new files (None: it has no
+    files)."""
     where = EqualTo("dt", day.isoformat())
     files = [task.file for task in table.scan(row_filter=where).plan_files()]
     if not files:
         return None
     data = table.scan(row_filter=where).to_arrow()
+    return files, list(_dataframe_to_data_files(table.metadata, data, table.io))
+
+
+def rewrite_body(
+    table: Any,
+    day: date,
+    properties: dict[str, str],
+    label: str = "replace",
+    rewritten: Rewritten | None = None,
+) -> dict[str, Any] | None:
+    """The commit body that rewrites partition `dt=day` of `table` (None: it has no files),
+    its snapshot labelled `label` (Spark's rewrite says `replace`): the files `rewritten` gives
+    (a rewrite applied again on a newer head, as a client retries its commit), or new ones."""
+    rewritten = rewritten or rewrite_files(table, day)
+    if rewritten is None:
+        return None
     producer = _OverwriteFiles(
         operation=Operation.OVERWRITE,
         transaction=table.transaction(),
         io=table.io,
         snapshot_properties=properties,
     )
-    for f in files:
+    replaced, new = rewritten
+    for f in replaced:
         producer.delete_data_file(f)
-    for f in _dataframe_to_data_files(
-        table.metadata, data, table.io, write_uuid=producer.commit_uuid
-    ):
+    for f in new:
         producer.append_data_file(f)
     updates, requirements = producer._commit()
     body = {

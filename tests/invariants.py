@@ -23,7 +23,10 @@ everything; the checker has its own `_overlap` for that, apart from the service'
   claim that expired before any sweep said so counts as ended at its expiry);
 - inv9: a lease is released, an intent withdrawn and a maintenance commit made under a lease
   only by the token that took it (docs/design.md §6), or by an operator (`operators`); what
-  the service ends by itself is its own (`lakelock`).
+  the service ends by itself is its own (`lakelock`);
+- inv10: no foreign data commit through the catalog front that can conflict with a rewrite
+  (docs/catalog-front.md §3: it removes files, or adds position deletes against files it did
+  not add) lands inside the scope of a live maintenance lease of its table.
 
 The history is what the service wrote (the audit trail and the commit-lease rows, read straight
 from the database) plus what the clients saw (renew answers). Two independent views:
@@ -378,6 +381,44 @@ def _unfenced(e: dict[str, Any], lease: dict[str, Any] | None, renewed: set[str]
     return None
 
 
+def held(history: History) -> list[str]:
+    """Invariant 10, over the trail in commit order: each foreign `catalog.commit` of kind data
+    that can conflict against the maintenance leases live at its instant (by the trail, and by
+    their TTL unless a client renewed them, whose expiry the trail does not say: those count as
+    live until they end)."""
+    violations: list[str] = []
+    live: dict[str, dict[str, Any]] = {}
+    renewed = {r.lease_id for r in history.renews}
+    for e in history.events:
+        if e["event"] == EventName.LEASE_ACQUIRED and e["kind"] == "maintenance":
+            live[e["lease_id"]] = e
+        elif e["event"] in (
+            EventName.LEASE_RELEASED,
+            EventName.LEASE_REVOKED,
+            EventName.LEASE_EXPIRED,
+        ):
+            live.pop(e["lease_id"], None)
+        elif (
+            e["event"] == EventName.CATALOG_COMMIT
+            and e["kind"] == "data"
+            and e["detail"].get("foreign")
+            and e["detail"].get("can_conflict", True)
+        ):
+            touched = _scope(e["detail"].get("partitions"))
+            for lease in live.values():
+                expiry = lease["at"] + timedelta(seconds=lease["detail"]["ttl_s"])
+                if (
+                    lease["table_name"] == e["table_name"]
+                    and (lease["lease_id"] in renewed or e["at"] < expiry)
+                    and _overlap(touched, _scope(lease["detail"].get("partitions")))
+                ):
+                    violations.append(
+                        f"inv10: {e['table_name']} event {e['id']}: {e['detail']['operations']} "
+                        f"that can conflict committed inside lease {lease['lease_id']}"
+                    )
+    return violations
+
+
 def owned(history: History) -> list[str]:
     """Invariant 9, over the trail: who took each lease and opened each intent (the `actor`
     of its grant or opening), and who ended it or committed under it."""
@@ -421,5 +462,6 @@ def check(history: History) -> list[str]:
         + backpressure_outside_claims(history)
         + renewals(history)
         + fenced(history)
+        + held(history)
         + owned(history)
     )

@@ -34,7 +34,13 @@ from typing import TypeVar
 from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import DataFileContent, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+)
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import Snapshot
@@ -59,6 +65,9 @@ LEASE_ID, TOKEN = "lakelock.lease-id", "lakelock.token"
 LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"
 
 _DATA_OPS = {"append", "overwrite", "delete"}
+# the field id of a position delete file's `file_path` column (Iceberg's MetadataColumns
+# DELETE_FILE_PATH): equal lower and upper bounds name the one data file its deletes point at
+DELETE_FILE_PATH_ID = 2147483546
 LISTED_KEPT = 64  # manifest lists remembered (their manifests): a branch head is read once
 # the largest manifest list or manifest the service reads for a commit (Iceberg writes
 # manifests of 8 MiB by default; a list names a few hundred bytes per manifest)
@@ -80,6 +89,9 @@ class Written:
     new_manifests: int = 0
     older_sequence: bool = False  # a file added with a data sequence number before the commit's
     partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
+    added_paths: set[str] = field(default_factory=set)  # the data files it adds
+    # the one data file each added position delete file points at (None: several, or unknown)
+    position_targets: list[str | None] = field(default_factory=list)
 
     @property
     def files(self) -> int:
@@ -121,11 +133,13 @@ def read_change(
     for snapshot in snapshots:
         summary.update(summary_of(snapshot))
     partitions: Scope = _named(updated, written) if snapshots else frozenset()
+    conflicts = can_conflict(written)
     if _moves_a_branch(updates, {s.snapshot_id for s in snapshots}, base):
         # a branch set to a snapshot this commit did not add (a rollback, a cherry-pick), or
         # removed: what it changes is no manifest's to say, so it counts as the whole table
         kind = "data" if kind == "table" else kind
         partitions = None
+        conflicts = True
     return Change(
         table=table,
         kind=kind,
@@ -138,6 +152,23 @@ def read_change(
         token=_int(summary.get(TOKEN) or headers.get(TOKEN_HEADER)),
         partitions=partitions,
         counts=_counts(written),
+        conflicts=conflicts,
+    )
+
+
+def can_conflict(written: Iterable[Written]) -> bool:
+    """Whether a commit that writes `written` can conflict with a rewrite in flight
+    (docs/catalog-front.md §3): it removes data or delete files, or adds position deletes
+    against a data file it did not add itself. Appends, equality deletes, and position deletes
+    against its own new files (a Flink upsert's) cannot: a rewrite keeps its inputs' sequence
+    numbers, so deletes newer than them still apply to the rows it wrote again."""
+    snapshots = list(written)
+    added = set().union(*(w.added_paths for w in snapshots))
+    return any(
+        w.deleted_data
+        or w.removed_deletes
+        or any(target is None or target not in added for target in w.position_targets)
+        for w in snapshots
     )
 
 
@@ -458,15 +489,30 @@ def _count(
         if added:
             written.added_data += 1
             written.added_records += records
+            written.added_paths.add(file.file_path)
         else:
             written.deleted_data += 1
             written.deleted_records += records
     elif added:
         written.added_deletes += 1
+        if file.content == DataFileContent.POSITION_DELETES:
+            written.position_targets.append(_referenced(file))
     else:
         written.removed_deletes += 1
     key = (spec_id, repr(file.partition))
     written.partitions.setdefault(key, file.partition)
+
+
+def _referenced(file: DataFile) -> str | None:
+    """The one data file a position delete file points at: its `file_path` column's bounds
+    when they are equal (Iceberg writes them in full for position deletes); else None, and the
+    commit counts as one that can conflict (a deletion vector of format v3 among them, whose
+    `referenced_data_file` this reader does not surface)."""
+    lower = (file.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
+    upper = (file.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
+    if lower is None or lower != upper:
+        return None
+    return lower.decode("utf-8", errors="replace")
 
 
 def _sequence(written: Written, entry: ManifestEntry, snapshot: Snapshot, added: bool) -> None:

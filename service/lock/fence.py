@@ -17,10 +17,11 @@ expiry cannot slip between the check and the swap; then decides:
                  retried by Iceberg clients: the writer cleans up).
     data         appends, overwrites, deletes: a commit naming a live commit lease of the
                  table, taken by the committing token, whose scope covers what it touched is
-                 the protocol's own writer and passes. Any other (a foreign writer) that
-                 touches partitions a live maintenance lease or an open intent covers is held:
-                 CommitHeld (429 with a short Retry-After, which the client retries by
-                 itself), never a long wait.
+                 the protocol's own writer and passes. Any other (a foreign writer) that can
+                 conflict with a rewrite (`Change.conflicts`) and touches partitions a live
+                 maintenance lease or an open intent covers is held: CommitHeld (429 with a
+                 short Retry-After, which the client retries by itself), never a long wait.
+                 Backpressure holds every foreign data commit into its partitions.
                  Else it passes.
     table        schema, properties, refs and the like: passes.
 
@@ -71,6 +72,9 @@ class Change:
     partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
     # what the commit's snapshots added and removed (their summaries' totals)
     counts: dict[str, int] = field(default_factory=dict)
+    # a data commit that can conflict with a rewrite in flight (removes files, or adds position
+    # deletes against files it did not add); one that cannot passes maintenance holds
+    conflicts: bool = True
 
 
 def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], bool]) -> None:
@@ -97,7 +101,9 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=not _leased(change, lease, at))
+    passed = {"can_conflict": change.conflicts} if change.kind == "data" else {}
+    foreign = not _leased(change, lease, at)
+    _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=foreign, **passed)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
 
@@ -183,8 +189,12 @@ def _check_data(
             return  # the gate granted it before any drain began: the protocol's own writer
         if lease.kind == "maintenance" and change.token == lease.token:
             return  # the holder of the maintenance lease writes under it
-    # what holds a gated commit holds a foreign one: the same leases and intents (rules.holding)
+    # what holds a gated commit holds a foreign one that can conflict with a rewrite: the same
+    # leases and intents (rules.holding); one that cannot passes all but backpressure, which
+    # holds writers for the debt they add, not for what they touch
     holds: tuple[LeaseRow | IntentRow, ...] = (*live.of_kind("maintenance"), *holding(row, live))
+    if not change.conflicts:
+        holds = tuple(h for h in holds if isinstance(h, IntentRow) and h.cause == "backpressure")
     blocking = [hold for hold in holds if intersects(hold.scope, change.partitions)]
     if blocking:
         first = blocking[0]

@@ -1,7 +1,9 @@
 """Writers and compactors through the catalog front of two service processes on one MariaDB,
 an operator revoking leases meanwhile, and the invariants of docs/design.md §3.1 checked over
 the audit trail afterwards, inv7 among them: no maintenance commit without a live lease (its
-token, a scope covering what it touched) at the instant of its commit.
+token, a scope covering what it touched) at the instant of its commit; and inv10: no foreign
+commit that can conflict with a rewrite (a delete here) inside a live lease's scope, while
+foreign appends pass.
 
 The compactors here are what a paused or careless compactor looks like: each takes a short
 lease, sometimes sleeps past its TTL or is revoked meanwhile, sometimes sends a stale token or
@@ -26,7 +28,8 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, RESTError
+from pyiceberg.exceptions import CommitFailedException, RESTError, ValidationException
+from pyiceberg.expressions import EqualTo
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
@@ -34,8 +37,8 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
-from tests.iceberg_commits import rewrite_body
-from tests.invariants import History, check, fenced, load_history
+from tests.iceberg_commits import rewrite_body, rewrite_files
+from tests.invariants import History, check, fenced, held, load_history
 from tests.lock.test_invariants_concurrency import _event
 
 pytestmark = pytest.mark.mariadb
@@ -47,8 +50,15 @@ SCHEMA = Schema(
     NestedField(2, "dt", DateType(), required=False),
     NestedField(3, "v", StringType(), required=False),
 )
+REWRITE_TRIES = 10  # a compactor's commit retries on a moved head (Iceberg's default is 4)
 # what the run must have seen before it stops (counts, not seconds)
-ENOUGH = {"replace.passed": 4, "replace.refused": 4, "append.passed": 10, "append.held": 1}
+ENOUGH = {
+    "replace.passed": 4,
+    "replace.refused": 4,
+    "append.passed": 10,
+    "delete.passed": 2,
+    "delete.held": 1,
+}
 WORKLOAD_GUARD_S = 600.0  # only against a hang: the whole workload, not one step of it
 
 
@@ -90,18 +100,28 @@ class Workload:
     # -- the actors ------------------------------------------------------------------------
 
     def writer(self, seed: int) -> None:
-        """A foreign writer: appends without asking lakelock."""
+        """A foreign writer, which never asks lakelock: appends, which cannot conflict with a
+        rewrite and pass every hold, and now and then a delete of a day's rows, which removes
+        data files and is held where a maintenance lease is live or draining."""
         rng = random.Random(seed)
         while not self.done.is_set():
             table = self.catalog(rng).load_table("db.t")
+            day = rng.choice(DAYS)
+            deleting = rng.random() < 0.2
+            what = "delete" if deleting else "append"
             try:
-                table.append(rows(rng.randint(1, 3), rng.choice(DAYS)))
-                self.count("append.passed")
+                if deleting:
+                    table.delete(EqualTo("dt", day.isoformat()))
+                else:
+                    table.append(rows(rng.randint(1, 3), day))
+                self.count(f"{what}.passed")
             except RESTError as exc:
+                assert deleting, f"an append was held: {exc}"
                 assert "TooManyRequestsException" in str(exc), exc
-                self.count("append.held")
-            except CommitFailedException:
-                self.count("append.conflict")
+                self.count("delete.held")
+            except (CommitFailedException, ValidationException):
+                # another writer's commit came first: Iceberg's own conflict, not lakelock's
+                self.count(f"{what}.conflict")
 
     def ingest(self, seed: int) -> None:
         """The protocol's own writer: a commit lease, then an append naming it."""
@@ -156,7 +176,9 @@ class Workload:
                 elif mischief < 0.45 and scope is not None:
                     day = rng.choice([d for d in DAYS if d != day])  # outside its scope
                 status = self.rewrite(rng, day, lease["lease_id"], token)
-                if status == 200:
+                if status is None:
+                    self.count("replace.none")  # the day's files were gone: nothing to commit
+                elif status == 200:
                     self.count("replace.passed")
                 elif status == 403:
                     self.count("replace.refused")
@@ -184,14 +206,27 @@ class Workload:
                     )
 
     def rewrite(self, rng: random.Random, day: date, lease_id: str, token: int) -> int | None:
-        """One partition's data files rewritten as one file, committed as a `replace`."""
-        table = self.catalog(rng).load_table("db.t")
+        """One partition's data files rewritten as one file, committed as a `replace` (None:
+        no files to rewrite, or they were gone when it committed again); on a
+        409 (a foreign append passed the lease meanwhile, as appends may) the same files
+        committed again on the new head, as Iceberg's clients retry a commit."""
         properties = {"lakelock.lease-id": lease_id, "lakelock.token": str(token)}
-        body = rewrite_body(table, day, properties)
-        if body is None:
+        rewritten = rewrite_files(self.catalog(rng).load_table("db.t"), day)
+        if rewritten is None:
             return None
-        with self.service(rng) as api:
-            return api.post("/iceberg/v1/namespaces/db/tables/t", json=body).status_code
+        status = None
+        for _ in range(REWRITE_TRIES):
+            table = self.catalog(rng).load_table("db.t")
+            try:
+                body = rewrite_body(table, day, properties, rewritten=rewritten)
+            except ValidationException:
+                return None  # its inputs are gone: a compactor after an expired lease's rewrote
+            assert body is not None
+            with self.service(rng) as api:
+                status = api.post("/iceberg/v1/namespaces/db/tables/t", json=body).status_code
+            if status != 409:
+                return status
+        return status
 
     def run(self) -> None:
         actors = [
@@ -264,7 +299,13 @@ def test_no_maintenance_commit_lands_without_a_live_lease_under_concurrency(
     reasons = Counter(
         e["detail"]["reason"] for e in history.events if e["event"] == "catalog.refused"
     )
-    assert reasons["held"] + reasons["draining"] == workload.counts["append.held"]
+    assert reasons["held"] + reasons["draining"] == workload.counts["delete.held"]
+    # appends passed maintenance holds: foreign, unable to conflict, inside a live lease's scope
+    assert any(
+        e["detail"].get("can_conflict") is False
+        for e in history.events
+        if e["event"] == "catalog.commit" and e["kind"] == "data"
+    )
     careless = {"expired", "revoked", "stale-token", "out-of-scope"}
     assert set(reasons) - {"held", "draining"} <= careless, reasons
     # the scope once more, from what Iceberg holds (read here, not by the service): each
@@ -322,3 +363,32 @@ def test_the_checker_flags_a_maintenance_commit_under_an_ended_expired_or_narrow
     ]
     found = fenced(History(events=events, commit_leases=[]))
     assert [v.split(":")[1].split()[-1] for v in found] == ["3", "4", "5", "7", "10", "11"]
+
+
+def test_the_checker_flags_a_foreign_commit_that_can_conflict_inside_a_live_lease():
+    def data(id_, at, can_conflict, partitions=("dt=a",), foreign=True):
+        return _event(
+            id_,
+            "catalog.commit",
+            None,
+            "data",
+            at=at,
+            operations=["overwrite" if can_conflict else "append"],
+            partitions=list(partitions),
+            foreign=foreign,
+            can_conflict=can_conflict,
+        )
+
+    events = [
+        _event(1, "lease.acquired", "m1", "maintenance", 1, at=0, ttl_s=10, partitions=["dt=a"]),
+        data(2, 1, can_conflict=False),  # an append passes a hold
+        data(3, 2, can_conflict=True),  # an overwrite inside the lease
+        data(4, 3, can_conflict=True, partitions=("dt=b",)),  # outside its scope: fine
+        data(5, 4, can_conflict=True, foreign=False),  # the lease holder's own: fine
+        data(6, 11, can_conflict=True),  # past its TTL, not yet swept: fine
+        _event(7, "lease.acquired", "m2", "maintenance", 2, at=12, ttl_s=10, partitions=None),
+        _event(8, "lease.released", "m2", "maintenance", at=13),
+        data(9, 14, can_conflict=True),  # after its release: fine
+    ]
+    found = held(History(events=events, commit_leases=[]))
+    assert [v.split(":")[1].split()[-1] for v in found] == ["3"]

@@ -25,6 +25,7 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import ForbiddenError, RESTError
+from pyiceberg.expressions import EqualTo
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
@@ -273,17 +274,26 @@ def test_snapshot_removal_needs_a_lease_or_the_claim_named_in_the_headers(front)
     assert kept == [newest]
 
 
-def test_a_foreign_data_commit_meeting_a_held_lease_is_held_back_and_the_leased_writer_passes(
-    front,
-):
+def test_a_foreign_commit_that_can_conflict_is_held_by_a_lease_and_an_append_passes_it(front):
+    """Held only what can conflict with the rewrite (docs/catalog-front.md §3): a delete that
+    removes the held partition's files waits; an append into it passes, and the leased writer
+    passes."""
     table = new_table(front, "held")
     maintenance_lease(front, table, partitions=["dt=2024-06-20"])
     with pytest.raises(RESTError, match="TooManyRequestsException"):
-        table.append(rows(1, date(2024, 6, 20), start=50))
+        table.delete(EqualTo("dt", "2024-06-20"))
     refused = events(front, table)[0]
     assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "held")
+    assert refused["detail"]["deleted-data-files"] >= 1
     with service(front, "reader") as api:
         assert metric(api, "lakelock_catalog_refusals_total", reason="held") >= 1
+    table = rest(front).load_table(table.name())
+    table.append(rows(1, date(2024, 6, 20), start=50))
+    passed = events(front, table)[0]
+    assert passed["event"] == "catalog.commit"
+    assert passed["detail"]["partitions"] == ["dt=2024-06-20"]
+    assert (passed["detail"]["foreign"], passed["detail"]["can_conflict"]) == (True, False)
+    with service(front, "reader") as api:
         assert metric(api, "lakelock_catalog_commits_total", kind="data", writer="foreign") >= 2
     # another partition is not held; with a lease live, the commit's partitions are read
     table.append(rows(1, date(2024, 6, 22), start=60))
@@ -453,10 +463,17 @@ def test_a_commit_lease_lets_its_writer_through_only_where_it_covers(front):
             json={"holder": "ingest-1", "ttl_s": 30, "partitions": ["dt=2024-06-20"]},
         ).json()
     named = {"lakelock.lease-id": ingest["lease_id"]}
-    with pytest.raises(RESTError, match="TooManyRequestsException"):
-        table.append(rows(1, date(2024, 6, 21), start=80), snapshot_properties=named)
     table.append(rows(1, date(2024, 6, 20), start=90), snapshot_properties=named)
     assert events(front, table)[0]["detail"]["foreign"] is False
+    # outside what its lease covers the writer is a foreign one: a delete in the held
+    # partition is held, an append there cannot conflict with the rewrite and passes
+    table = rest(front).load_table(table.name())
+    with pytest.raises(RESTError, match="TooManyRequestsException"):
+        table.delete(EqualTo("dt", "2024-06-21"), snapshot_properties=named)
+    table = rest(front).load_table(table.name())
+    table.append(rows(1, date(2024, 6, 21), start=80), snapshot_properties=named)
+    passed = events(front, table)[0]["detail"]
+    assert (passed["foreign"], passed["can_conflict"]) == (True, False)
 
 
 def test_client_mistakes_are_400s_and_404s_that_say_what_to_fix_and_change_nothing(front):

@@ -1,0 +1,82 @@
+"""Which data commits can conflict with a rewrite in flight (docs/catalog-front.md §3), decided
+from the files a commit's manifests add and remove: only those the front holds under a
+maintenance lease or a drain."""
+
+from __future__ import annotations
+
+from pyiceberg.manifest import DataFile, DataFileContent
+
+from service.catalog.changes import DELETE_FILE_PATH_ID, Written, _count, can_conflict
+
+OLD = "file:/lake/db/t/data/old.parquet"
+NEW = "file:/lake/db/t/data/new.parquet"
+
+
+class _Entry:
+    def __init__(self, file: DataFile) -> None:
+        self.data_file = file
+
+
+def written(*files: tuple[DataFile, bool]) -> Written:
+    """A snapshot's `Written`, counted by the reader's own `_count` (file, added)."""
+    w = Written()
+    for file, added in files:
+        _count(w, _Entry(file), "m.avro", 0, added)  # type: ignore[arg-type]
+    return w
+
+
+def data(path: str) -> DataFile:
+    return DataFile.from_args(content=DataFileContent.DATA, file_path=path, record_count=3)
+
+
+def position_deletes(*targets: str) -> DataFile:
+    """A position delete file whose `file_path` bounds span `targets` (none: no bounds)."""
+    bounds = {}
+    if targets:
+        lower, upper = min(targets).encode(), max(targets).encode()
+        bounds = {"lower_bounds": {DELETE_FILE_PATH_ID: lower}}
+        bounds["upper_bounds"] = {DELETE_FILE_PATH_ID: upper}
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path="file:/lake/db/t/data/pos.parquet",
+        record_count=1,
+        **bounds,
+    )
+
+
+def equality_deletes() -> DataFile:
+    return DataFile.from_args(
+        content=DataFileContent.EQUALITY_DELETES,
+        file_path="file:/lake/db/t/data/eq.parquet",
+        record_count=1,
+    )
+
+
+def test_appends_and_equality_deletes_cannot_conflict():
+    assert not can_conflict([written((data(NEW), True))])
+    assert not can_conflict([written((data(NEW), True), (equality_deletes(), True))])
+
+
+def test_position_deletes_against_the_commits_own_new_file_cannot_conflict():
+    """A Flink upsert: a key written twice in one checkpoint deletes its first row by
+    position, in the file the same commit adds."""
+    upsert = written((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
+    assert not can_conflict([upsert])
+    # the file may come from another snapshot of the same commit
+    assert not can_conflict([written((data(NEW), True)), written((position_deletes(NEW), True))])
+
+
+def test_position_deletes_against_an_older_file_or_an_unknown_one_can_conflict():
+    """Spark's merge-on-read MERGE: its position deletes point at files a rewrite may be
+    replacing; a file whose bounds span several data files, or have none, is not known to be
+    harmless."""
+    assert can_conflict([written((data(NEW), True), (position_deletes(OLD), True))])
+    assert can_conflict([written((position_deletes(NEW, OLD), True), (data(NEW), True))])
+    assert can_conflict([written((data(NEW), True), (position_deletes(), True))])
+
+
+def test_a_commit_that_removes_data_or_delete_files_can_conflict():
+    """A copy-on-write MERGE, an overwrite, a delete of whole files."""
+    assert can_conflict([written((data(NEW), True), (data(OLD), False))])
+    assert can_conflict([written((data(OLD), False))])
+    assert can_conflict([written((equality_deletes(), False), (data(NEW), True))])
