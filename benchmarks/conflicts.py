@@ -49,6 +49,7 @@ from benchmarks.modes import (
 )
 from compactor.report import changed_anything
 from demo.pipeline import PipelineResult
+from service.wire import EventName
 
 __all__ = [
     "ModeFigures",
@@ -86,18 +87,20 @@ def _resume_latencies(result: PipelineResult) -> list[float]:
     for event in events:
         at = datetime.fromisoformat(event["at"].removesuffix("Z"))
         if event["kind"] == "maintenance" and event["event"] in (
-            "lease.released",
-            "lease.expired",
-            "lease.revoked",
+            EventName.LEASE_RELEASED,
+            EventName.LEASE_EXPIRED,
+            EventName.LEASE_REVOKED,
         ):
             released_at = at
-        elif event["event"] == "lease.acquired" and event["kind"] == "commit" and released_at:
+        elif (
+            event["event"] == EventName.LEASE_ACQUIRED and event["kind"] == "commit" and released_at
+        ):
             latencies.append((at - released_at).total_seconds())
             released_at = None
     return latencies
 
 
-_MAINTENANCE_ENDS = ("lease.released", "lease.expired", "lease.revoked")
+_MAINTENANCE_ENDS = (EventName.LEASE_RELEASED, EventName.LEASE_EXPIRED, EventName.LEASE_REVOKED)
 
 
 def ingest_held_s(events: Sequence[dict[str, Any]]) -> float | None:
@@ -109,15 +112,15 @@ def ingest_held_s(events: Sequence[dict[str, Any]]) -> float | None:
     held_from: datetime | None = None
     leased = False
     for event in sorted(events, key=lambda e: e["id"]):
-        if event["kind"] != "maintenance" and event["event"] != "intent.expired":
+        if event["kind"] != "maintenance" and event["event"] != EventName.INTENT_EXPIRED:
             continue
         at = datetime.fromisoformat(event["at"].removesuffix("Z"))
-        if event["event"] in ("intent.opened", "lease.acquired"):
+        if event["event"] in (EventName.INTENT_OPENED, EventName.LEASE_ACQUIRED):
             held_from = held_from or at
-            leased = leased or event["event"] == "lease.acquired"
+            leased = leased or event["event"] == EventName.LEASE_ACQUIRED
         elif held_from and (
             event["event"] in _MAINTENANCE_ENDS
-            or (event["event"] == "intent.expired" and not leased)
+            or (event["event"] == EventName.INTENT_EXPIRED and not leased)
         ):
             total += (at - held_from).total_seconds()
             held_from, leased = None, False

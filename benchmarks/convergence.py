@@ -31,6 +31,7 @@ from compactor.config import TableConfig
 from compactor.report import changed_anything, publish
 from compactor.run import run_table
 from service.client import LeaseClient
+from service.wire import EventName
 
 __all__ = ["demo_table_config", "main", "upsert_batches"]
 
@@ -114,7 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             events = client.events(table=TABLE, limit=1000)
         leases = sum(
-            1 for e in events if e["kind"] == "maintenance" and e["event"] == "lease.acquired"
+            1
+            for e in events
+            if e["kind"] == "maintenance" and e["event"] == EventName.LEASE_ACQUIRED
         )
         figures = {
             "batches": args.batches,

@@ -61,6 +61,7 @@ from benchmarks.lake import local_lake
 from benchmarks.streams import Streams, wait
 from service.client import LeaseClient
 from service.ops.iceberg_audit import metadata_file
+from service.wire import EventName
 from testkit import LocalService
 
 __all__ = ["build_lake", "main", "overlaps", "tick_lines"]
@@ -68,7 +69,7 @@ __all__ = ["build_lake", "main", "overlaps", "tick_lines"]
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "local.lake"
 _MIB = 1 << 20
-_ENDS = ("lease.released", "lease.expired", "lease.revoked")
+_ENDS = (EventName.LEASE_RELEASED, EventName.LEASE_EXPIRED, EventName.LEASE_REVOKED)
 
 
 def _create(spark: Any, table: str, *, partitioned: bool = True) -> None:
@@ -298,7 +299,7 @@ def _intervals(events: Sequence[dict[str, Any]], kind: str) -> list[tuple[float,
         if e["kind"] != kind or not e["lease_id"]:
             continue
         at = datetime.fromisoformat(e["at"]).timestamp()
-        if e["event"] == "lease.acquired":
+        if e["event"] == EventName.LEASE_ACQUIRED:
             start[e["lease_id"]] = (at, (e["holder"] or "").split("/")[0])
         elif e["event"] in _ENDS and e["lease_id"] in start:
             began, process = start.pop(e["lease_id"])

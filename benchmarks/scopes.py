@@ -52,12 +52,13 @@ from benchmarks.modes import (
 )
 from demo.pipeline import PipelineResult
 from service.ops.iceberg_audit import metadata_file
+from service.wire import EventName
 
 __all__ = ["LeaseSpan", "figures", "files_per_partition", "ingest_held", "lease_spans", "main"]
 
 MODES = ("table", "partitions")
 _BLOCKED_BY = {"maintenance", "intent"}
-_ENDS = ("lease.released", "lease.expired", "lease.revoked")
+_ENDS = (EventName.LEASE_RELEASED, EventName.LEASE_EXPIRED, EventName.LEASE_REVOKED)
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,9 @@ def lease_spans(events: Sequence[dict[str, Any]], *, until: float) -> list[Lease
     spans = []
     for event in sorted(events, key=lambda e: e["id"]):
         at, detail = _epoch(event["at"]), event.get("detail") or {}
-        if event["event"] == "intent.opened":
+        if event["event"] == EventName.INTENT_OPENED:
             intents.setdefault(detail["request_id"], at)
-        elif event["event"] == "lease.acquired" and event["kind"] == "maintenance":
+        elif event["event"] == EventName.LEASE_ACQUIRED and event["kind"] == "maintenance":
             granted[event["lease_id"]] = (at, event)
         elif event["event"] in _ENDS and event["lease_id"] in granted:
             at_grant, grant = granted.pop(event["lease_id"])

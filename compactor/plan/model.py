@@ -1,6 +1,6 @@
 """What a plan says: its groups of steps, each run under one maintenance lease, the steps run
 without one, its partitions and its reasons; as JSON (`as_dict`) and for a person (`describe`).
-What each step needs is docs/design.md §4; how partitions are grouped, §11."""
+What each step needs is docs/design.md §4; how partitions are grouped, docs/jobs.md §3."""
 
 from __future__ import annotations
 

@@ -502,7 +502,7 @@ def hold_back(
         raise refusal
     assert claim is not None
     names = list(dict.fromkeys(partitions))
-    if row.backpressure == "disabled" or row.maintenance == "disabled":
+    if not rules.backpressure_holds(row):
         off: Literal["backpressure", "maintenance"] = (
             "backpressure" if row.backpressure == "disabled" else "maintenance"
         )

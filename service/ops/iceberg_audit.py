@@ -7,7 +7,7 @@
 
 The lease intervals come from the service's audit trail (`lease.acquired` opens one; its
 `lease.released`, `lease.revoked` or `lease.expired` closes it at acquired + `held_s`); the
-commits from the snapshots' summaries (see ingest_gate.snapshots and compactor.run):
+commits from the snapshots' summaries (see ingest_gate.job.snapshots and compactor.run):
 
     maintenance commit   `lakelock.token` and `lakelock.lease-id`
     ingest commit        `lakelock.lease-id` (`none` when the gate let it through without one)
@@ -61,7 +61,7 @@ __all__ = [
 
 TOKEN = "lakelock.token"
 LEASE_ID = "lakelock.lease-id"
-NO_LEASE = "none"  # ingest_gate.snapshots.batch_properties writes it for an ungated commit
+NO_LEASE = "none"  # ingest_gate.job.snapshots.batch_properties writes it for an ungated commit
 _ENDS = (EventName.LEASE_RELEASED, EventName.LEASE_REVOKED, EventName.LEASE_EXPIRED)
 
 

@@ -143,8 +143,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restore_signals()
             runtime.changes.close()
             poller.cancel()
-            sweeper.stop()
-            pruner.stop()
+            threads = (sweeper, pruner.periodic)
+            for thread in threads:
+                thread.signal()  # both at once: neither waits for the other's pass
+            for thread in threads:
+                thread.join()
             engine.dispose()
             process_exited()
             log.info("lakelock service stopped")

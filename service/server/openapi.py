@@ -1,6 +1,6 @@
 """openapi.json as this service answers: what FastAPI cannot know added to what it generates.
 
-    app.openapi = lambda: openapi(app, settings)
+    openapi(app, settings)     what the app's `openapi()` answers (service.server.app)
 
 Errors as problem+json (the `Problem` schema), the bearer scheme on every route but the open
 ones, the TTL, wait and partition bounds this service was configured with, and integer bounds

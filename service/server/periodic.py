@@ -38,6 +38,7 @@ class Periodic:
         *,
         interval_s: float,
         first_wait_s: float | None = None,
+        thread: str,
         logger: logging.Logger = log,
     ) -> None:
         self.name = name
@@ -46,15 +47,22 @@ class Periodic:
         self._first_wait_s = interval_s if first_wait_s is None else first_wait_s
         self._log = logger
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"lakelock-{name}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=thread, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ends the thread after the call in progress (which may watch `wait`)."""
+    def signal(self) -> None:
+        """Asks the thread to end after the call in progress (which may watch `wait`)."""
         self._stop.set()
+
+    def join(self, timeout: float = 5.0) -> None:
         self._thread.join(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """`signal()`, then `join()`: several threads are signalled first, then joined."""
+        self.signal()
+        self.join(timeout)
 
     def wait(self, seconds: float) -> bool:
         """Sleeps `seconds`, or less when `stop()` is called: True then."""
@@ -77,4 +85,9 @@ class Periodic:
 
 def sweeper(runtime: Runtime) -> Periodic:
     """`runtime.sweep_once()` every LAKELOCK_SWEEP_INTERVAL_S."""
-    return Periodic("sweep", runtime.sweep_once, interval_s=runtime.settings.sweep_interval_s)
+    return Periodic(
+        "sweep",
+        runtime.sweep_once,
+        interval_s=runtime.settings.sweep_interval_s,
+        thread="lakelock-sweeper",
+    )

@@ -36,14 +36,19 @@ class Pruner:
             self.prune_once,
             interval_s=interval,
             first_wait_s=random.uniform(0, interval),
+            thread="lakelock-pruner",
             logger=log,
         )
 
     def start(self) -> None:
         self._periodic.start()
 
+    @property
+    def periodic(self) -> Periodic:
+        """Its thread: `signal()` ends the pass in progress after its current batch."""
+        return self._periodic
+
     def stop(self, timeout: float = 5.0) -> None:
-        """Ends the pass in progress after its current batch, then the thread."""
         self._periodic.stop(timeout)
 
     def prune_once(self) -> Pruned:

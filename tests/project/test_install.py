@@ -96,7 +96,7 @@ def test_the_wheel_ships_the_packages_and_no_testing_support(wheel):
     the client's type information ships with it."""
     names = zipfile.ZipFile(wheel).namelist()
     assert not [n for n in names if n.startswith(("testkit/", "tests/", "benchmarks/"))]
-    assert "service/client/py.typed" in names
+    assert "service/py.typed" in names
     assert "service/server/app.py" in names and "demo/service.py" in names
     assert "ingest_gate/job/run.py" in names and "compactor/plan/planner.py" in names
 
@@ -302,3 +302,39 @@ def test_the_demo_runs_with_its_extra_alone(venvs):
     assert summary["checks"] == {"passed": True, "problems": []}
     assert summary["events_generated"] == 400 and summary["rows_in_table"] > 0
     assert summary["audit"]["verdict"] == "clean"
+
+
+CONSUMER = """
+from service.client import LeaseClient
+
+
+def take(client: LeaseClient) -> int:
+    lease = client.acquire_commit("db.t", holder="h", ttl_s=30)
+    return lease.lease_id
+"""
+
+
+def test_the_base_install_types_the_client_for_its_users(venvs, tmp_path):
+    """py.typed ships: a strict type checker reads the client's and the wire models' types
+    from the base install, so a user's mistake (a lease id is a str) is found."""
+    consumer = tmp_path / "consumer.py"
+    consumer.write_text(CONSUMER)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--python-executable",
+            venvs["base"].bin("python"),
+            str(consumer),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert 'Incompatible return value type (got "str", expected "int")' in checked.stdout
+    assert "import-untyped" not in checked.stdout and "import-not-found" not in checked.stdout

@@ -1,4 +1,5 @@
-"""Claims (docs/design.md §5) and the backpressure a compactor holds under its claim (§11)."""
+"""Claims (docs/design.md §5) and the backpressure a compactor holds under its claim
+(docs/jobs.md §3)."""
 
 from __future__ import annotations
 
