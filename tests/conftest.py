@@ -172,6 +172,8 @@ def start_front(
         db_url = request.getfixturevalue("mariadb_session_url")
         _empty_mariadb(db_url)
     warehouse = folder / "warehouse"
+    # a held commit answers 429 at once, unless the test parks it (tests/catalog/test_front.py)
+    env.setdefault("LAKELOCK_CATALOG_HOLD_WAIT_S", "0")
     server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(), **env)
     server.db_url = db_url  # type: ignore[misc]
     server.warehouse = warehouse  # type: ignore[attr-defined]

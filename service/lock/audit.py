@@ -111,6 +111,23 @@ def recent(
 _EVENTS_READ = 1000
 
 
+def recent_holds(conn: Connection, table: str, *, limit: int = 20) -> list[float]:
+    """How long the table's last `limit` released maintenance leases were held, in seconds,
+    newest first (their end events' `held_s`)."""
+    rows = conn.execute(
+        select(events_t.c.detail)
+        .where(
+            events_t.c.table_name == table,
+            events_t.c.event == EventName.LEASE_RELEASED,
+            events_t.c.kind == "maintenance",
+        )
+        .order_by(events_t.c.id.desc())
+        .limit(limit)
+    )
+    held = (json.loads(row.detail).get("held_s") if row.detail else None for row in rows)
+    return [float(s) for s in held if isinstance(s, int | float)]
+
+
 def last_for_lease(conn: Connection, lease_id: str) -> Event | None:
     """The newest grant or end event of `lease_id`, or None if the trail never saw it."""
     row = conn.execute(

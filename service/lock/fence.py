@@ -20,7 +20,8 @@ expiry cannot slip between the check and the swap; then decides:
                  the protocol's own writer and passes. Any other (a foreign writer) that can
                  conflict with a rewrite (`Change.conflicts`) and touches partitions a live
                  maintenance lease or an open intent covers is held: CommitHeld (429 with a
-                 short Retry-After, which the client retries by itself), never a long wait.
+                 Retry-After of the hold's expected remaining time, which the client retries
+                 by itself; the route parks it first, up to LAKELOCK_CATALOG_HOLD_WAIT_S).
                  Backpressure holds every foreign data commit into its partitions.
                  Else it passes.
     table        schema, properties, refs and the like: passes.
@@ -34,6 +35,7 @@ the pointer moved since the commit's base: CommitConflict (409, retried by Icebe
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -93,7 +95,7 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
         if change.kind == "maintenance":
             _check_maintenance(row, change, lease, at)
         elif change.kind == "data":
-            _check_data(row, live, change, lease, at)
+            _check_data(conn, row, live, change, lease, at)
     except (Fenced, CommitHeld) as refusal:
         _record(conn, change, at, EventName.CATALOG_REFUSED, reason=refusal.extra.get("reason"))
         raise
@@ -182,7 +184,12 @@ def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
 
 
 def _check_data(
-    row: TableRow, live: Live, change: Change, lease: LeaseRow | None, at: datetime
+    conn: Connection,
+    row: TableRow,
+    live: Live,
+    change: Change,
+    lease: LeaseRow | None,
+    at: datetime,
 ) -> None:
     if lease is not None and _leased(change, lease, at):
         if lease.kind == "commit":
@@ -208,8 +215,21 @@ def _check_data(
             f"{change.table}: {why} partitions this commit touches; retry shortly",
             reason=what,
             table=change.table,
-            retry_after_s=1.0,
+            retry_after_s=_expected_s(first, audit.recent_holds(conn, change.table), at),
         )
+
+
+def _expected_s(hold: LeaseRow | IntentRow, holds: list[float], at: datetime) -> float:
+    """How long `hold` is expected to last yet, for a held writer's Retry-After: the median of
+    the table's recent maintenance holds (`holds`), less what a lease has held so far, and no
+    later than the lease's expiry; at least 1 s, and 1 s without a history to go by."""
+    if not holds:
+        return 1.0
+    left = statistics.median(holds)
+    if isinstance(hold, LeaseRow):
+        left -= (at - hold.acquired_at).total_seconds()
+        left = min(left, (hold.expires_at - at).total_seconds())
+    return max(1.0, round(left, 1))
 
 
 def _sample(partitions: Scope) -> str:

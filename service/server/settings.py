@@ -229,6 +229,16 @@ class Settings(BaseSettings):
         "(`<name>.<namespace>.<table>`). Name the jobs' Spark catalog the same.",
     )
 
+    catalog_hold_wait_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=120,
+        description="How long the catalog front parks a foreign commit that a maintenance lease, "
+        "a drain or backpressure holds, waiting for the hold to end, before it answers 429 with "
+        "a Retry-After of the hold's expected remaining time; well under an Iceberg client's "
+        "socket timeout (3 minutes). When the hold ends the commit is applied, or answered 409 "
+        "if its base moved (the client retries on fresh metadata). 0: answer 429 at once.",
+    )
     catalog_max_metadata_bytes: int = Field(
         default=32 * 1024 * 1024,
         ge=64 * 1024,

@@ -1,12 +1,16 @@
 """Which data commits can conflict with a rewrite in flight (docs/catalog-front.md §3), decided
 from the files a commit's manifests add and remove: only those the front holds under a
-maintenance lease or a drain."""
+maintenance lease or a drain; and how long a held writer is told to wait."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
 
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from service.catalog.changes import DELETE_FILE_PATH_ID, Written, _count, can_conflict
+from service.lock.fence import _expected_s
+from service.lock.rows import IntentRow, LeaseRow
 
 OLD = "file:/lake/db/t/data/old.parquet"
 NEW = "file:/lake/db/t/data/new.parquet"
@@ -80,3 +84,34 @@ def test_a_commit_that_removes_data_or_delete_files_can_conflict():
     assert can_conflict([written((data(NEW), True), (data(OLD), False))])
     assert can_conflict([written((data(OLD), False))])
     assert can_conflict([written((equality_deletes(), False), (data(NEW), True))])
+
+
+def test_a_held_writer_is_told_the_holds_expected_remaining_time():
+    """Retry-After from the table's recent maintenance holds: their median, less what the
+    blocking lease has held, no later than its expiry; 1 s without a history."""
+    at = datetime(2024, 6, 20, 12, tzinfo=UTC)
+    lease = LeaseRow(
+        id="m1",
+        table="db.t",
+        kind="maintenance",
+        holder="compactor-1",
+        request_id="q1",
+        partitions=None,
+        ttl_s=60.0,
+        token=1,
+        acquired_at=at - timedelta(seconds=4),
+        expires_at=at + timedelta(seconds=30),
+    )
+    assert _expected_s(lease, [], at) == 1.0
+    assert _expected_s(lease, [10.0, 12.0, 40.0], at) == 8.0  # median 12, held 4
+    assert _expected_s(lease, [2.0], at) == 1.0  # overdue: ask again soon
+    assert _expected_s(lease, [100.0], at) == 30.0  # its lease expires first
+    drain = IntentRow(
+        table="db.t",
+        request_id="r1",
+        holder="compactor-1",
+        partitions=None,
+        opened_at=at,
+        expires_at=at + timedelta(seconds=5),
+    )
+    assert _expected_s(drain, [10.0, 12.0, 40.0], at) == 12.0  # the drain, then the hold

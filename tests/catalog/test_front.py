@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Iterator
 from datetime import date
@@ -32,7 +33,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
-from tests.helpers import metric
+from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 
 SCHEMA = Schema(
@@ -315,6 +316,68 @@ def test_a_foreign_commit_that_can_conflict_is_held_by_a_lease_and_an_append_pas
         snapshot_properties={"lakelock.lease-id": ingest["lease_id"]},
     )
     assert events(front, table)[0]["lease_id"] == ingest["lease_id"]
+
+
+@pytest.fixture(scope="module", params=["sqlite"])
+def parking_front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """A front that parks a held commit for up to 60 s (a bound against a hang here)."""
+    server = start_front(request, tmp_path_factory, "parking", LAKELOCK_CATALOG_HOLD_WAIT_S="60")
+    yield server
+    server.stop()
+
+
+def test_a_held_commit_is_parked_and_applied_when_the_hold_ends(parking_front):
+    """Held, not failed (docs/catalog-front.md §4): the delete waits at the front while the
+    maintenance lease lives, and commits once it is released, with nothing for the client to
+    retry."""
+    front = parking_front
+    table = new_table(front, "parked")
+    lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    done: dict[str, Any] = {}
+
+    def delete() -> None:
+        try:
+            table.delete(EqualTo("dt", "2024-06-20"))
+            done["ok"] = True
+        except Exception as exc:  # reported by the assertion below
+            done["error"] = exc
+
+    writer = threading.Thread(target=delete, daemon=True)
+    writer.start()
+    with service(front, "reader") as api:
+        wait_until(lambda: metric(api, "lakelock_parked_long_polls") >= 1, "the delete parked")
+    assert writer.is_alive(), done
+    with service(front, "job") as api:
+        api.delete(
+            f"/v1/leases/{lease['lease_id']}",
+            params={"holder": lease["holder"], "token": lease["token"]},
+        ).raise_for_status()
+    writer.join(HANG_GUARD_S)
+    assert done == {"ok": True}
+    committed = events(front, table)[0]
+    assert (committed["event"], committed["detail"]["foreign"]) == ("catalog.commit", True)
+    assert committed["detail"]["deleted-data-files"] >= 1
+
+
+@pytest.fixture(scope="module", params=["sqlite"])
+def short_park_front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    server = start_front(request, tmp_path_factory, "short", LAKELOCK_CATALOG_HOLD_WAIT_S="0.5")
+    yield server
+    server.stop()
+
+
+def test_a_hold_that_outlasts_the_park_is_a_429(short_park_front):
+    front = short_park_front
+    table = new_table(front, "outlasts")
+    maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    with pytest.raises(RESTError, match="TooManyRequestsException"):
+        table.delete(EqualTo("dt", "2024-06-20"))
+    refused = events(front, table)[0]
+    assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "held")
 
 
 def test_a_foreign_data_commit_into_a_partition_held_by_backpressure_waits_like_a_gated_one(

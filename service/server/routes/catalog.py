@@ -26,8 +26,10 @@ from pyiceberg.typedef import Identifier
 
 from service.catalog.front import Front, Loaded
 from service.server.auth import JobDep, OperatorDep, ReaderDep, check_touch, may_touch
+from service.server.routes.common import clock
+from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
-from service.wire.errors import InvalidRequest
+from service.wire.errors import CommitHeld, InvalidRequest
 
 __all__ = ["ENDPOINTS", "router"]
 
@@ -263,14 +265,38 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
     headers = {
         k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
     }
-    return _table(
-        await _call(
-            request,
-            lambda f: f.commit(
-                identifier, requirements, updates, principal=caller.name, headers=headers
-            ),
-        )
-    )
+
+    def commit(f: Front) -> Loaded:
+        return f.commit(identifier, requirements, updates, principal=caller.name, headers=headers)
+
+    return _table(await _held_until_free(request, commit))
+
+
+async def _held_until_free(request: Request, commit: Callable[[Front], Loaded]) -> Loaded:
+    """`commit`, parked while a hold refuses it (CommitHeld) and tried again each time the
+    table changes, up to LAKELOCK_CATALOG_HOLD_WAIT_S (docs/catalog-front.md §4): held, not
+    failed. A hold that ends lets it through, or answers 409 where the head moved meanwhile;
+    one that outlasts the wait is the 429, with the hold's expected remaining time."""
+    rt: Runtime = request.app.state.runtime
+    until = clock() + rt.settings.catalog_hold_wait_s
+    table: str | None = None  # lakelock's name, known from the first refusal
+    while True:
+        # read before trying, so a change between the try and the wait is not missed
+        seen = await rt.version(table) if table is not None else None
+        try:
+            return await _call(request, commit)
+        except CommitHeld as held:
+            table = held.extra.get("table")
+            if clock() >= until or rt.changes.closing.is_set() or table is None:
+                raise
+            if seen is None:
+                continue  # the version was not read before this try: read it, try once more
+            try:
+                await rt.changes.wait(
+                    table, seen=seen, until=until, is_disconnected=request.is_disconnected
+                )
+            except ClientGone:
+                raise held from None
 
 
 @router.delete("/v1/namespaces/{namespace}/tables/{table}", status_code=204)
