@@ -49,6 +49,9 @@ __all__ = [
 ]
 
 SUMMARY_PREFIX = "lakelock."
+# what a Flink job's committer writes into its snapshots' summaries and reads back on a restart
+# to find what it committed: kept with the snapshot (docs/jobs.md §2)
+FLINK_KEYS = ("flink.job-id", "flink.operator-id", "flink.max-committed-checkpoint-id")
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,8 @@ class Totals(FileCounts):
 
 @dataclass(frozen=True)
 class SnapshotStats:
-    """One snapshot: when, what, and the `lakelock.*` properties of its summary."""
+    """One snapshot: when, what, and the `lakelock.*` and Flink committer properties of its
+    summary."""
 
     snapshot_id: int
     committed_at: datetime
@@ -184,6 +188,18 @@ class SnapshotStats:
     def query_id(self) -> str | None:
         """The streaming query that committed it (`lakelock.query-id`), if any."""
         return self.summary.get("lakelock.query-id")
+
+    @property
+    def flink_committer(self) -> str | None:
+        """The Flink job (and its committing operator) that committed it with a checkpoint id
+        its restart reads back (`flink.max-committed-checkpoint-id`), if any."""
+        if "flink.max-committed-checkpoint-id" not in self.summary:
+            return None
+        job = self.summary.get("flink.job-id")
+        if job is None:
+            return None
+        operator = self.summary.get("flink.operator-id")
+        return job if operator is None else f"{job}/{operator}"
 
 
 @dataclass(frozen=True)
@@ -245,7 +261,11 @@ def collect_stats(spark: SparkSession, *, table: str, small_file_bytes: int) -> 
             snapshot_id=int(r["snapshot_id"]),
             committed_at=datetime.fromtimestamp(r["committed_ms"] / 1000, tz=UTC),
             operation=r["operation"] or "",
-            summary={k: v for k, v in (r["summary"] or {}).items() if k.startswith(SUMMARY_PREFIX)},
+            summary={
+                k: v
+                for k, v in (r["summary"] or {}).items()
+                if k.startswith(SUMMARY_PREFIX) or k in FLINK_KEYS
+            },
         )
         for r in spark.sql(
             # epoch millis: PySpark would turn a timestamp into the Python process's local time

@@ -26,7 +26,7 @@ class ExpiryPlan:
     retain_last: int
     snapshot_ids: tuple[int, ...]
     expired: tuple[int, ...]
-    kept_for_queries: tuple[int, ...]
+    kept_for_queries: tuple[int, ...]  # streaming writers' restart points: queries, Flink jobs
     kept_for_readers: tuple[int, ...] = ()
 
 
@@ -41,7 +41,9 @@ def snapshot_expiry(
     """Which snapshots expire_snapshots may remove, and the arguments that remove just those.
 
     Kept: the last `retain_last`, those younger than `older_than`, the current one, the newest
-    snapshot of each streaming query id (the replay guard reads it after a restart), and every
+    snapshot of each streaming query id (the replay guard reads it after a restart) and of each
+    Flink job's committer (its restart reads `flink.max-committed-checkpoint-id` from it, and
+    without it would commit a checkpoint twice), and every
     snapshot at or after the oldest position in `readers` (live reader holds: snapshot ids; one
     the table no longer has holds nothing).
     """
@@ -51,10 +53,12 @@ def snapshot_expiry(
     keep |= {s.snapshot_id for s in ordered if s.committed_at >= cutoff}
     if current_snapshot_id is not None:
         keep.add(current_snapshot_id)
-    newest_per_query: dict[str, SnapshotStats] = {}
+    newest_per_query: dict[tuple[str, str], SnapshotStats] = {}
     for snap in ordered:
         if snap.query_id:
-            newest_per_query[snap.query_id] = snap
+            newest_per_query["query", snap.query_id] = snap
+        if snap.flink_committer:
+            newest_per_query["flink", snap.flink_committer] = snap
     for_queries = {s.snapshot_id for s in newest_per_query.values()}
     keep |= for_queries
     positions = set(readers)

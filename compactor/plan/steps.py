@@ -126,7 +126,7 @@ def unleased_steps(
     if exp.enabled:
         expiry = table_expiry(stats, config, now, readers)
         if expiry.expired:
-            kept = f", keeping {len(expiry.kept_for_queries)} for streaming queries"
+            kept = f", keeping {len(expiry.kept_for_queries)} for streaming writers' restarts"
             held = f", keeping {len(expiry.kept_for_readers)} for readers"
             steps.append(
                 Step(

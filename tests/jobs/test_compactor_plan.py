@@ -367,6 +367,45 @@ def test_expiry_keeps_the_last_n_the_young_and_the_newest_per_streaming_query():
     assert sorted(expiry.snapshot_ids) == [2, 3, 4, 5, 7]
 
 
+def flink(snapshot_id: int, age: timedelta, job: str, checkpoint: int) -> SnapshotStats:
+    """A snapshot a Flink job's committer wrote, as Iceberg's Flink sink writes its summary."""
+    summary = {
+        "flink.job-id": job,
+        "flink.operator-id": "committer-1",
+        "flink.max-committed-checkpoint-id": str(checkpoint),
+    }
+    return SnapshotStats(snapshot_id, NOW - age, "overwrite", summary)
+
+
+def test_expiry_keeps_each_flink_jobs_newest_checkpoint_snapshot():
+    """A Flink job restarting from its checkpoint reads the newest snapshot carrying its
+    `flink.max-committed-checkpoint-id` to skip what it committed; expiring it would commit a
+    checkpoint twice. A snapshot that names no checkpoint is no restart point."""
+    snaps = [
+        flink(1, timedelta(days=30), "job-a", 7),  # job-a's newest: kept
+        flink(2, timedelta(days=20), "job-b", 3),
+        flink(3, timedelta(days=19), "job-b", 4),  # job-b's newest: kept
+        SnapshotStats(4, NOW - timedelta(days=18), "overwrite", {"flink.job-id": "job-c"}),
+        snap(5, timedelta(days=10)),
+        snap(6, timedelta(days=9)),  # the last: kept
+    ]
+    cfg = ExpireSnapshotsConfig(older_than=timedelta(days=3), retain_last=1)
+
+    expiry = snapshot_expiry(snaps, current_snapshot_id=6, config=cfg, now=NOW)
+
+    assert sorted(expiry.expired) == [2, 4, 5]
+    assert expiry.kept_for_queries == (1, 3)
+    # one job's committers are told apart by operator: each keeps its own
+    other = SnapshotStats(
+        7,
+        NOW - timedelta(days=8),
+        "overwrite",
+        {**snaps[1].summary, "flink.operator-id": "committer-2"},
+    )
+    expiry = snapshot_expiry([*snaps, other], current_snapshot_id=7, config=cfg, now=NOW)
+    assert expiry.kept_for_queries == (1, 3, 7)
+
+
 def test_expiry_without_streaming_queries_lets_iceberg_expire_by_age():
     snaps = [snap(i, timedelta(days=20 - i)) for i in range(1, 11)]
     cfg = ExpireSnapshotsConfig(older_than=timedelta(days=5), retain_last=3)
