@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -340,10 +341,23 @@ def fenced(history: History) -> list[str]:
     as expired), and, unless a client renewed it, its TTL had not run out at the commit's
     instant (database time)."""
     violations: list[str] = []
-    live: dict[str, dict[str, Any]] = {}
     renewed = {r.lease_id for r in history.renews}
+    for e, live in _commits(history, ("maintenance", "claim")):
+        if e["kind"] == "maintenance":
+            problem = _unfenced(e, live.get(e["lease_id"] or ""), renewed)
+            if problem:
+                violations.append(f"inv7: {e['table_name']} event {e['id']}: {problem}")
+    return violations
+
+
+def _commits(
+    history: History, kinds: tuple[str, ...]
+) -> Iterator[tuple[dict[str, Any], dict[str, dict[str, Any]]]]:
+    """Each `catalog.commit` of the trail in commit order, with the leases of `kinds` the trail
+    says are live at it (granted, and not yet released, revoked or swept as expired), by id."""
+    live: dict[str, dict[str, Any]] = {}
     for e in history.events:
-        if e["event"] == EventName.LEASE_ACQUIRED and e["kind"] in ("maintenance", "claim"):
+        if e["event"] == EventName.LEASE_ACQUIRED and e["kind"] in kinds:
             live[e["lease_id"]] = e
         elif e["event"] in (
             EventName.LEASE_RELEASED,
@@ -351,11 +365,8 @@ def fenced(history: History) -> list[str]:
             EventName.LEASE_EXPIRED,
         ):
             live.pop(e["lease_id"], None)
-        elif e["event"] == EventName.CATALOG_COMMIT and e["kind"] == "maintenance":
-            problem = _unfenced(e, live.get(e["lease_id"] or ""), renewed)
-            if problem:
-                violations.append(f"inv7: {e['table_name']} event {e['id']}: {problem}")
-    return violations
+        elif e["event"] == EventName.CATALOG_COMMIT:
+            yield e, live
 
 
 def _unfenced(e: dict[str, Any], lease: dict[str, Any] | None, renewed: set[str]) -> str | None:
@@ -387,20 +398,10 @@ def held(history: History) -> list[str]:
     their TTL unless a client renewed them, whose expiry the trail does not say: those count as
     live until they end)."""
     violations: list[str] = []
-    live: dict[str, dict[str, Any]] = {}
     renewed = {r.lease_id for r in history.renews}
-    for e in history.events:
-        if e["event"] == EventName.LEASE_ACQUIRED and e["kind"] == "maintenance":
-            live[e["lease_id"]] = e
-        elif e["event"] in (
-            EventName.LEASE_RELEASED,
-            EventName.LEASE_REVOKED,
-            EventName.LEASE_EXPIRED,
-        ):
-            live.pop(e["lease_id"], None)
-        elif (
-            e["event"] == EventName.CATALOG_COMMIT
-            and e["kind"] == "data"
+    for e, live in _commits(history, ("maintenance",)):
+        if (
+            e["kind"] == "data"
             and e["detail"].get("foreign")
             and e["detail"].get("can_conflict", True)
         ):

@@ -318,14 +318,17 @@ def test_a_foreign_commit_that_can_conflict_is_held_by_a_lease_and_an_append_pas
     assert events(front, table)[0]["lease_id"] == ingest["lease_id"]
 
 
-@pytest.fixture(scope="module", params=["sqlite"])
-def parking_front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    """A front that parks a held commit for up to 60 s (a bound against a hang here)."""
-    server = start_front(request, tmp_path_factory, "parking", LAKELOCK_CATALOG_HOLD_WAIT_S="60")
+def _parking(request: Any, tmp_path_factory: Any, wait_s: str) -> Iterator[Any]:
+    """A front that parks a held commit for up to `wait_s`."""
+    name = f"park-{wait_s}"
+    server = start_front(request, tmp_path_factory, name, LAKELOCK_CATALOG_HOLD_WAIT_S=wait_s)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite"])
+def parking_front(request: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    yield from _parking(request, tmp_path_factory, "60")  # 60 s: a bound against a hang here
 
 
 def test_a_held_commit_is_parked_and_applied_when_the_hold_ends(parking_front):
@@ -362,12 +365,8 @@ def test_a_held_commit_is_parked_and_applied_when_the_hold_ends(parking_front):
 
 
 @pytest.fixture(scope="module", params=["sqlite"])
-def short_park_front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "short", LAKELOCK_CATALOG_HOLD_WAIT_S="0.5")
-    yield server
-    server.stop()
+def short_park_front(request: Any, tmp_path_factory: Any) -> Iterator[Any]:
+    yield from _parking(request, tmp_path_factory, "0.5")
 
 
 def test_a_hold_that_outlasts_the_park_is_a_429(short_park_front):
