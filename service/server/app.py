@@ -29,7 +29,7 @@ from service.server.metrics import process_exited
 from service.server.middleware import RequestContext
 from service.server.openapi import openapi
 from service.server.periodic import sweeper as make_sweeper
-from service.server.retention import Pruner
+from service.server.retention import pruner as make_pruner
 from service.server.routes import router
 from service.server.runtime import Changes, Runtime
 from service.server.settings import Settings, get_settings
@@ -125,10 +125,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             _serve_catalog(app, runtime, settings)
         runtime.changes.bind(asyncio.get_running_loop())
         poller = asyncio.create_task(runtime.poll_versions(), name="lakelock-version-poll")
-        sweeper = make_sweeper(runtime)
-        sweeper.start()
-        pruner = Pruner(engine, settings, runtime.metrics)
-        pruner.start()
+        threads = (make_sweeper(runtime), make_pruner(engine, settings, runtime.metrics))
+        for thread in threads:
+            thread.start()
         restore_signals = _wake_long_polls_on_exit_signal(runtime.changes)
         log.info("lakelock service started", extra={"database": mask_url(settings.database_url)})
         if settings.catalog_warehouse:
@@ -143,7 +142,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             restore_signals()
             runtime.changes.close()
             poller.cancel()
-            threads = (sweeper, pruner.periodic)
             for thread in threads:
                 thread.signal()  # both at once: neither waits for the other's pass
             for thread in threads:

@@ -5,8 +5,9 @@ interval until the service stops. Two run in each replica:
                                       LAKELOCK_SWEEP_INTERVAL_S, so the trail, the metrics and
                                       long-polls see expiries on tables nobody asks about
                                       (docs/design.md §3)
-    Pruner(engine, settings, metrics) service.lock.retention.prune every
+    pruner(engine, settings, metrics) service.lock.retention.prune every
                                       LAKELOCK_PRUNE_INTERVAL_S, counted in the metrics
+                                      (service.server.retention)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ log = logging.getLogger("lakelock.service")
 
 class Periodic:
     """Calls `work()` every `interval_s` (the first time after `first_wait_s`, by default one
-    interval) on a daemon thread, from `start()` until `stop()`.
+    interval) on a daemon thread, from `start()` until `signal()`.
 
     A failed call is logged and the next tick tries again: a database outage is one warning a
     tick, never a traceback a tick, and never the end of the work.
@@ -57,12 +58,8 @@ class Periodic:
         self._stop.set()
 
     def join(self, timeout: float = 5.0) -> None:
+        """Waits for the thread to end; several threads are signalled first, then joined."""
         self._thread.join(timeout)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """`signal()`, then `join()`: several threads are signalled first, then joined."""
-        self.signal()
-        self.join(timeout)
 
     def wait(self, seconds: float) -> bool:
         """Sleeps `seconds`, or less when `stop()` is called: True then."""

@@ -269,28 +269,32 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
     def commit(f: Front) -> Loaded:
         return f.commit(identifier, requirements, updates, principal=caller.name, headers=headers)
 
-    return _table(await _held_until_free(request, commit))
+    return _table(await _held_until_free(request, _front(request).table_name(identifier), commit))
 
 
-async def _held_until_free(request: Request, commit: Callable[[Front], Loaded]) -> Loaded:
+async def _held_until_free(
+    request: Request, table: str, commit: Callable[[Front], Loaded]
+) -> Loaded:
     """`commit`, parked while a hold refuses it (CommitHeld) and tried again each time the
     table changes, up to LAKELOCK_CATALOG_HOLD_WAIT_S (docs/catalog-front.md §4): held, not
     failed. A hold that ends lets it through, or answers 409 where the head moved meanwhile;
-    one that outlasts the wait is the 429, with the hold's expected remaining time."""
+    one that outlasts the wait is the 429, with the hold's expected remaining time. `table` is
+    lakelock's name of the table committed to."""
     rt: Runtime = request.app.state.runtime
     until = clock() + rt.settings.catalog_hold_wait_s
-    table: str | None = None  # lakelock's name, known from the first refusal
+    held_before = False
     while True:
-        # read before trying, so a change between the try and the wait is not missed
-        seen = await rt.version(table) if table is not None else None
+        # once held, the version is read before each try, so a change between a try and its
+        # wait is not missed; a commit that is never held reads none
+        seen = await rt.version(table) if held_before else None
         try:
             return await _call(request, commit)
         except CommitHeld as held:
-            table = held.extra.get("table")
-            if clock() >= until or rt.changes.closing.is_set() or table is None:
+            if clock() >= until or rt.changes.closing.is_set():
                 raise
+            held_before = True
             if seen is None:
-                continue  # the version was not read before this try: read it, try once more
+                continue  # no version was read before this try: read it, try once more
             try:
                 await rt.changes.wait(
                     table, seen=seen, until=until, is_disconnected=request.is_disconnected
