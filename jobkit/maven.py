@@ -2,6 +2,7 @@
 
     jars("spark-kafka")        # Spark's Kafka source, for a job that Python starts (local master)
     jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
+    jars("flink-iceberg")      # Iceberg's Flink runtime and Hadoop's client (jobkit.flink)
     SETS["spark-kafka"]        # what a set holds, every version named
 
 A set is its artifacts and their dependencies as Maven resolves them (`dependency:copy-
@@ -52,6 +53,13 @@ Spark. On a cluster, the connector of the cluster's own Spark version."""
 KAFKA_VERSION = "4.1.1"
 """Apache Kafka's broker: 4.x runs in KRaft mode only (no ZooKeeper) on Java 17."""
 
+ICEBERG_FLINK = "org.apache.iceberg:iceberg-flink-runtime-1.20:1.9.2"
+"""Iceberg's Flink runtime for Flink 1.20, the Iceberg of the Spark jobs (1.9.2)."""
+
+HADOOP_VERSION = "3.3.6"
+"""Hadoop's shaded client: Iceberg's Flink catalog needs Hadoop's `Configuration` even for a
+REST catalog over local files; Flink ships no Hadoop."""
+
 SETS = {
     "spark-kafka": JarSet(
         (f"org.apache.spark:spark-sql-kafka-0-10_2.12:{SPARK_KAFKA_VERSION}",),
@@ -59,6 +67,13 @@ SETS = {
         probe_class="org.apache.spark.sql.kafka010.KafkaSourceProvider",
     ),
     "kafka-broker": JarSet((f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",)),
+    "flink-iceberg": JarSet(
+        (
+            ICEBERG_FLINK,
+            f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
+            f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
+        )
+    ),
 }
 
 

@@ -1,0 +1,234 @@
+"""The Flink writer's process: a local MiniCluster (PyFlink's TableEnvironment) that runs one
+INSERT from the landing folder into an Iceberg table at lakelock's catalog front, until the job
+ends or the process is told to stop (SIGTERM, SIGINT: the job is cancelled, its last checkpoint
+kept for a restart).
+
+    python -m flink_writer --catalog-uri http://127.0.0.1:8737/iceberg --table db.events \\
+        --columns 'event_id STRING, dt STRING, hr INT, v BIGINT' --key event_id,dt,hr \\
+        --partitioned-by dt,hr --landing /data/landing --checkpoints file:///data/chk \\
+        --report writer.json                     # the token: LAKELOCK_TOKEN
+
+The report (JSON, written when the process ends) says how the job fared: its id, final
+status, how many times Flink restarted it (`numRestarts`, read from the MiniCluster's REST
+API while it runs), and its checkpoints completed. Flink's committer catches nothing, so a
+commit the catalog refused shows as a restart (docs/catalog-front.md, "Flink writers").
+
+Run it in a Python with PyFlink and the Iceberg Flink runtime on the classpath: `jobkit.flink`
+starts it so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from flink_writer import sql
+
+__all__ = ["Report", "main"]
+
+log = logging.getLogger("flink_writer")
+
+TOKEN_ENV = "LAKELOCK_TOKEN"
+_POLL_S = 0.5
+_ENDED = {"FINISHED", "FAILED", "CANCELED"}
+
+
+@dataclass
+class Report:
+    job_id: str = ""
+    status: str = "NOT_STARTED"
+    restarts: int = 0
+    checkpoints: int = 0
+    error: str = ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        return json.load(answer)
+
+
+class _Watch:
+    """The job's restarts and checkpoints, read from the MiniCluster's REST API."""
+
+    def __init__(self, port: int, job_id: str) -> None:
+        self.base = f"http://127.0.0.1:{port}/jobs/{job_id}"
+
+    def read(self, report: Report) -> None:
+        try:
+            metrics = _get(f"{self.base}/metrics?get=numRestarts")
+            for metric in metrics:
+                if metric.get("id") == "numRestarts":
+                    report.restarts = max(report.restarts, int(metric["value"]))
+            counts = _get(f"{self.base}/checkpoints").get("counts", {})
+            report.checkpoints = max(report.checkpoints, int(counts.get("completed", 0)))
+        except (OSError, ValueError) as exc:  # the cluster is going down, or not up yet
+            log.debug("job metrics not read: %s", exc)
+
+
+def _environment(args: argparse.Namespace, port: int) -> Any:
+    from pyflink.table import EnvironmentSettings, TableEnvironment
+
+    env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
+    conf = env.get_config()
+    settings = {
+        "parallelism.default": str(args.parallelism),
+        "execution.checkpointing.interval": f"{int(args.checkpoint_every_s * 1000)}ms",
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": str(args.restarts),
+        "restart-strategy.fixed-delay.delay": "1s",
+        "rest.port": str(port),
+        "rest.bind-address": "127.0.0.1",
+        "rest.address": "127.0.0.1",
+    }
+    if args.checkpoints:
+        settings["state.checkpoints.dir"] = args.checkpoints
+    if args.restore_from:
+        settings["execution.savepoint.path"] = args.restore_from
+    for key, value in settings.items():
+        conf.set(key, value)
+    return env
+
+
+def run(
+    args: argparse.Namespace, options: sql.Options, token: str, stop: threading.Event
+) -> Report:
+    report = Report()
+    port = _free_port()
+    env = _environment(args, port)
+    env.execute_sql(sql.catalog(options, token=token))
+    env.execute_sql(
+        f"CREATE DATABASE IF NOT EXISTS {sql.quote(options.catalog_name)}."
+        f"{sql.quote(options.table.split('.')[0])}"
+    )
+    if options.columns:
+        env.execute_sql(sql.target(options))
+    described = env.execute_sql(f"DESCRIBE {options.qualified}").collect()
+    with described as rows:
+        columns = [(str(row[0]), str(row[1])) for row in rows]
+    env.execute_sql(sql.source(options, columns))
+    statement = sql.insert(options)
+    log.info("running %s", statement)
+    result = env.execute_sql(statement)
+    client = result.get_job_client()
+    report.job_id = str(client.get_job_id())
+    watch = _Watch(port, report.job_id)
+    print(json.dumps({"job_id": report.job_id}), flush=True)
+    while True:
+        try:
+            status = client.get_job_status().result()
+        except Exception:  # the MiniCluster is gone: the job ended, as the wait below says
+            report.status = _outcome(result, report)
+            break
+        report.status = str(status).rsplit(".", 1)[-1]
+        if report.status in _ENDED:
+            if report.status == "FAILED":
+                _outcome(result, report)
+            break
+        watch.read(report)
+        if stop.is_set():
+            watch.read(report)
+            client.cancel().result()
+            report.status = "CANCELED"
+            break
+        stop.wait(_POLL_S)
+    return report
+
+
+def _outcome(result: Any, report: Report) -> str:
+    """How an ended job ended: FINISHED, or FAILED with its error in the report."""
+    try:
+        result.wait()
+    except Exception as exc:  # the job's failure: reported as the job's outcome
+        report.error = _root_cause(exc)[:2000]
+        return "FAILED"
+    return "FINISHED"
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost Java cause of a py4j error (a failed commit inside a job failure), else
+    the exception's first line."""
+    java = getattr(exc, "java_exception", None)
+    while java is not None and java.getCause() is not None:
+        java = java.getCause()
+    if java is not None:
+        return str(java.toString())
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m flink_writer", description=__doc__.split("\n")[0])
+    p.add_argument("--catalog-uri", required=True, help="lakelock's /iceberg URL")
+    p.add_argument("--catalog-name", default="lakelock")
+    p.add_argument("--table", required=True, help="namespace.table")
+    p.add_argument("--mode", choices=("upsert", "append"), default="upsert")
+    p.add_argument("--columns", default="", help="Flink SQL columns, to create the table")
+    p.add_argument("--key", default="", help="primary key columns, comma-separated")
+    p.add_argument("--partitioned-by", default="", help="partition columns, comma-separated")
+    p.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a table property when the job creates the table",
+    )
+    p.add_argument("--landing", required=True, help="folder of JSON-lines files, watched")
+    p.add_argument("--checkpoint-every-s", type=float, default=3.0)
+    p.add_argument("--checkpoints", default="", help="checkpoint folder URI (kept on cancel)")
+    p.add_argument("--restore-from", default="", help="a retained checkpoint to restart from")
+    p.add_argument("--restarts", type=int, default=5, help="Flink's fixed-delay attempts")
+    p.add_argument("--parallelism", type=int, default=1)
+    p.add_argument("--report", type=Path, help="write the job's report here as JSON")
+    return p
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    parser = _parser()
+    args = parser.parse_args(argv)
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        parser.error(f"set {TOKEN_ENV} to the job's lakelock token")
+    try:
+        options = sql.Options(
+            catalog_uri=args.catalog_uri,
+            catalog_name=args.catalog_name,
+            table=args.table,
+            mode=args.mode,
+            columns=args.columns,
+            key=_names(args.key),
+            partitioned_by=_names(args.partitioned_by),
+            landing=args.landing,
+            properties=dict(p.split("=", 1) for p in args.property),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    report = run(args, options, token, stop)
+    if args.report:
+        args.report.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    print(json.dumps(asdict(report)), flush=True)
+    return 0 if report.status in ("FINISHED", "CANCELED") else 1

@@ -1,0 +1,186 @@
+"""Flink on this machine: a Python with PyFlink, Iceberg's Flink runtime, and the writer
+(`flink_writer`) started in it as a process of its own.
+
+    writer = FlinkWriter.start(args=[...], token=..., log_path=path)   # python -m flink_writer
+    writer.job_id(timeout_s=120)      # the Flink job's id, once it runs
+    report = writer.stop()            # SIGTERM: the job is cancelled, its checkpoint kept
+    report["restarts"], report["status"]
+
+    python -m jobkit.flink            # make the Python and fetch the jars now (bin/test does)
+
+PyFlink (`apache-flink`) pins NumPy, PyArrow and Beam at versions lakelock's own Python cannot
+share, so it gets a virtual environment of its own, made once under the cache
+(`~/.cache/lakelock/flink/`, `LAKELOCK_JARS_CACHE`'s sibling) from PyPI, or the interpreter
+`LAKELOCK_FLINK_PYTHON` names. Iceberg's Flink runtime and Hadoop's client come from Maven
+(`jobkit.maven`'s `flink-iceberg` set) and reach Flink's own classpath through
+`HADOOP_CLASSPATH`, which PyFlink's gateway adds (a catalog is made in the client, so
+`pipeline.jars` is too late for it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from jobkit.maven import MavenMissing, cache_root, jars
+
+__all__ = ["FLINK_VERSION", "FlinkMissing", "FlinkWriter", "classpath", "main", "python"]
+
+log = logging.getLogger(__name__)
+
+FLINK_VERSION = "1.20.3"
+"""PyFlink's release: Flink 1.20, whose Iceberg runtime is `iceberg-flink-runtime-1.20`."""
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FlinkMissing(RuntimeError):
+    """PyFlink could not be installed, or its jars fetched: the message says why."""
+
+
+def _venv() -> Path:
+    return cache_root().parent / "flink" / f"apache-flink-{FLINK_VERSION}"
+
+
+def python() -> Path:
+    """An interpreter with PyFlink: `LAKELOCK_FLINK_PYTHON`, else the cache's, made on first
+    use (a few minutes: PyFlink and its libraries are about 700 MB).
+
+    Raises:
+        FlinkMissing: the virtual environment could not be made.
+    """
+    configured = os.environ.get("LAKELOCK_FLINK_PYTHON")
+    if configured:
+        return Path(configured)
+    venv = _venv()
+    interpreter = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    if stamp.is_file():
+        return interpreter
+    log.info("installing apache-flink %s into %s", FLINK_VERSION, venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    for step in (
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(interpreter), "-m", "pip", "install", "--quiet", f"apache-flink=={FLINK_VERSION}"],
+    ):
+        done = subprocess.run(step, capture_output=True, text=True, timeout=1800, check=False)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+            raise FlinkMissing(f"{' '.join(step[:4])} failed:\n{tail}")
+    stamp.write_text(FLINK_VERSION + "\n")
+    return interpreter
+
+
+def classpath() -> str:
+    """The jars Flink needs for Iceberg, as a class path.
+
+    Raises:
+        FlinkMissing: Maven could not fetch them.
+    """
+    try:
+        return os.pathsep.join(str(jar) for jar in jars("flink-iceberg"))
+    except MavenMissing as exc:
+        raise FlinkMissing(str(exc)) from exc
+
+
+@dataclass
+class FlinkWriter:
+    """A `python -m flink_writer` process (flink_writer.job) and where it reports."""
+
+    process: subprocess.Popen[bytes]
+    report_path: Path
+    log_path: Path
+    _log: IO[bytes]
+
+    @classmethod
+    def start(cls, *, args: list[str], token: str, log_path: Path) -> FlinkWriter:
+        """Start the writer with `args` (flink_writer.job's options, `--report` added), the
+        job's lakelock token in its environment.
+
+        Raises:
+            FlinkMissing: no PyFlink, or no jars.
+        """
+        report_path = log_path.with_suffix(".report.json")
+        report_path.unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "HADOOP_CLASSPATH": classpath(),
+            "LAKELOCK_TOKEN": token,
+            "PYTHONPATH": str(ROOT),
+        }
+        log_file = log_path.open("ab")
+        process = subprocess.Popen(
+            [str(python()), "-m", "flink_writer", *args, "--report", str(report_path)],
+            env=env,
+            cwd=ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        return cls(process, report_path, log_path, log_file)
+
+    def job_id(self, *, timeout_s: float) -> str:
+        """The Flink job's id, once the writer printed it.
+
+        Raises:
+            RuntimeError: the writer ended first, or did not start within `timeout_s`.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for line in self.log_path.read_text(errors="replace").splitlines():
+                if line.startswith('{"job_id"'):
+                    return str(json.loads(line)["job_id"])
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Flink writer ended before its job ran: {self._tail()}")
+            time.sleep(0.5)
+        raise RuntimeError(f"the Flink writer's job did not start in {timeout_s:g}s")
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, *, timeout_s: float = 120.0) -> dict[str, Any]:
+        """Cancel the job (SIGTERM; its last checkpoint is kept), wait for the process, and
+        answer its report (job_id, status, restarts, checkpoints, error).
+
+        Raises:
+            RuntimeError: the writer left no report.
+        """
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
+        if not self.report_path.is_file():
+            raise RuntimeError(f"the Flink writer left no report: {self._tail()}")
+        report: dict[str, Any] = json.loads(self.report_path.read_text())
+        return report
+
+    def _tail(self) -> str:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join([line for line in lines if not line.startswith("\t")][-15:])
+
+
+def main() -> int:
+    """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits."""
+    try:
+        interpreter = python()
+        jar_path = classpath()
+    except FlinkMissing as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"flink: {interpreter}; {len(jar_path.split(os.pathsep))} jars")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

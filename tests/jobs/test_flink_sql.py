@@ -1,0 +1,72 @@
+"""The Flink writer's SQL (flink_writer.sql): what a Flink user writes by hand, built from the
+writer's options, and the options it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from flink_writer import sql
+
+
+def options(**overrides: object) -> sql.Options:
+    values: dict[str, object] = {
+        "catalog_uri": "http://127.0.0.1:8737/iceberg",
+        "table": "db.events",
+        "columns": "event_id STRING, dt STRING, hr INT, v BIGINT",
+        "key": ("event_id", "dt", "hr"),
+        "partitioned_by": ("dt", "hr"),
+        "landing": "file:///data/landing",
+    }
+    values.update(overrides)
+    return sql.Options(**values)  # type: ignore[arg-type]
+
+
+def test_the_catalog_is_lakelocks_rest_front_with_the_jobs_token():
+    ddl = sql.catalog(options(), token="s3cr'et")
+    assert "CREATE CATALOG `lakelock`" in ddl
+    assert "'catalog-type' = 'rest'" in ddl
+    assert "'uri' = 'http://127.0.0.1:8737/iceberg'" in ddl
+    assert "'token' = 's3cr''et'" in ddl  # a quote in the token stays inside its literal
+
+
+def test_an_upsert_table_is_made_as_flink_users_make_it():
+    ddl = sql.target(options())
+    assert ddl.startswith("CREATE TABLE IF NOT EXISTS `lakelock`.`db`.`events`")
+    assert "PRIMARY KEY (`event_id`, `dt`, `hr`) NOT ENFORCED" in ddl
+    assert "PARTITIONED BY (`dt`, `hr`)" in ddl
+    assert "'format-version' = '2'" in ddl and "'write.upsert.enabled' = 'true'" in ddl
+
+
+def test_an_append_table_has_no_upsert():
+    ddl = sql.target(options(mode="append", key=()))
+    assert "PRIMARY KEY" not in ddl and "upsert" not in ddl
+
+
+def test_the_source_reads_the_landing_folder_with_the_tables_columns_and_watches_it():
+    ddl = sql.source(options(monitor_interval_s=2), [("event_id", "STRING"), ("hr", "INT")])
+    assert "`event_id` STRING,\n  `hr` INT" in ddl
+    assert "'path' = 'file:///data/landing'" in ddl
+    assert "'source.monitor-interval' = '2000ms'" in ddl
+    assert sql.insert(options()) == (
+        "INSERT INTO `lakelock`.`db`.`events` SELECT * FROM `lakelock_source`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"key": ()}, "needs its key columns"),
+        ({"mode": "merge"}, "upsert or append"),
+        ({"table": "events"}, "namespace.table"),
+        ({"table": "db.ev`ents"}, "namespace.table"),
+        ({"key": ("id; DROP",)}, "plain column"),
+    ],
+)
+def test_options_a_writer_refuses(overrides, says):
+    with pytest.raises(ValueError, match=says):
+        options(**overrides)
+
+
+def test_a_missing_table_needs_its_columns():
+    with pytest.raises(ValueError, match="--columns"):
+        sql.target(options(columns=""))
