@@ -189,6 +189,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K=V",
         help="a table property when the job creates the table",
     )
+    p.add_argument(
+        "--catalog-property",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="write to this Iceberg catalog instead of lakelock's front (catalog-impl, uri, ...)",
+    )
     p.add_argument("--landing", required=True, help="folder of JSON-lines files, watched")
     p.add_argument("--checkpoint-every-s", type=float, default=3.0)
     p.add_argument("--checkpoints", default="", help="checkpoint folder URI (kept on cancel)")
@@ -208,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     token = os.environ.get(TOKEN_ENV, "")
-    if not token:
+    if not token and not args.catalog_property:
         parser.error(f"set {TOKEN_ENV} to the job's lakelock token")
     try:
         options = sql.Options(
@@ -221,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             partitioned_by=_names(args.partitioned_by),
             landing=args.landing,
             properties=dict(p.split("=", 1) for p in args.property),
+            catalog_properties=dict(p.split("=", 1) for p in args.catalog_property),
         )
     except ValueError as exc:
         parser.error(str(exc))

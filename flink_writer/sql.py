@@ -45,6 +45,9 @@ class Options:
     monitor_interval_s: float = 1.0
     catalog_name: str = "lakelock"
     properties: dict[str, str] = field(default_factory=dict)
+    # another Iceberg catalog than lakelock's front (its Flink catalog properties, e.g.
+    # catalog-impl, uri, warehouse): the same job straight to the catalog, for comparison
+    catalog_properties: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in ("upsert", "append"):
@@ -76,13 +79,13 @@ def _with(properties: dict[str, str]) -> str:
 
 
 def catalog(options: Options, *, token: str) -> str:
-    """The Iceberg REST catalog at lakelock's front, with the job's token."""
-    props = {
-        "type": "iceberg",
-        "catalog-type": "rest",
-        "uri": options.catalog_uri,
-        "token": token,
-    }
+    """The Iceberg REST catalog at lakelock's front, with the job's token; or the catalog
+    `options.catalog_properties` name, without lakelock."""
+    props = {"type": "iceberg"}
+    if options.catalog_properties:
+        props.update(options.catalog_properties)
+    else:
+        props.update({"catalog-type": "rest", "uri": options.catalog_uri, "token": token})
     return f"CREATE CATALOG {quote(options.catalog_name)} WITH (\n  {_with(props)}\n)"
 
 

@@ -101,9 +101,11 @@ class FlinkWriter:
     _log: IO[bytes]
 
     @classmethod
-    def start(cls, *, args: list[str], token: str, log_path: Path) -> FlinkWriter:
+    def start(
+        cls, *, args: list[str], token: str, log_path: Path, jars: tuple[Path, ...] = ()
+    ) -> FlinkWriter:
         """Start the writer with `args` (flink_writer.job's options, `--report` added), the
-        job's lakelock token in its environment.
+        job's lakelock token in its environment, `jars` (a JDBC driver) on Flink's classpath.
 
         Raises:
             FlinkMissing: no PyFlink, or no jars.
@@ -112,7 +114,7 @@ class FlinkWriter:
         report_path.unlink(missing_ok=True)
         env = {
             **os.environ,
-            "HADOOP_CLASSPATH": classpath(),
+            "HADOOP_CLASSPATH": os.pathsep.join([classpath(), *map(str, jars)]),
             "LAKELOCK_TOKEN": token,
             "PYTHONPATH": str(ROOT),
         }

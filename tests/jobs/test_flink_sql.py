@@ -70,3 +70,10 @@ def test_options_a_writer_refuses(overrides, says):
 def test_a_missing_table_needs_its_columns():
     with pytest.raises(ValueError, match="--columns"):
         sql.target(options(columns=""))
+
+
+def test_another_catalog_replaces_the_front_for_a_comparison():
+    straight = {"catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog", "uri": "jdbc:mariadb://h/c"}
+    ddl = sql.catalog(options(catalog_properties=straight), token="unused")
+    assert "'catalog-impl' = 'org.apache.iceberg.jdbc.JdbcCatalog'" in ddl
+    assert "rest" not in ddl and "unused" not in ddl

@@ -9,8 +9,6 @@ through the front. The append job's table is read by pyiceberg.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,15 +21,23 @@ import pytest
 from compactor.config import ExpireSnapshotsConfig, LeaseConfig, PlanConfig, TableConfig
 from compactor.report import Outcome
 from compactor.run import run_table, utcnow
+from demo.flink import (
+    MARKER,
+    PATH_READS,
+    Compactor,
+    UpsertFeed,
+    marker,
+    rows_of,
+    wait_until,
+    writer_args,
+)
 from jobkit.flink import FlinkWriter
-from jobkit.spark import build_session, error_message
+from jobkit.spark import build_session
 from tests.conftest import start_server
 from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
-COLUMNS = "event_id STRING, dt STRING, hr INT, v BIGINT"
-KEYS = 40  # keys per file, over 2 days x 2 hours: 4 partitions
 WAIT_S = 240  # a guard against a hang only
 
 
@@ -63,48 +69,13 @@ def spark(front: Any) -> Iterator[Any]:
         extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
-            # the catalog Iceberg's source loads a table by its metadata file through
-            "spark.sql.catalog.default_iceberg": "org.apache.iceberg.spark.SparkCatalog",
-            "spark.sql.catalog.default_iceberg.type": "hadoop",
+            **PATH_READS,
             "spark.sql.catalog.default_iceberg.warehouse": (front.folder / "paths").as_uri(),
         },
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
-
-
-class Landing:
-    """The writer's landing folder: each file a batch of rows, and the row every key ends with
-    (the last one written: the writer reads one file at a time, in order, at parallelism 1)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.files = 0
-        self.latest: dict[tuple[str, str, int], int] = {}
-        self.rows = 0
-
-    def write(self, *, keys: int = KEYS, repeat: bool = True) -> int:
-        """One file: `keys` rows over 4 partitions, each key written twice in the file when
-        `repeat` (an upsert then replaces a row of its own checkpoint), then a marker row whose
-        value is the file's number. Answers the file's number."""
-        n = self.files
-        rows = []
-        for k in range(keys):
-            key = (f"k{k}", f"2024-06-2{k % 2}", (k // 2) % 2)
-            for attempt in range(2 if repeat else 1):
-                value = 1000 + n * 10_000 + k * 10 + attempt  # markers stay below 1000
-                rows.append({"event_id": key[0], "dt": key[1], "hr": key[2], "v": value})
-                self.latest[key] = value
-        rows.append({"event_id": "marker", "dt": "2024-06-20", "hr": 0, "v": n})
-        self.latest["marker", "2024-06-20", 0] = n
-        tmp = self.folder / f".{n:05d}.json.tmp"  # hidden from Flink until renamed
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.rename(self.folder / f"{n:05d}.json")
-        self.files += 1
-        self.rows += len(rows)
-        return n
 
 
 @pytest.fixture
@@ -120,51 +91,40 @@ def writers() -> Iterator[list[FlinkWriter]]:
 def start_writer(
     started: list[FlinkWriter], front: Any, tmp: Path, *, table: str, mode: str, **extra: str
 ) -> FlinkWriter:
-    args = {
-        "--catalog-uri": f"{front.url}/iceberg",
-        "--catalog-name": CATALOG,
-        "--table": table,
-        "--mode": mode,
-        "--columns": COLUMNS,
-        "--partitioned-by": "dt,hr",
-        "--landing": (tmp / "landing").as_uri(),
-        "--checkpoints": (tmp / "checkpoints").as_uri(),
-        "--checkpoint-every-s": "1",
+    args = writer_args(
+        catalog_uri=f"{front.url}/iceberg",
+        table=table,
+        landing=tmp / "landing",
+        checkpoints=tmp / "checkpoints",
+        mode=mode,
         **extra,
-    }
-    if mode == "upsert":
-        args["--key"] = "event_id,dt,hr"
-    argv = [part for pair in args.items() for part in pair]
-    writer = FlinkWriter.start(args=argv, token=front.token("job"), log_path=tmp / "flink.log")
+    )
+    writer = FlinkWriter.start(args=args, token=front.token("job"), log_path=tmp / "flink.log")
     started.append(writer)
     writer.job_id(timeout_s=WAIT_S)
     return writer
 
 
-def marker(front: Any, table: str, spark: Any | None = None) -> int:
-    """The newest file number the table holds (-1: none yet)."""
-    if spark is None:  # pyiceberg: a table without equality deletes
-        rows = direct(front, table).scan(row_filter="event_id == 'marker'").to_arrow()
-        values = rows.column("v").to_pylist()
-    else:
-        found = snapshot_read(front, table, spark).where("event_id = 'marker'").collect()
-        values = [r.v for r in found]
-    return max(values, default=-1)
-
-
-def snapshot_read(front: Any, table: str, spark: Any) -> Any:
-    """The table as Iceberg's reader in Spark sees its current metadata file, named by the
-    front's database (pyiceberg's SQL catalog): a DataFrame read without the front."""
-    location = direct(front, table).metadata_location
-    return spark.read.format("iceberg").load(location)
-
-
-def wait_for(what: str, done: Any, writer: FlinkWriter) -> None:
+def land(feed: UpsertFeed, table: str, newest: Any, writer: FlinkWriter, **kind: Any) -> None:
+    """One file, then wait until `table` holds it (`newest(table)`: the newest file number)."""
+    n = feed.write(**kind)
     deadline = time.monotonic() + WAIT_S
-    while not done():
-        assert writer.running(), f"the Flink writer ended while waiting for {what}"
-        assert time.monotonic() < deadline, f"no {what} in {WAIT_S}s"
-        time.sleep(1)
+    wait_until(f"file {n}", lambda: newest(table) >= n, writer=writer, deadline=deadline)
+
+
+def appended(front: Any) -> Any:
+    """The newest file a table without equality deletes holds, read by pyiceberg."""
+
+    def newest(table: str) -> int:
+        rows = direct(front, table).scan(row_filter=f"event_id == '{MARKER}'").to_arrow()
+        return max(rows.column("v").to_pylist(), default=-1)
+
+    return newest
+
+
+def upserted(front: Any, spark: Any) -> Any:
+    """The newest file an upsert table holds, read by Iceberg's reader in Spark."""
+    return lambda table: marker(spark, direct(front, table).metadata_location)
 
 
 def compactor_config(table: str) -> TableConfig:
@@ -180,39 +140,20 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     spark, front, tmp_path, job_client, operator, writers
 ):
     table = f"{CATALOG}.db.flink_upserts"
-    landing = Landing(tmp_path / "landing")
+    feed = UpsertFeed(tmp_path / "landing")
     writer = start_writer(writers, front, tmp_path, table="db.flink_upserts", mode="upsert")
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def feed() -> None:
-        # one file at a time, the next once the table holds the one before: counts, not time
-        # (the session made active in this thread's JVM thread, for its SQL settings)
-        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-        try:
-            while not stop.is_set():
-                n = landing.write()
-                wait_for(f"file {n}", lambda n=n: marker(front, table, spark) >= n, writer)
-        except BaseException as exc:  # reported by the test's thread
-            failures.append(exc)
-            stop.set()
-
-    wait_for("the table", lambda: spark.catalog.tableExists(table), writer)
-    feeder = threading.Thread(target=feed, name="landing", daemon=True)
-    feeder.start()
-    runs = []
+    deadline = time.monotonic() + WAIT_S
+    exists = lambda: spark.catalog.tableExists(table)  # noqa: E731
+    wait_until("the table", exists, writer=writer, deadline=deadline)
+    compactor = Compactor(spark, job_client, compactor_config(table), on_progress=lambda _: None)
+    compactor.start()
     try:
-        deadline = time.monotonic() + 4 * WAIT_S
-        while not stop.is_set() and (len(runs) < 4 or landing.files < 10):
-            assert time.monotonic() < deadline, f"{len(runs)} runs, {landing.files} files"
-            report = run_table(spark, client=job_client, config=compactor_config(table))
-            if report.outcome != Outcome.NO_CHANGE and report.reason != "below_thresholds":
-                runs.append(report)  # a compaction: planned, with work to do
+        # one file at a time, the next once the table holds the one before: counts, not time
+        while feed.files < 8 or len(compactor.runs) < 3:
+            assert not compactor.failures, compactor.failures
+            land(feed, table, upserted(front, spark), writer)
     finally:
-        stop.set()
-        feeder.join(WAIT_S)
-    assert not failures, error_message(failures[0])
-    wait_for("the last file", lambda: marker(front, table, spark) >= landing.files - 1, writer)
+        compactor.stop(WAIT_S)
     result = writer.stop()
 
     # no commit failed: Flink's committer catches nothing, so a failure is a restart
@@ -220,14 +161,14 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     trail = events(operator, table)
     assert [e for e in trail if e["event"] == "catalog.refused"] == []
     flink_commits = [e for e in trail if e["event"] == "catalog.commit" and e["kind"] == "data"]
-    assert len(flink_commits) >= landing.files
-    # every compaction committed, and some while the job's commits went on
+    assert len(flink_commits) >= feed.files
+    # every compaction committed, while the job's commits went on
+    runs = compactor.runs
     assert all(r.outcome == Outcome.COMPACTED for r in runs), [(r.outcome, r.error) for r in runs]
     replaced = [e for e in trail if "replace" in e["detail"].get("operations", [])]
     assert len(replaced) >= len(runs)
     # exact: every key holds the last row written for it, read without lakelock
-    rows = {(r.event_id, r.dt, r.hr): r.v for r in snapshot_read(front, table, spark).collect()}
-    assert rows == landing.latest
+    assert rows_of(spark, direct(front, table).metadata_location) == feed.latest
 
 
 def test_flink_restarts_from_its_checkpoint_after_expiry_and_commits_nothing_twice(
@@ -240,12 +181,11 @@ def test_flink_restarts_from_its_checkpoint_after_expiry_and_commits_nothing_twi
     checkpoint. Its committer finds the checkpoint committed in the snapshot lakelock kept."""
     name = "db.flink_appends"
     table = f"{CATALOG}.{name}"
-    landing = Landing(tmp_path / "landing")
-    slow = {"--checkpoint-every-s": "6"}  # no checkpoint between the commit and the cancel
+    feed = UpsertFeed(tmp_path / "landing")
+    slow = {"checkpoint_every_s": 6}  # no checkpoint between the commit and the cancel
     writer = start_writer(writers, front, tmp_path, table=name, mode="append", **slow)
     for _ in range(2):
-        n = landing.write(repeat=False)
-        wait_for(f"file {n}", lambda n=n: marker(front, table) >= n, writer)
+        land(feed, table, appended(front), writer, repeat=False)
     first = writer.stop()
     assert first["status"] == "CANCELED" and first["restarts"] == 0, first
     history = direct(front, table).metadata.snapshots
@@ -267,21 +207,13 @@ def test_flink_restarts_from_its_checkpoint_after_expiry_and_commits_nothing_twi
     assert not {s.snapshot_id for s in flink_snapshots[:-1]} & kept  # the others went
 
     checkpoint = latest_checkpoint(tmp_path / "checkpoints")
-    writer = start_writer(
-        writers,
-        front,
-        tmp_path,
-        table=name,
-        mode="append",
-        **slow,
-        **{"--restore-from": checkpoint},
-    )
-    n = landing.write(repeat=False)
-    wait_for(f"file {n}", lambda: marker(front, table) >= n, writer)
+    restart = {"--restore-from": checkpoint}
+    writer = start_writer(writers, front, tmp_path, table=name, mode="append", **slow, **restart)
+    land(feed, table, appended(front), writer, repeat=False)
     second = writer.stop()
     assert second["status"] == "CANCELED" and second["restarts"] == 0, second
     rows = direct(front, table).scan().to_arrow()
-    written = landing.rows + others
+    written = feed.rows + others
     assert rows.num_rows == written  # nothing committed twice, nothing lost
     assert len(set(rows.column("v").to_pylist())) == written
 
