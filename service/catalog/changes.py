@@ -5,6 +5,8 @@
     change.kind          "maintenance" | "data" | "table"
     change.partitions    the partition names its snapshots' new manifests add or delete in
     change.counts        files and records added and removed, counted in those manifests
+    change.added         data and delete files added per partition (docs/design.md §5.1)
+    change.rewritten     the partitions whose data files it replaced or deleted
 
 What a snapshot did is read from the entries of its new manifests (those its manifest list
 names and its parent's does not), never from its summary, which the client writes as it likes:
@@ -89,6 +91,9 @@ class Written:
     new_manifests: int = 0
     older_sequence: bool = False  # a file added with a data sequence number before the commit's
     partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
+    # per partition (keyed as `partitions`): data files added, delete files added, data files
+    # deleted
+    by_partition: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     added_paths: set[str] = field(default_factory=set)  # the data files it adds
     # the one data file each added position delete file points at (None: several, or unknown)
     position_targets: list[str | None] = field(default_factory=list)
@@ -133,6 +138,7 @@ def read_change(
     for snapshot in snapshots:
         summary.update(summary_of(snapshot))
     partitions: Scope = _named(updated, written) if snapshots else frozenset()
+    added, rewritten = _per_partition(updated, written)
     conflicts = can_conflict(written)
     if _moves_a_branch(updates, {s.snapshot_id for s in snapshots}, base):
         # a branch set to a snapshot this commit did not add (a rollback, a cherry-pick), or
@@ -153,6 +159,8 @@ def read_change(
         partitions=partitions,
         counts=_counts(written),
         conflicts=conflicts,
+        added=added,
+        rewritten=rewritten,
     )
 
 
@@ -501,6 +509,11 @@ def _count(
         written.removed_deletes += 1
     key = (spec_id, repr(file.partition))
     written.partitions.setdefault(key, file.partition)
+    counts = written.by_partition.setdefault(key, [0, 0, 0])
+    if added:
+        counts[0 if file.content == DataFileContent.DATA else 1] += 1
+    elif file.content == DataFileContent.DATA:
+        counts[2] += 1
 
 
 def _referenced(file: DataFile) -> str | None:
@@ -536,6 +549,30 @@ def _named(metadata: TableMetadata, written: list[Written]) -> Scope:
                 return None  # a spec the table does not know is no smaller than the table
             names.add(_java_escaped(spec.partition_to_path(partition, schema)))
     return frozenset(names)
+
+
+def _per_partition(
+    metadata: TableMetadata, written: list[Written]
+) -> tuple[dict[str, tuple[int, int]], frozenset[str]]:
+    """The data files and delete files the snapshots added per partition name, and the
+    partitions whose data files they deleted (docs/design.md §5.1). A file of an unpartitioned
+    spec is in no partition: it is counted in none."""
+    specs = metadata.specs()
+    schema = metadata.schema()
+    added: dict[str, tuple[int, int]] = {}
+    rewritten: set[str] = set()
+    for w in written:
+        for key, (data, deletes, deleted) in w.by_partition.items():
+            spec = specs.get(key[0])
+            if spec is None or spec.is_unpartitioned():
+                continue
+            name = _java_escaped(spec.partition_to_path(w.partitions[key], schema))
+            if data or deletes:
+                before = added.get(name, (0, 0))
+                added[name] = (before[0] + data, before[1] + deletes)
+            if deleted:
+                rewritten.add(name)
+    return added, frozenset(rewritten)
 
 
 def _java_escaped(path: str) -> str:

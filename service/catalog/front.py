@@ -55,7 +55,7 @@ from service.catalog import limits, locations
 from service.catalog.changes import read_change
 from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
-from service.lock import fence
+from service.lock import due, fence
 from service.wire import TABLE_PATTERN
 from service.wire.errors import (
     AlreadyExists,
@@ -93,11 +93,13 @@ class Front:
         transact: Run,
         read: Run,
         caps: Limits | None = None,
+        trigger: due.Trigger | None = None,
     ) -> None:
         self.pointers = pointers
         self._transact = transact
         self._read = read
         self.limits = caps or Limits()
+        self.trigger = trigger or due.Trigger()  # when a partition's counted files are due
 
     @property
     def name(self) -> str:
@@ -358,6 +360,7 @@ class Front:
                     conn,
                     change,
                     swap=lambda c: self.pointers.swap(c, identifier, old, new, moved=moved),
+                    trigger=self.trigger,
                 )
             )
         except LakelockError:

@@ -19,7 +19,7 @@ from service.client.reader import ReaderLease
 from service.client.renewer import LeaseLost, Renewer
 from service.client.transport import DEFAULT_URL
 from service.client.waiting import MAX_WAIT_S, UNAVAILABLE, Acquired, NotGranted, Waited
-from service.wire import DebtBody, Draining, Lease, TableDebt
+from service.wire import DebtBody, Draining, DuePartition, Lease, TableDebt
 from service.wire.errors import (
     ClaimHeld,
     LakelockError,
@@ -41,6 +41,7 @@ __all__ = [
     "ClaimHeld",
     "DebtBody",
     "Draining",
+    "DuePartition",
     "LakelockError",
     "Lease",
     "LeaseClient",

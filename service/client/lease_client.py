@@ -55,6 +55,8 @@ from service.wire import (
     Backpressure,
     DebtBody,
     Draining,
+    Due,
+    DuePartition,
     GapsRecorded,
     IngestLag,
     Lease,
@@ -75,6 +77,7 @@ __all__ = [
     "ClaimHeld",
     "DebtBody",
     "Draining",
+    "DuePartition",
     "Lease",
     "LeaseClient",
     "NotGranted",
@@ -321,19 +324,70 @@ class LeaseClient:
         )
         return Renewed.model_validate_json(answer.content).lease
 
-    def release(self, lease: Lease) -> None:
+    def release(
+        self,
+        lease: Lease,
+        *,
+        written: Mapping[str, tuple[int, int]] | None = None,
+        compacted: Sequence[str] | None = None,
+    ) -> None:
         """Release `lease`; releasing it again is not an error.
+
+        With what the lease did (docs/design.md §5.1): a commit lease the files its commit
+        added, `written` = {partition name: (data files, delete files)}; a maintenance lease
+        the partitions it compacted, `compacted`. Counted by the release that ends the lease
+        only, so a retry after a lost answer counts nothing twice (retried like any release).
 
         Raises:
             NotFound: unknown lease id.
             NotOwner: the lease is another holder's.
             StaleToken: a maintenance lease released with another token.
+            InvalidRequest: `written` on a lease other than a commit lease, `compacted` on one
+                other than a maintenance lease or outside its scope (nothing changed).
             OutcomeUnknown, Unavailable, ServerError.
         """
-        params: dict[str, Any] = {"holder": lease.holder}
+        if written is None and compacted is None:
+            params: dict[str, Any] = {"holder": lease.holder}
+            if lease.token is not None:
+                params["token"] = lease.token
+            self._transport.call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
+            return
+        body: dict[str, Any] = {"holder": lease.holder}
         if lease.token is not None:
-            params["token"] = lease.token
-        self._transport.call("DELETE", f"/v1/leases/{lease.lease_id}", params=params)
+            body["token"] = lease.token
+        if written is not None:
+            body["written"] = {
+                name: {"data_files": data, "delete_files": deletes}
+                for name, (data, deletes) in written.items()
+            }
+        if compacted is not None:
+            body["compacted"] = list(compacted)
+        self._transport.call("POST", f"/v1/leases/{lease.lease_id}/release", json=body)
+
+    def due(
+        self,
+        tables: Sequence[str],
+        *,
+        holder: str,
+        wait_s: float = 30.0,
+        limit: int = 100,
+    ) -> list[DuePartition]:
+        """The partitions due for compaction on `tables` (names or globs, `lake.db.*`), most
+        files first: at once when any is due, else as soon as one becomes due, else an empty
+        list after `wait_s` (a long-poll, up to 60 s). Leaves out the tables another
+        compactor holds the claim of (`holder`'s own claims, and its runs' `<holder>/<run>`,
+        do not) and those whose maintenance is switched off. Retried like any read.
+
+        Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
+        """
+        params: dict[str, Any] = {
+            "table": list(tables),
+            "holder": holder,
+            "wait_s": wait_s,
+            "limit": limit,
+        }
+        answer = self._transport.call("GET", "/v1/due", params=params, wait_s=wait_s)
+        return list(Due.model_validate_json(answer.content).due)
 
     def withdraw_intent(self, table: str, *, request_id: str, holder: str) -> bool:
         """Withdraw the intent a maintenance request opened (give up draining); True when one

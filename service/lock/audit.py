@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from service.lock.db import Hot, events_t, keyset, recorded_events
 from service.wire import Event, EventName
 
-__all__ = ["last_for_lease", "recent", "record"]
+__all__ = ["committed_under", "last_for_lease", "recent", "record"]
 
 _LIFECYCLE = (
     EventName.LEASE_ACQUIRED,
@@ -137,3 +137,14 @@ def last_for_lease(conn: Connection, lease_id: str) -> Event | None:
         .limit(1)
     ).first()
     return None if row is None else _event(row)
+
+
+def committed_under(conn: Connection, lease_id: str) -> bool:
+    """Whether a commit through the catalog front named `lease_id` (its `catalog.commit`
+    event): the front then counted the commit's files from its manifests."""
+    row = conn.execute(
+        select(events_t.c.id)
+        .where(events_t.c.lease_id == lease_id, events_t.c.event == EventName.CATALOG_COMMIT)
+        .limit(1)
+    ).first()
+    return row is not None

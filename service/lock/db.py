@@ -51,7 +51,10 @@ __all__ = [
     "commit_leases_t",
     "debt_t",
     "driver_message",
+    "due_samples_t",
+    "due_t",
     "events_t",
+    "followers_t",
     "iceberg_namespaces_t",
     "iceberg_tables_t",
     "intents_t",
@@ -67,6 +70,8 @@ __all__ = [
     "run_transaction",
     "runs_t",
     "tables_t",
+    "wake",
+    "woken",
 ]
 
 metadata = MetaData()
@@ -228,6 +233,49 @@ lag_t = Table(
     Column("records", BigInteger, nullable=False),  # their sum, for ranking and the gauge
     Column("reported_at", Instant, nullable=False),  # the database clock
     Column("reported_by", String(255)),
+)
+
+
+# what each partition gained since it was last compacted, as commits land (docs/design.md
+# §5.1): one row per (table, partition) with files counted; a compaction deletes it
+due_t = Table(
+    "lakelock_due",
+    metadata,
+    Column("table_name", String(NAME), primary_key=True),
+    Column("partition_name", String(512), primary_key=True),  # MAX_NAME_CHARS
+    Column("data_files", BigInteger, nullable=False),  # added since the last compaction
+    Column("delete_files", BigInteger, nullable=False),
+    Column("commits", BigInteger, nullable=False),  # the commits that added them
+    Column("first_at", Instant, nullable=False),  # when the first of them landed
+    Column("due_at", Instant),  # when the counts reached the due threshold; NULL before
+    Column("updated_at", Instant, nullable=False),
+    Index("ix_lakelock_due_due_at", "due_at"),
+)
+
+# the time from due to compacted of each due partition compacted, for the figures of the last
+# hour; pruned after a day
+due_samples_t = Table(
+    "lakelock_due_samples",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("table_name", String(NAME), nullable=False),
+    Column("partition_name", String(512), nullable=False),
+    Column("due_at", Instant, nullable=False),
+    Column("compacted_at", Instant, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Index("ix_lakelock_due_samples_table", "table_name", "compacted_at"),
+    Index("ix_lakelock_due_samples_at", "compacted_at"),
+)
+
+# the compactors that long-poll for due partitions (GET /v1/due): one row per holder
+followers_t = Table(
+    "lakelock_followers",
+    metadata,
+    Column("holder", String(255), primary_key=True),
+    Column("principal", String(255)),  # the token of its last poll
+    Column("tables", LongText, nullable=False),  # JSON: the table names and globs it follows
+    Column("polled_at", Instant, nullable=False),
+    Column("parked_until", Instant),  # parked on its long-poll until then; NULL: not parked
 )
 
 
@@ -484,6 +532,18 @@ recorded_events: ContextVar[list[dict[str, Any]] | None] = ContextVar(
 """The audit events the running transaction recorded (set by run_transaction, appended to by
 service.lock.audit.record), so metrics and logs follow committed transitions without a query."""
 
+woken: ContextVar[set[str] | None] = ContextVar("lakelock_woken", default=None)
+"""The wake channels the running transaction signalled (set by run_transaction, added to by
+`wake`): its long-polls are woken once it commits, as those of a table whose events it wrote."""
+
+
+def wake(channel: str) -> None:
+    """Wake the long-polls parked on `channel` once the running transaction commits (none
+    outside `run_transaction`)."""
+    found = woken.get()
+    if found is not None:
+        found.add(channel)
+
 
 def _is_retryable(exc: DBAPIError) -> bool:
     code = exc.orig.args[0] if exc.orig is not None and exc.orig.args else None
@@ -520,6 +580,7 @@ def run_transaction(
     *,
     attempts: int = 4,
     on_commit: Callable[[list[dict[str, Any]]], None] | None = None,
+    on_wake: Callable[[set[str]], None] | None = None,
 ) -> T:
     """Run `fn(conn)` in one transaction and return its result.
 
@@ -530,13 +591,16 @@ def run_transaction(
     and a connection found dead before the commit was sent (the pool is refreshed with it). A
     connection lost during the commit is not retried: the outcome is unknown, the caller gets
     the error (a 503; clients retry acquires with the same request id).
-    `on_commit` gets the audit events the committed transaction recorded.
+    `on_commit` gets the audit events the committed transaction recorded, `on_wake` the wake
+    channels it signalled (`wake`).
     """
     for attempt in range(1, attempts + 1):
         recorded: list[dict[str, Any]] = []
+        channels: set[str] = set()
         refusal: LakelockError | None = None
         committing = False
         context = recorded_events.set(recorded)
+        signalled = woken.set(channels)
         try:
             with engine.begin() as conn:
                 try:
@@ -552,8 +616,11 @@ def run_transaction(
             continue
         finally:
             recorded_events.reset(context)
+            woken.reset(signalled)
         if on_commit is not None and recorded:
             on_commit(recorded)
+        if on_wake is not None and channels:
+            on_wake(channels)
         if refusal is not None:
             raise refusal
         return result

@@ -1,6 +1,8 @@
 """Compaction debt: what each table owes, as the compactors report it after each plan and run.
 
-    report(conn, table=t, body=DebtBody(...), by="compactor")   TableDebt; the table's row made
+    report(conn, table=t, body=DebtBody(...), by="compactor")   TableDebt; the table's row made,
+                                                                  its partitions' due counts
+                                                                  replaced when it names them
     of_table(conn, t, at)                                         TableDebt | None
     heaviest(conn, limit=100)                                     [(table, TableDebt)], most first
 
@@ -20,7 +22,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import store
+from service.lock import due, store
 from service.lock.db import debt_t
 from service.lock.rows import seconds
 from service.wire import DebtBody, TableDebt
@@ -44,13 +46,20 @@ def weight(debt: TableDebt | None) -> int:
     return 0 if debt is None else debt.weight
 
 
-def report(conn: Connection, *, table: str, body: DebtBody, by: str) -> TableDebt:
+def report(
+    conn: Connection, *, table: str, body: DebtBody, by: str, trigger: due.Trigger | None = None
+) -> TableDebt:
     """Store `body` as the table's debt, stamped with the database clock; the table's row is
     created on first use, as a lease or a switch does. Under the table's row lock, so reports
-    of one table are stored in the order they are answered."""
+    of one table are stored in the order they are answered. Its `partitions`, when sent,
+    replace the files counted per partition as commits landed (`due.replace`, due by
+    `trigger`): the compactor's measure is the correction."""
     locked = store.lock_table(conn, table)
     assert locked is not None  # created
     _, at = locked
+    if body.partitions is not None:
+        measured = {n: (f.data_files, f.delete_files) for n, f in body.partitions.items()}
+        due.replace(conn, table=table, partitions=measured, at=at, trigger=trigger or due.Trigger())
     values: dict[str, Any] = {name: getattr(body, name) for name in _COUNTS}
     values.update(
         measured_at=body.measured_at,

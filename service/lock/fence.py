@@ -29,14 +29,16 @@ expiry cannot slip between the check and the swap; then decides:
 A refusal is recorded (`catalog.refused`) and nothing else changes. A commit that passes is
 recorded (`catalog.commit`: the principal, what it is, the lease it named or `foreign`, the
 partitions it touched) and a data commit adds what it wrote to the table's debt row, so
-operators see foreign writers and debt moves without a table scan. `swap` returns False when
+operators see foreign writers and debt moves without a table scan, and to its partitions' due
+counts (service.lock.due); a maintenance commit compacts the partitions whose data files it
+replaced there. `swap` returns False when
 the pointer moved since the commit's base: CommitConflict (409, retried by Iceberg clients).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -44,7 +46,7 @@ from typing import Any, Literal
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, leases, store
+from service.lock import audit, due, leases, store
 from service.lock.db import debt_t
 from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
 from service.lock.rules import holding
@@ -77,11 +79,23 @@ class Change:
     # a data commit that can conflict with a rewrite in flight (removes files, or adds position
     # deletes against files it did not add); one that cannot passes maintenance holds
     conflicts: bool = True
+    # per partition, the data files and delete files its snapshots added, and the partitions
+    # whose data files they deleted (docs/design.md §5.1)
+    added: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    rewritten: frozenset[str] = frozenset()
 
 
-def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], bool]) -> None:
+def commit(
+    conn: Connection,
+    change: Change,
+    *,
+    swap: Callable[[Connection], bool],
+    trigger: due.Trigger | None = None,
+) -> None:
     """Check `change` against the table's leases and switch, then `swap` the pointer; one
-    transaction (the caller's), the table's row locked first.
+    transaction (the caller's), the table's row locked first. A data commit that passes counts
+    its files per partition toward their due threshold (`trigger`), a maintenance commit
+    compacts the partitions whose data files it replaced (docs/design.md §5.1).
 
     Raises:
         Fenced: a maintenance commit without a live lease, token and scope for it.
@@ -108,6 +122,11 @@ def commit(conn: Connection, change: Change, *, swap: Callable[[Connection], boo
     _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=foreign, **passed)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
+        due.add_written(
+            conn, table=change.table, written=change.added, at=at, trigger=trigger or due.Trigger()
+        )
+    elif change.kind == "maintenance" and change.rewritten:
+        due.compacted(conn, table=change.table, partitions=change.rewritten, at=at)
 
 
 def _fenced(change: Change, reason: str, detail: str) -> Fenced:

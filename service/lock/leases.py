@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, readers, rules, store
+from service.lock import audit, due, readers, rules, store
 from service.lock.rows import SYSTEM, Caller, IntentRow, LeaseRow, Live, TableRow, seconds
 from service.lock.rules import (
     Ask,
@@ -364,6 +364,9 @@ def release(
     caller: Caller,
     holder: str | None = None,
     token: int | None = None,
+    written: Mapping[str, tuple[int, int]] | None = None,
+    compacted: Sequence[str] | None = None,
+    trigger: due.Trigger | None = None,
 ) -> Lease:
     """End a lease; releasing an ended lease answers its state again (idempotent).
 
@@ -373,18 +376,39 @@ def release(
     hears `not_owner` at its next renew. A holder that is not the lease's is refused whoever
     sends it: it names another lease.
 
+    The holder may say what the lease did (docs/design.md §5.1): a commit lease the files its
+    commit added per partition (`written`: name -> (data files, delete files)), counted toward
+    the partitions' due threshold (`trigger`), unless a commit through the catalog front named
+    the lease (the front counted them); a maintenance lease the partitions it compacted,
+    whose counts go to zero. Counted only by the release that ends the lease, so a repeated
+    release counts nothing twice.
+
     Raises:
         NotFound: no lease has this id.
         NotOwner: another principal took the lease, or `holder` is not its holder.
         StaleToken: a maintenance lease released with a token that is not its own.
-        InvalidRequest: no holder sent (and not an operator), or no token for a maintenance lease.
+        InvalidRequest: no holder sent (and not an operator), or no token for a maintenance
+            lease; `written` for a lease other than a commit lease, `compacted` for one other
+            than a maintenance lease or outside its scope (nothing changes).
     """
     ask = ReleaseAsk(lease_id, holder, token, caller)
     found = _found(conn, lease_id)
+    wrong = rules.counts_refusal(found.lease, holder, bool(written), compacted)
+    if wrong is not None:
+        raise wrong
     decision = rules.decide_release(found.lease, ask, found.at)
     if isinstance(decision, Refuse):
         raise rules.refused(decision, ask, found.at)
-    return _ended(conn, found, decision, caller.principal)
+    ended = _ended(conn, found, decision, caller.principal)
+    if isinstance(decision, End):
+        lease, at = found.lease, found.at
+        if written and not audit.committed_under(conn, lease.id):
+            due.add_written(
+                conn, table=lease.table, written=written, at=at, trigger=trigger or due.Trigger()
+            )
+        if compacted:
+            due.compacted(conn, table=lease.table, partitions=compacted, at=at)
+    return ended
 
 
 def revoke(conn: Connection, *, lease_id: str, reason: str, actor: str) -> Lease:

@@ -1,7 +1,8 @@
 """The lock over every table at one instant: what the service's state gauges show.
 
     seen = overview(conn, max_tables=100)    Overview: live leases by kind, open intents,
-                                              backpressure, paused tables, debt, source lag
+                                              backpressure, paused tables, debt, source lag,
+                                              due partitions and due to compacted
 
 Read-only, as `service.lock.state`: live is judged by expiry against the database clock, as
 every transition judges it, so a lease the sweep has not ended yet is not counted. Which
@@ -17,8 +18,9 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import debt, ingest, store
+from service.lock import debt, due, ingest, store
 from service.lock.db import intents_t, now, tables_t
+from service.lock.due import Figures
 from service.lock.rows import LeaseKind, seconds
 from service.lock.rules import backpressure_holds
 from service.wire import IngestLag, TableDebt
@@ -44,10 +46,13 @@ class Overview:
     """The reported debt of the tables that owe most, most first."""
     behind: list[tuple[str, IngestLag]]
     """The source lag of the tables whose ingest is furthest behind, most first."""
+    due: list[tuple[str, Figures]]
+    """Due partitions, due to compacted over the last hour and followers of the tables that
+    have due partitions or compactions, the slowest to be compacted first."""
 
 
 def overview(conn: Connection, *, max_tables: int = 100) -> Overview:
-    """The lock now; debt and lag of at most `max_tables` tables each."""
+    """The lock now; debt, lag and due figures of at most `max_tables` tables each."""
     at = now(conn)
     live: dict[LeaseKind, int] = {}
     oldest_s: dict[LeaseKind, float] = {}
@@ -76,6 +81,7 @@ def overview(conn: Connection, *, max_tables: int = 100) -> Overview:
         paused=conn.execute(select(func.count()).where(tables_t.c.ingest == "paused")).scalar_one(),
         heaviest=debt.heaviest(conn, limit=max_tables, at=at),
         behind=ingest.most_behind(conn, limit=max_tables, at=at),
+        due=due.figures(conn, at=at, max_tables=max_tables),
     )
 
 

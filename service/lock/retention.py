@@ -14,6 +14,10 @@ calls on the same tables (and on SQLite, the whole file) wait at most one batch.
                     `ended_at` and are never touched. A pruned lease is still answered from its
                     last audit event while that is kept.
     intents         deleted when they end: nothing to prune.
+    due partitions  files counted of a partition that no commit, compaction or debt report
+                    touched for the retention (docs/design.md §5.1)
+    due samples     due to compacted, older than a day (the figures cover the last hour)
+    followers       compactors that have not long-polled for a day
 
 The cutoff is the database clock minus the retention, read once per pass. Every replica prunes;
 two passes over the same rows only delete fewer.
@@ -27,19 +31,25 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import takewhile
 
-from sqlalchemy import Engine, Table, delete, func, select
+from sqlalchemy import Engine, Table, delete, func, select, tuple_
 from sqlalchemy.engine import Connection
 
 from service.lock.db import (
     claims_t,
     commit_leases_t,
+    due_samples_t,
+    due_t,
     events_t,
+    followers_t,
     maintenance_leases_t,
     now,
     run_transaction,
 )
 
-__all__ = ["Pruned", "prune"]
+__all__ = ["SAMPLES_KEPT", "Pruned", "prune"]
+
+SAMPLES_KEPT = timedelta(days=1)
+"""How long due-to-compacted samples and idle followers are kept, whatever the retention."""
 
 
 @dataclass
@@ -50,6 +60,9 @@ class Pruned:
     commit_leases: int = 0
     maintenance_leases: int = 0
     claims: int = 0
+    due_partitions: int = 0
+    due_samples: int = 0
+    followers: int = 0
     batches: int = 0
     longest_batch_s: float = 0.0
 
@@ -66,7 +79,8 @@ def prune(
     batch_rows: int,
     pause: Callable[[float], bool] = lambda _s: False,
 ) -> Pruned:
-    """Delete events and ended leases older than `retention`, batch by batch.
+    """Delete events and ended leases older than `retention`, due partitions untouched for as
+    long, due samples and idle followers older than `SAMPLES_KEPT`, batch by batch.
 
     `pause(seconds)` is called after each batch with the batch's duration; it returns True to
     stop the pass early (the service's shutdown), False to go on.
@@ -93,7 +107,65 @@ def prune(
             engine, _leases_batch(leases_t, cutoff, batch_rows), done=done, pause=pause
         )
         setattr(done, field, deleted)
+    day = cutoff + retention - SAMPLES_KEPT
+    for field, batch in (
+        ("due_partitions", _due_batch(cutoff, batch_rows)),
+        ("due_samples", _samples_batch(day, batch_rows)),
+        ("followers", _followers_batch(day, batch_rows)),
+    ):
+        if stopped:
+            break
+        deleted, stopped = _in_batches(engine, batch, done=done, pause=pause)
+        setattr(done, field, deleted)
     return done
+
+
+def _due_batch(cutoff: datetime, limit: int) -> Batch:
+    """Counted partitions no commit, compaction or report touched since `cutoff`."""
+    c = due_t.c
+    key = tuple_(c.table_name, c.partition_name)
+
+    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
+        keys = conn.execute(
+            select(c.table_name, c.partition_name).where(c.updated_at < cutoff).limit(limit)
+        ).all()
+        if keys:
+            found = [tuple(k) for k in keys]
+            conn.execute(delete(due_t).where(key.in_(found), c.updated_at < cutoff))
+        return len(keys), 0 if len(keys) == limit else None
+
+    return batch
+
+
+def _samples_batch(cutoff: datetime, limit: int) -> Batch:
+    c = due_samples_t.c
+
+    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
+        ids = list(
+            conn.execute(
+                select(c.id).where(c.compacted_at < cutoff).order_by(c.compacted_at).limit(limit)
+            ).scalars()
+        )
+        if ids:
+            conn.execute(delete(due_samples_t).where(c.id.in_(ids)))
+        return len(ids), 0 if len(ids) == limit else None
+
+    return batch
+
+
+def _followers_batch(cutoff: datetime, limit: int) -> Batch:
+    """Followers whose last long-poll began before `cutoff` (and ended: none parks a day)."""
+    c = followers_t.c
+
+    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
+        holders = list(
+            conn.execute(select(c.holder).where(c.polled_at < cutoff).limit(limit)).scalars()
+        )
+        if holders:
+            conn.execute(delete(followers_t).where(c.holder.in_(holders), c.polled_at < cutoff))
+        return len(holders), 0 if len(holders) == limit else None
+
+    return batch
 
 
 def _leases_batch(leases_t: Table, cutoff: datetime, limit: int) -> Batch:

@@ -9,6 +9,7 @@ Each transition asks one question here and writes what the answer says:
     decide_renew(lease, ask, at)           Extend | Refuse
     decide_release(lease, ask, at)         End | Unchanged | Refuse
     decide_withdraw(intent, ask)           Refuse | None
+    counts_refusal(lease, holder, ...)     InvalidRequest | None  (what a release reports)
 
 A function checks in the order its docstring lists, and the first refusal wins, so a reader can
 tell why a request waited from the function and the audit event alone. Which kinds exclude
@@ -19,6 +20,7 @@ raises, with a detail that says what to do next.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar
@@ -52,6 +54,7 @@ __all__ = [
     "Unchanged",
     "WithdrawAsk",
     "backpressure_holds",
+    "counts_refusal",
     "decide_claim",
     "decide_commit",
     "decide_maintenance",
@@ -356,6 +359,45 @@ def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unch
     if ask.holder is not None:
         return End("released")
     return End("revoked", "released by an operator")
+
+
+def counts_refusal(
+    lease: LeaseRow, holder: str | None, written: bool, compacted: Sequence[str] | None
+) -> InvalidRequest | None:
+    """What a release may report of the lease's partitions (docs/design.md §5.1), or None:
+    the files a commit wrote only on a commit lease, the partitions compacted only on a
+    maintenance lease and within its scope, and either only by the lease's holder (an
+    operator's release without one is a revoke: nothing was done under it)."""
+    if written and lease.kind != "commit":
+        return InvalidRequest(
+            f"written counts the files a commit lease's commit added; lease {lease.id} is a "
+            f"{lease.kind}: release a maintenance lease with compacted (the partitions it "
+            "rewrote), a claim with neither",
+            field="written",
+        )
+    if compacted and lease.kind != "maintenance":
+        return InvalidRequest(
+            f"compacted names the partitions a maintenance lease compacted; lease {lease.id} "
+            f"is a {lease.kind}: release a commit lease with written (the files its commit "
+            "added), a claim with neither",
+            field="compacted",
+        )
+    if (written or compacted) and holder is None:
+        return InvalidRequest(
+            "written and compacted are reported by the lease's holder: send holder (and the "
+            "token of a maintenance lease) with them",
+            field="holder",
+        )
+    if compacted and lease.partitions is not None:
+        outside = sorted(set(compacted) - set(lease.partitions))
+        if outside:
+            more = f" and {len(outside) - 3} more" if len(outside) > 3 else ""
+            return InvalidRequest(
+                f"compacted names {', '.join(outside[:3])}{more}, outside the partitions of "
+                f"lease {lease.id}: name only the partitions it covers",
+                field="compacted",
+            )
+    return None
 
 
 def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:

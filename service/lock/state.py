@@ -4,7 +4,7 @@ Nothing here writes or locks: a view judges expiry by the clock it reads, leaves
 expired, and leaves ending it to the next transition or sweep.
 
     table_state(conn, table=t)    TableState: switch, live leases, claims and intents, debt,
-                                  version
+                                  due partitions, version
     list_tables(conn, limit=, after=)  a page of the known tables' TableStates, by name, and
                                   the name the next page starts after
     lease_state(conn, lease_id=i) Lease in any state (from the audit trail once pruned)
@@ -20,7 +20,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import debt, ingest, readers, store
+from service.lock import debt, due, ingest, readers, store
 from service.lock.db import events_t, intents_t, now
 from service.lock.rows import IntentRow, LeaseRow, TableRow, seconds
 from service.wire import Intent, Lease, Switch, TableState
@@ -97,6 +97,7 @@ def state_of(conn: Connection, row: TableRow, at: datetime) -> TableState:
         debt=debt.of_table(conn, row.name, at),
         ingest_lag=ingest.lag_of(conn, row.name, at),
         readers=tuple(readers.live(conn, row.name, at)),
+        due=due.of_table(conn, row.name, at),
     )
 
 

@@ -227,6 +227,27 @@ def _lag_line(lag: dict[str, Any]) -> str:
     )
 
 
+def _due_line(due: dict[str, Any]) -> str:
+    """`2 partitions due (oldest 12.0s), 9 data and 3 delete files counted in 4 partitions;
+    due to compacted p50 4.0s, p95 9.0s over the last hour (31 compacted); 2 followers (1
+    waiting)` (docs/design.md §5.1)."""
+    oldest = due.get("oldest_due_s")
+    oldest_text = "" if oldest is None else f" (oldest {_seconds(oldest)})"
+    p50, p95 = due.get("due_to_compacted_p50_s"), due.get("due_to_compacted_p95_s")
+    figures = (
+        "nothing compacted in the last hour"
+        if p50 is None
+        else f"due to compacted p50 {_seconds(p50)}, p95 {_seconds(p95)} over the last hour "
+        f"({due.get('compacted_last_hour')} compacted)"
+    )
+    return (
+        f"{due.get('partitions_due')} partitions due{oldest_text}, {due.get('data_files')} data "
+        f"and {due.get('delete_files')} delete files counted in {due.get('partitions_counted')} "
+        f"partitions; {figures}; {due.get('followers')} followers "
+        f"({due.get('followers_waiting')} waiting)"
+    )
+
+
 def _reader_line(hold: dict[str, Any]) -> str:
     """`summary@h1 at snapshot 305..., 3 snapshots behind, advanced 12 s ago, 40 s left`."""
     behind = hold.get("snapshots_behind")
@@ -257,6 +278,8 @@ def _state_tables(
     head.add_row("next token", str(state.get("next_token")))
     if state.get("debt"):
         head.add_row("debt", Text(_debt_line(state["debt"])))
+    if state.get("due"):
+        head.add_row("due", Text(_due_line(state["due"])))
     if state.get("ingest_lag"):
         head.add_row("ingest lag", Text(_lag_line(state["ingest_lag"])))
     for hold in state.get("readers") or ():
@@ -311,9 +334,9 @@ def status(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON for scripts.")] = False,
 ) -> None:
-    """The switch, live leases and claims, intents, debt and last run of one table, or of every
-    table: then first the tables by debt (small plus delete files, most first), and each table
-    in that order."""
+    """The switch, live leases and claims, intents, debt, due partitions and last run of one
+    table, or of every table: then first the tables by debt (small plus delete files, most
+    first), and each table in that order."""
     with _client() as client:
         states = [client.state(table)] if table else by_debt(client.tables())
         last_runs = {s["table"]: next(iter(client.runs(s["table"], limit=1)), None) for s in states}

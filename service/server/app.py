@@ -103,6 +103,7 @@ def _serve_catalog(app: FastAPI, runtime: Runtime, settings: Settings) -> None:
             max_property_chars=settings.catalog_max_property_chars,
             max_name_chars=settings.catalog_max_name_chars,
         ),
+        trigger=runtime.trigger,
     )
 
 

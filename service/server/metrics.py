@@ -11,9 +11,11 @@ metrics and the trail cannot disagree; refusals that change nothing are counted 
                            and the reported debt of the tables that owe most (small files,
                            delete files, partitions over target, per table, for at most
                            LAKELOCK_METRICS_MAX_TABLES tables), and the source lag
-                           of the tables whose ingest is furthest behind: read from the
-                           database at scrape time, so they are right whichever replica granted
-                           the lease, and need no multiprocess handling
+                           of the tables whose ingest is furthest behind, and their due
+                           partitions, seconds from due to compacted (p50, p95 over the last
+                           hour) and followers: read from the database at scrape time, so they
+                           are right whichever replica granted the lease, and need no
+                           multiprocess handling
 
 In one process (tests, LAKELOCK_WORKERS=1) each app gets its own registry.
 """
@@ -33,6 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from service.lock.db import DatabaseError, Engine, PoolExhausted, is_unavailable
+from service.lock.due import Figures
 from service.lock.overview import overview
 from service.wire import EventName, TableDebt
 from service.wire.scope import label
@@ -112,6 +115,13 @@ class Metrics:
         self.parked = Gauge(
             "lakelock_parked_long_polls",
             "Long-polls (wait_s, wait) parked, waiting for a change or their deadline",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        # of those, the compactors parked on GET /v1/due, waiting for a partition to be due
+        self.followers_waiting = Gauge(
+            "lakelock_due_followers_waiting",
+            "Long-polls for due partitions (GET /v1/due) parked now: followers waiting",
             registry=own,
             multiprocess_mode="livesum",
         )
@@ -224,6 +234,7 @@ class StateCollector(Collector):
             "lakelock_paused_tables", "Tables whose ingest switch is paused", value=seen.paused
         )
         yield from _debt_gauges(seen.heaviest)
+        yield from _due_gauges(seen.due)
         yield _per_table(
             "lakelock_ingest_lag_records",
             "Records an ingest query was behind its source after its last batch, over all its "
@@ -260,6 +271,41 @@ def _debt_gauges(heaviest: list[tuple[str, TableDebt]]) -> Iterator[GaugeMetricF
             # None: not in a report from before the count existed
             [(table, value) for table, value in values if value is not None],
         )
+
+
+def _due_gauges(tables: list[tuple[str, Figures]]) -> Iterator[GaugeMetricFamily]:
+    """The due partitions of the tables given (docs/design.md §5.1), read from the database as
+    every state gauge: the same figures whichever replica answers, and as the status page
+    shows them; bounded by LAKELOCK_METRICS_MAX_TABLES, the slowest to be compacted first."""
+    took = GaugeMetricFamily(
+        "lakelock_due_to_compacted_seconds",
+        "Seconds from a partition becoming due to its compaction, by quantile (0.5, 0.95) over "
+        "the due partitions compacted in the last hour (the LAKELOCK_METRICS_MAX_TABLES tables "
+        "slowest to be compacted)",
+        labels=["table", "quantile"],
+    )
+    for table, figures in tables:
+        for quantile, value in (("0.5", figures.p50_s), ("0.95", figures.p95_s)):
+            if value is not None:
+                took.add_metric([table, quantile], value)
+    yield took
+    yield _per_table(
+        "lakelock_due_partitions",
+        "Partitions due for compaction now: their files counted since their last compaction "
+        "reached LAKELOCK_DUE_DATA_FILES or LAKELOCK_DUE_DELETE_FILES",
+        [(table, figures.partitions_due) for table, figures in tables],
+    )
+    yield _per_table(
+        "lakelock_due_oldest_seconds",
+        "How long the table's longest-waiting due partition has been due (the tables with "
+        "partitions due now)",
+        [(t, f.oldest_due_s) for t, f in tables if f.oldest_due_s is not None],
+    )
+    yield _per_table(
+        "lakelock_due_followers",
+        "Compactors that long-polled for the table's due partitions in the last 5 minutes",
+        [(table, figures.followers) for table, figures in tables],
+    )
 
 
 @contextmanager

@@ -47,19 +47,26 @@ def pruner(engine: Engine, settings: Settings, metrics: Metrics) -> Periodic:
     return thread
 
 
+_ROWS = (
+    "events",
+    "commit_leases",
+    "maintenance_leases",
+    "claims",
+    "due_partitions",
+    "due_samples",
+    "followers",
+)
+
+
 def _counted(pruned: Pruned, metrics: Metrics) -> None:
-    metrics.pruned.labels("events").inc(pruned.events)
-    metrics.pruned.labels("commit_leases").inc(pruned.commit_leases)
-    metrics.pruned.labels("maintenance_leases").inc(pruned.maintenance_leases)
-    metrics.pruned.labels("claims").inc(pruned.claims)
-    if pruned.events or pruned.commit_leases or pruned.maintenance_leases or pruned.claims:
+    rows = {label: getattr(pruned, label) for label in _ROWS}
+    for label, deleted in rows.items():
+        metrics.pruned.labels(label).inc(deleted)
+    if any(rows.values()):
         log.info(
             "pruned rows past the retention",
             extra={
-                "events": pruned.events,
-                "commit_leases": pruned.commit_leases,
-                "maintenance_leases": pruned.maintenance_leases,
-                "claims": pruned.claims,
+                **rows,
                 "batches": pruned.batches,
                 "longest_batch_ms": round(pruned.longest_batch_s * 1000, 1),
             },

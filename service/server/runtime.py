@@ -11,6 +11,11 @@ that is set
                      of every table someone waits on, in one query every
                      LAKELOCK_POLL_INTERVAL_S, however many wait
     at shutdown      every waiter answers with what it has
+
+The long-polls for due partitions (GET /v1/due) park on a channel of their own, `due.CHANNEL`:
+woken at once by a transaction of this process that made a partition due (`db.wake`), or that
+ended a claim or set a switch (a table may be left to them now), and within a tick when another
+replica made one due (the poller reads `due.marker` while anyone waits on the channel).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -28,10 +33,11 @@ import anyio
 import anyio.to_thread
 from prometheus_client import Gauge
 
-from service.lock import leases, state
+from service.lock import due, leases, state
 from service.lock.db import Connection, Engine, is_unavailable, run_transaction
 from service.server.metrics import Metrics
 from service.server.settings import Settings
+from service.wire import EventName
 
 __all__ = ["Changes", "ClientGone", "Runtime"]
 
@@ -49,8 +55,12 @@ class ClientGone(Exception):
 
 @dataclass(eq=False)
 class _Waiter:
-    seen: int
+    seen: object  # a table's version, or a channel's marker
     event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+# committed events after which a table's due partitions may be left to another follower
+_CLAIM_ENDS = {EventName.LEASE_RELEASED, EventName.LEASE_EXPIRED, EventName.LEASE_REVOKED}
 
 
 class Changes:
@@ -67,6 +77,7 @@ class Changes:
 
     @property
     def watched(self) -> list[str]:
+        """The tables (and channels) someone waits on."""
         return [table for table, waiters in self._waiters.items() if waiters]
 
     def changed(self, tables: set[str]) -> None:
@@ -74,8 +85,9 @@ class Changes:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._wake, tables, None)
 
-    def versions_read(self, versions: dict[str, int]) -> None:
-        """The poller's reading: wake each waiter whose table moved past what it saw."""
+    def versions_read(self, versions: Mapping[str, object]) -> None:
+        """The poller's reading: wake each waiter whose table (or channel) moved past what it
+        saw."""
         for table, version in versions.items():
             for waiter in list(self._waiters.get(table, ())):
                 if version != waiter.seen:
@@ -97,12 +109,12 @@ class Changes:
         self,
         table: str,
         *,
-        seen: int,
+        seen: object,
         until: float,
         is_disconnected: Callable[[], Any] | None = None,
     ) -> None:
-        """Park until `table`'s version moves past `seen`, the loop clock passes `until`, or
-        the process shuts down.
+        """Park until `table`'s version (or a channel's marker) moves past `seen`, the loop
+        clock passes `until`, or the process shuts down.
 
         Raises:
             ClientGone: the client disconnected meanwhile.
@@ -155,12 +167,26 @@ class Runtime:
                     "actor": event["actor"],
                 },
             )
-        self.changes.changed({event["table_name"] for event in events})
+        woken = {event["table_name"] for event in events}
+        if any(
+            event["event"] == EventName.SWITCH_SET
+            or (event["event"] in _CLAIM_ENDS and event["kind"] == "claim")
+            for event in events
+        ):
+            woken.add(due.CHANNEL)
+        self.changes.changed(woken)
 
     # -- blocking calls, for worker threads (the sweeper, tests) ------------------------------
 
+    @property
+    def trigger(self) -> due.Trigger:
+        """When a partition's counted files make it due (LAKELOCK_DUE_*)."""
+        return due.Trigger(self.settings.due_data_files, self.settings.due_delete_files)
+
     def transact_sync(self, fn: Callable[[Connection], T]) -> T:
-        return run_transaction(self.engine, fn, on_commit=self._committed)
+        return run_transaction(
+            self.engine, fn, on_commit=self._committed, on_wake=self.changes.changed
+        )
 
     def read_sync(self, fn: Callable[[Connection], T]) -> T:
         with self.engine.connect() as conn:
@@ -185,15 +211,18 @@ class Runtime:
         interval = self.settings.poll_interval_s
         while not self.changes.closing.is_set():
             await asyncio.sleep(interval)
-            tables = self.changes.watched
-            if not tables:
+            watched = self.changes.watched
+            if not watched:
                 continue
+            tables = [name for name in watched if name != due.CHANNEL]
             try:
-                versions = await self.read(partial(state.table_versions, tables=tables))
+                versions = await self.read(
+                    partial(_versions, tables=tables, following=due.CHANNEL in watched)
+                )
             except Exception as exc:
                 # a database outage: wake the waiters, whose own next try answers 503
                 log.warning("version poll failed: %s: %s", type(exc).__name__, exc)
-                self.changes.changed(set(tables))
+                self.changes.changed(set(watched))
                 await asyncio.sleep(interval * 10)
                 continue
             self.changes.versions_read(versions)
@@ -219,3 +248,13 @@ class Runtime:
                 continue
             swept += 1
         return swept
+
+
+def _versions(conn: Connection, *, tables: list[str], following: bool) -> dict[str, object]:
+    """The versions of `tables`, and with `following` the marker of the due partitions."""
+    versions: dict[str, object] = {}
+    if tables:
+        versions.update(state.table_versions(conn, tables=tables))
+    if following:
+        versions[due.CHANNEL] = due.marker(conn)
+    return versions

@@ -181,7 +181,10 @@ class Settings(BaseSettings):
         ge=1,
         le=3650,
         description="Audit events older than this are deleted (each table keeps its newest "
-        "event), and so are commit leases, maintenance leases and claims that ended longer ago.",
+        "event), and so are commit leases, maintenance leases and claims that ended longer ago, "
+        "and due partitions (the files counted of a partition since its last compaction) that "
+        "nothing touched for as long; due samples (due to compacted) and followers that "
+        "stopped polling go after a day.",
     )
     prune_interval_s: float = Field(
         default=600.0,
@@ -204,7 +207,26 @@ class Settings(BaseSettings):
         description="How many tables get the per-table debt gauges (`lakelock_table_small_files`, "
         "`_delete_files`, `_partitions_over_target`, `_partitions_over_bound`, "
         "`_worst_partition`): those with partitions past the hard bound first, then those with "
-        "the most small plus delete files. Bounds the series a scrape carries; 0 turns them off.",
+        "the most small plus delete files; and how many get the due gauges "
+        "(`lakelock_due_to_compacted_seconds`, `lakelock_due_partitions`, "
+        "`lakelock_due_oldest_seconds`, `lakelock_due_followers`): those furthest behind. "
+        "Bounds the series a scrape carries; 0 turns them off.",
+    )
+    due_data_files: int = Field(
+        default=4,
+        ge=1,
+        le=100000,
+        description="A partition is due for compaction once this many data files were added "
+        "to it since its last compaction, as commits land (counted from commit-lease releases "
+        "and catalog-front commits, corrected by the compactors' debt reports); a compactor "
+        "that follows the stream long-polls `GET /v1/due` for due partitions.",
+    )
+    due_delete_files: int = Field(
+        default=4,
+        ge=1,
+        le=100000,
+        description="Likewise for delete files: a partition is due once this many were added "
+        "since its last compaction (or its data files reached `LAKELOCK_DUE_DATA_FILES`).",
     )
     shutdown_grace_s: float = Field(
         default=20.0,

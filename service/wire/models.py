@@ -38,9 +38,11 @@ from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
 
 __all__ = [
     "HOLDER_PATTERN",
+    "MAX_COUNTED_PARTITIONS",
     "MAX_TOKEN",
     "READER_PATTERN",
     "REQUEST_ID_PATTERN",
+    "TABLE_GLOB_PATTERN",
     "TABLE_PATTERN",
     "AcquireBody",
     "Backpressure",
@@ -48,6 +50,8 @@ __all__ = [
     "ClaimBody",
     "DebtBody",
     "Draining",
+    "Due",
+    "DuePartition",
     "Event",
     "Events",
     "GapsBody",
@@ -60,9 +64,11 @@ __all__ = [
     "LeaseKind",
     "LeaseState",
     "OffsetGap",
+    "PartitionFiles",
     "PartitionName",
     "ReaderBody",
     "ReaderHold",
+    "ReleaseBody",
     "Released",
     "RenewBody",
     "Renewed",
@@ -73,6 +79,7 @@ __all__ = [
     "Switch",
     "SwitchBody",
     "TableDebt",
+    "TableDue",
     "TableState",
     "Tables",
     "Withdrawn",
@@ -82,6 +89,9 @@ __all__ = [
 _PART = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 TABLE_PATTERN = rf"^{_PART}\.{_PART}(\.{_PART})?$"
 """`namespace.table` or `catalog.namespace.table`; each part an identifier of at most 64 chars."""
+
+TABLE_GLOB_PATTERN = r"^[A-Za-z0-9_.*?]{1,194}$"
+"""A table name, or a glob of them (`lake.db.*`): `*` and `?` match any characters, dots too."""
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 # a token is a signed 64-bit integer in the database, but a JSON number is exact only up to
@@ -245,6 +255,69 @@ class BackpressureBody(_Body):
         return _partition_names(names)
 
 
+MAX_COUNTED_PARTITIONS = 1000
+"""Partitions one release or one debt report may count files of."""
+
+
+class PartitionFiles(_Body):
+    """Files of one partition: data files and delete files."""
+
+    data_files: Count
+    delete_files: Count
+
+
+# partition name -> its files; a key that is no partition name is refused (the schema says so
+# too: no property outside the name's pattern)
+CountedFiles = Annotated[
+    dict[PartitionName, PartitionFiles],
+    Field(max_length=MAX_COUNTED_PARTITIONS, json_schema_extra={"additionalProperties": False}),
+]
+
+
+def _counted(files: dict[str, PartitionFiles] | None) -> dict[str, PartitionFiles] | None:
+    """`files` when each key is a partition name, else a ValueError that says what to send."""
+    for name in files or {}:
+        partition_name(name)
+    return files
+
+
+class ReleaseBody(_Body):
+    """A release by the lease's holder (`token` too for a maintenance lease), with what the
+    lease did to the table's partitions (docs/design.md §5.1): a commit lease the files its
+    commit added (`written`), a maintenance lease the partitions it compacted (`compacted`).
+    Counted only by the release that ends the lease: a repeated release counts nothing again.
+    `holder` and `token` may come as query parameters instead, as for `DELETE`."""
+
+    holder: Holder | None = None
+    token: Token | None = Field(default=None, description="required for maintenance leases")
+    written: CountedFiles | None = Field(
+        default=None,
+        description="a commit lease only: the data files and delete files its commit added, "
+        "per partition (named by its Iceberg partition path), at most 1000 partitions",
+        examples=[{"dt=2024-06-20/hr=13": {"data_files": 2, "delete_files": 1}}],
+    )
+    compacted: list[PartitionName] | None = Field(
+        default=None,
+        max_length=MAX_COUNTED_PARTITIONS,
+        description="a maintenance lease only: the partitions it compacted, each once, within "
+        "the lease's scope; their counts go to zero",
+        examples=[["dt=2024-06-20/hr=13"]],
+        json_schema_extra={"uniqueItems": True},
+    )
+
+    @field_validator("written")
+    @classmethod
+    def _written_names(
+        cls, files: dict[str, PartitionFiles] | None
+    ) -> dict[str, PartitionFiles] | None:
+        return _counted(files)
+
+    @field_validator("compacted")
+    @classmethod
+    def _compacted_names(cls, names: list[str] | None) -> list[str] | None:
+        return None if not names else _partition_names(names)
+
+
 class RenewBody(_Body):
     holder: Holder
     ttl_s: float | None = Field(default=None, gt=0)
@@ -336,6 +409,14 @@ class DebtBody(_Body):
         default=None, description="the most small plus delete files in one partition"
     )
     records: Count | None = Field(default=None, description="live records, when known")
+    partitions: CountedFiles | None = Field(
+        default=None,
+        description="small data files and delete files per partition, as measured on the "
+        "table (at most 1000 partitions, those with the most files): when sent, they replace "
+        "the files the service counted as commits landed, and a partition not named counts "
+        "none (docs/design.md §5.1)",
+        examples=[{"dt=2024-06-20/hr=13": {"data_files": 6, "delete_files": 2}}],
+    )
     measured_at: DateTimeText | None = Field(
         default=None,
         description="when the compactor measured, by its clock: an RFC 3339 date-time with its "
@@ -343,6 +424,13 @@ class DebtBody(_Body):
         "own clock too",
         examples=["2024-06-20T13:05:00Z"],
     )
+
+    @field_validator("partitions")
+    @classmethod
+    def _partition_keys(
+        cls, files: dict[str, PartitionFiles] | None
+    ) -> dict[str, PartitionFiles] | None:
+        return _counted(files)
 
     @field_validator("measured_at")
     @classmethod
@@ -564,6 +652,53 @@ class TableDebt(_Answer):
         return self.small_files + self.delete_files
 
 
+class DuePartition(_Answer):
+    """A partition due for compaction: the files counted since it was last compacted reached
+    the due threshold `due_s` seconds ago (by the database clock)."""
+
+    table: str
+    partition: str
+    data_files: int = Field(description="data files added since its last compaction")
+    delete_files: int = Field(description="delete files added since its last compaction")
+    commits: int = Field(default=0, description="the commits that added them")
+    due_s: float = Field(description="seconds since it became due")
+
+
+class Due(_Answer):
+    """The answer of the long-poll for due partitions: most files first."""
+
+    due: tuple[DuePartition, ...]
+    waited_s: float = Field(description="how long the call waited on the service")
+
+
+class TableDue(_Answer):
+    """The table's partitions as commits land (docs/design.md §5.1): what is due now, how long
+    compaction took to follow over the last hour, and the compactors that follow the table."""
+
+    partitions_due: int = Field(description="partitions due for compaction now")
+    oldest_due_s: float | None = Field(
+        default=None, description="seconds since the longest-waiting due partition became due"
+    )
+    partitions_counted: int = Field(
+        description="partitions with files counted since their last compaction"
+    )
+    data_files: int = Field(description="data files counted over those partitions")
+    delete_files: int = Field(description="delete files counted over those partitions")
+    compacted_last_hour: int = Field(description="due partitions compacted in the last hour")
+    due_to_compacted_p50_s: float | None = Field(
+        default=None, description="median seconds from due to compacted, over the last hour"
+    )
+    due_to_compacted_p95_s: float | None = Field(
+        default=None, description="95th percentile of the same"
+    )
+    followers: int = Field(
+        default=0, description="compactors that long-polled for this table's due partitions lately"
+    )
+    followers_waiting: int = Field(
+        default=0, description="those of them parked on their long-poll now"
+    )
+
+
 class IngestLag(_Answer):
     """The latest lag an ingest query reported for the table (`LagBody`), with its total."""
 
@@ -616,6 +751,11 @@ class TableState(_Answer):
     readers: tuple[ReaderHold, ...] = Field(
         default=(),
         description="live holds of jobs streaming out of the table, the oldest position first",
+    )
+    due: TableDue | None = Field(
+        default=None,
+        description="partitions due, due to compacted over the last hour, followers (null: "
+        "nothing counted, compacted or following)",
     )
 
 

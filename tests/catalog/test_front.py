@@ -623,3 +623,65 @@ def test_a_commit_whose_outcome_is_unknown_keeps_its_metadata_file(tmp_path):
     assert moved.metadata_location != table.metadata_location
     assert Path(moved.metadata_location.removeprefix("file://")).exists()
     engine.dispose()
+
+
+def _due(front: Any, table: Any) -> list[tuple[str, int, int]]:
+    with service(front, "job") as api:
+        answer = api.get(
+            "/v1/due",
+            params={"table": lakelock_name(table), "holder": "compactor-1", "wait_s": 0},
+        )
+    assert answer.status_code == 200, answer.text
+    return [(d["partition"], d["data_files"], d["delete_files"]) for d in answer.json()["due"]]
+
+
+def _counted(front: Any, table: Any) -> dict[str, Any]:
+    with service(front, "reader") as api:
+        counted: dict[str, Any] = api.get(f"/v1/tables/{lakelock_name(table)}").json()["due"]
+    return counted
+
+
+def test_data_commits_count_their_files_per_partition_and_a_rewrite_compacts_them(front):
+    table = new_table(front, "due")  # one data file in each of two partitions
+    for start in (20, 30, 40):
+        table.append(rows(2, date(2024, 6, 20), start=start))
+    assert _due(front, table) == [("dt=2024-06-20", 4, 0)]  # LAKELOCK_DUE_DATA_FILES
+    counted = _counted(front, table)
+    assert (counted["partitions_counted"], counted["data_files"]) == (2, 5)
+    lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    named = {"lakelock.lease-id": lease["lease_id"], "lakelock.token": str(lease["token"])}
+    table = rest(front).load_table(table.name())
+    rewrite = _post_commit(front, table, rewrite_body(table, date(2024, 6, 20), named))
+    assert rewrite.status_code == 200, rewrite.text
+    assert _due(front, table) == []
+    counted = _counted(front, table)
+    assert (counted["partitions_counted"], counted["data_files"]) == (1, 1)
+    assert counted["compacted_last_hour"] == 1
+    # the compactor's release naming the partition again stores no second sample
+    with service(front, "job") as api:
+        released = api.post(
+            f"/v1/leases/{lease['lease_id']}/release",
+            json={"holder": "compactor-1", "token": lease["token"], "compacted": ["dt=2024-06-20"]},
+        )
+    assert released.status_code == 200, released.text
+    assert _counted(front, table)["compacted_last_hour"] == 1
+
+
+def test_a_release_counts_nothing_again_of_a_commit_the_front_counted(front):
+    table = new_table(front, "due_gated")
+    with service(front, "job") as api:
+        ingest = api.post(
+            f"/v1/tables/{lakelock_name(table)}/commit-leases",
+            json={"holder": "ingest-1", "ttl_s": 30, "partitions": ["dt=2024-06-20"]},
+        ).json()
+        named = {"lakelock.lease-id": ingest["lease_id"]}
+        table.append(rows(1, date(2024, 6, 20), start=90), snapshot_properties=named)
+        api.post(
+            f"/v1/leases/{ingest['lease_id']}/release",
+            json={
+                "holder": "ingest-1",
+                "written": {"dt=2024-06-20": {"data_files": 1, "delete_files": 0}},
+            },
+        ).raise_for_status()
+    counted = _counted(front, table)
+    assert (counted["partitions_counted"], counted["data_files"]) == (2, 3)  # not 4

@@ -15,6 +15,7 @@ from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer
 from service.client.transport import Backoff
 from service.wire.errors import (
     PROBLEM_TYPE_PREFIX,
+    InvalidRequest,
     LeaseExpired,
     Locked,
     MaintenanceHeld,
@@ -552,3 +553,75 @@ def test_no_intent_no_withdrawal() -> None:
     with pytest.raises(MaintenanceOff):
         client.acquire_until("maintenance", TABLE, holder="c", ttl_s=60, within_s=30)
     assert deletes(recorder) == []
+
+
+def test_a_release_with_counts_posts_them_and_is_retried_like_any_release() -> None:
+    granted = lease_json(kind="maintenance", token=7, holder="compactor")
+    released = {"lease_id": granted["lease_id"], "state": "released", "lease": granted}
+    client, recorder = make_client(
+        scripted(problem(503, "unavailable"), httpx.Response(200, json=released))
+    )
+    client.release(Lease.model_validate(granted), compacted=["dt=2024-06-20"])
+    assert [(r.method, r.url.path) for r in recorder.requests] == [
+        ("POST", f"/v1/leases/{granted['lease_id']}/release")
+    ] * 2
+    assert recorder.bodies()[-1] == {
+        "holder": "compactor",
+        "token": 7,
+        "compacted": ["dt=2024-06-20"],
+    }
+    commit = Lease.model_validate(lease_json())
+    client.release(commit, written={"dt=2024-06-20/hr=13": (2, 1)})
+    assert recorder.bodies()[-1] == {
+        "holder": "ingest:test",
+        "written": {"dt=2024-06-20/hr=13": {"data_files": 2, "delete_files": 1}},
+    }
+
+
+def test_due_long_polls_with_its_tables_and_answers_the_partitions() -> None:
+    answer = {
+        "due": [
+            {
+                "table": TABLE,
+                "partition": "dt=2024-06-20",
+                "data_files": 5,
+                "delete_files": 1,
+                "commits": 3,
+                "due_s": 1.5,
+                "added_later": True,
+            }
+        ],
+        "waited_s": 0.2,
+    }
+    client, recorder = make_client(scripted(httpx.Response(200, json=answer)))
+    found = client.due(["cat.db.*", TABLE], holder="compactor:1", wait_s=20, limit=5)
+    assert [(d.table, d.partition, d.data_files, d.delete_files) for d in found] == [
+        (TABLE, "dt=2024-06-20", 5, 1)
+    ]
+    params = recorder.requests[0].url.params
+    assert params.get_list("table") == ["cat.db.*", TABLE]
+    assert (params["holder"], params["wait_s"], params["limit"]) == ("compactor:1", "20", "5")
+    assert recorder.requests[0].extensions["timeout"]["read"] >= 20  # outlasts the wait
+
+
+def test_a_follower_compacts_what_the_stream_made_due(lakelock_server: Any) -> None:
+    job = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
+    table = "cat.db.client_due"
+    hot, cold = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=12"
+    for _ in range(2):
+        lease = job.acquire_commit(table, holder="ingest:it", ttl_s=30, partitions=[hot, cold])
+        job.release(lease, written={hot: (2, 1), cold: (1, 0)})
+    found = job.due([table], holder="compactor:it", wait_s=0)
+    assert [(d.partition, d.data_files, d.delete_files, d.commits) for d in found] == [
+        (hot, 4, 2, 2)
+    ]
+    held = job.acquire_maintenance(table, holder="compactor:it", ttl_s=30, partitions=[hot])
+    assert isinstance(held, Lease)
+    with pytest.raises(InvalidRequest):
+        job.release(held, written={hot: (1, 0)})  # a maintenance lease writes no commit
+    job.release(held, compacted=[hot])
+    job.release(held, compacted=[hot])  # idempotent
+    assert job.due([table], holder="compactor:it", wait_s=0) == []
+    due = job.state(table)["due"]
+    assert (due["partitions_counted"], due["compacted_last_hour"]) == (1, 1)
+    job.close()

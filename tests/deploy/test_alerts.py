@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers import claim, commit
+from tests.lock.due_rows import compact, due, forget_counts, write
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 TABLE = "lake.db.events"
@@ -46,7 +47,7 @@ def _metrics_read_by_the_rules() -> set[str]:
     return names
 
 
-def test_every_metric_the_rules_read_is_exported(api):
+def test_every_metric_the_rules_read_is_exported(api, db_url):
     # a state in which every series exists: a debt report, a backpressure, leases of each kind
     api.put(
         f"/v1/tables/{TABLE}/debt",
@@ -81,11 +82,20 @@ def test_every_metric_the_rules_read_is_exported(api):
         f"/v1/tables/{TABLE}/maintenance-lease",
         json={"holder": "compactor-1", "ttl_s": 60, "partitions": ["dt=2024-06-22"]},
     ).raise_for_status()  # live at the scrape
+    # partitions due as commits land: one compacted, one due still, a compactor following
+    forget_counts(db_url)
+    write(api, {"dt=2024-06-23": (4, 0), "dt=2024-06-24": (0, 4)})
+    compact(api, ["dt=2024-06-23"]).raise_for_status()
+    due(api).raise_for_status()
     text = api.get("/metrics").text
+    forget_counts(db_url)
     exported = set(re.findall(r"^(lakelock_[a-z_]+)", text, flags=re.MULTILINE))
     read = _metrics_read_by_the_rules()
     assert read == {
         "lakelock_table_partitions_over_bound",
+        "lakelock_due_to_compacted_seconds",
+        "lakelock_due_oldest_seconds",
+        "lakelock_due_followers",
         "lakelock_backpressure_partitions",
         "lakelock_maintenance_lease_seconds",
         "lakelock_lease_hold_seconds_bucket",
@@ -94,3 +104,7 @@ def test_every_metric_the_rules_read_is_exported(api):
     assert f'lakelock_backpressure_partitions{{table="{TABLE}"}} 1.0' in text
     assert f'lakelock_table_partitions_over_bound{{table="{TABLE}"}} 1.0' in text
     assert re.search(rf'^lakelock_maintenance_lease_seconds{{table="{TABLE}"}} \d', text, re.M)
+    p95 = rf'^lakelock_due_to_compacted_seconds{{quantile="0.95",table="{TABLE}"}} \d'
+    assert re.search(p95, text, re.M)
+    assert re.search(rf'^lakelock_due_oldest_seconds{{table="{TABLE}"}} \d', text, re.M)
+    assert f'lakelock_due_followers{{table="{TABLE}"}} 1.0' in text

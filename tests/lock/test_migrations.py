@@ -19,6 +19,10 @@ TABLES = {
     "lakelock_intents",
     "lakelock_events",
     "lakelock_runs",
+    # the files counted per partition as commits land (migration 0014)
+    "lakelock_due",
+    "lakelock_due_samples",
+    "lakelock_followers",
     # the JdbcCatalog's tables, which the catalog front serves (migration 0011)
     "iceberg_tables",
     "iceberg_namespace_properties",

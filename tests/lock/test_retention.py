@@ -1,4 +1,5 @@
-"""Events, ended leases and ended claims past LAKELOCK_RETENTION_DAYS are deleted, in batches."""
+"""Events, ended leases, ended claims and untouched due partitions past LAKELOCK_RETENTION_DAYS
+are deleted, due samples and idle followers after a day, in batches."""
 
 from __future__ import annotations
 
@@ -143,6 +144,51 @@ def test_a_pass_stops_between_batches_when_asked(engine):
 
     assert (pruned.events, pruned.commit_leases, pruned.batches) == (2, 0, 1)
     assert len(_event_ids(engine)) == 5
+
+
+def test_due_samples_and_idle_followers_go_after_a_day_counts_after_the_retention(engine, db_url):
+    from service.lock.db import due_samples_t, due_t, followers_t
+    from tests.lock.due_rows import forget_counts
+
+    forget_counts(db_url)
+    t = _clock(engine)
+    day = timedelta(days=1)
+    with engine.begin() as conn:
+        for partition, touched in (("dt=1", t - OLD), ("dt=2", t - day - day)):
+            conn.execute(
+                insert(due_t).values(
+                    table_name="lake.db.a",
+                    partition_name=partition,
+                    data_files=3,
+                    delete_files=0,
+                    commits=3,
+                    first_at=touched,
+                    updated_at=touched,
+                )
+            )
+        for compacted in (t - day - timedelta(minutes=1), t - day + timedelta(minutes=5)):
+            conn.execute(
+                insert(due_samples_t).values(
+                    table_name="lake.db.a",
+                    partition_name="dt=3",
+                    due_at=compacted,
+                    compacted_at=compacted,
+                    seconds=1.0,
+                )
+            )
+        for holder, polled in (("idle", t - day - day), ("following", t)):
+            conn.execute(
+                insert(followers_t).values(holder=holder, tables='["lake.db.*"]', polled_at=polled)
+            )
+
+    pruned = prune(engine, retention=RETENTION, batch_rows=1)
+
+    assert (pruned.due_partitions, pruned.due_samples, pruned.followers) == (1, 1, 1)
+    with engine.connect() as conn:
+        assert list(conn.execute(select(due_t.c.partition_name)).scalars()) == ["dt=2"]
+        assert len(list(conn.execute(select(due_samples_t.c.id)).scalars())) == 1
+        assert list(conn.execute(select(followers_t.c.holder)).scalars()) == ["following"]
+    forget_counts(db_url)
 
 
 @pytest.fixture

@@ -335,3 +335,26 @@ def test_status_shows_the_ingest_lag_and_each_reader_of_a_table(api, lakelock):
     assert result.exit_code == 0, result.output
     assert "12 records behind (t:0 7, t:1 5), after batch 4" in result.stdout
     assert "summary@h1 at snapshot 3051729675574597004" in result.stdout
+
+
+def test_status_shows_the_due_partitions_and_how_soon_compaction_followed(api, lakelock, db_url):
+    from tests.lock.due_rows import due_since, forget_counts
+
+    forget_counts(db_url)
+    client = LeaseClient(http=api)
+    hot, cold = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=12"
+    lease = client.acquire_commit(TABLE, holder="ingest-1", ttl_s=30, partitions=[hot, cold])
+    client.release(lease, written={hot: (4, 0), cold: (1, 2)})
+    due_since(db_url, hot, 20)
+    held = client.acquire_maintenance(TABLE, holder="compactor-1", ttl_s=60, partitions=[hot])
+    assert isinstance(held, Lease)
+    client.release(held, compacted=[hot])
+    client.due([TABLE], holder="compactor-1", wait_s=0)
+    result = lakelock("status", TABLE, columns=240)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stdout.split())
+    assert "0 partitions due, 1 data and 2 delete files counted in 1 partitions" in said
+    assert "over the last hour (1 compacted); 1 followers (0 waiting)" in said
+    p95 = json.loads(lakelock("status", TABLE, "--json").stdout)["due"]["due_to_compacted_p95_s"]
+    assert p95 >= 20
+    forget_counts(db_url)

@@ -215,3 +215,25 @@ def test_backpressure_and_the_debt_of_the_last_hour_show_with_the_table(page, la
     # four points: each run's debt before and after it, within the hour
     expect(section.locator("div[data-debt-history]")).to_have_attribute("data-debt-history", "4")
     expect(section).to_contain_text("debt over the last hour (small + delete files, peak 50)")
+
+
+def test_due_partitions_and_due_to_compacted_show_with_the_table(page, lakelock_server):
+    from playwright.sync_api import expect
+
+    table = "lake.db.page_due"
+    hot, cold = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=12"
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as job:
+        lease = job.acquire_commit(table, holder="ingest-page", ttl_s=30, partitions=[hot, cold])
+        job.release(lease, written={hot: (4, 1), cold: (1, 0)})
+        assert [d.partition for d in job.due([table], holder="compactor-page", wait_s=0)] == [hot]
+        held = job.acquire_maintenance(table, holder="compactor-page", ttl_s=60, partitions=[hot])
+        assert isinstance(held, Lease)
+        job.release(held, compacted=[hot])
+    sign_in(page, lakelock_server)
+    section = page.locator(f'section[data-table="{table}"]')
+    expect(section).to_contain_text(
+        "due: 0 partitions due · 1 data and 0 delete files counted in 1 partitions",
+        timeout=SEEN_WITHIN_MS,
+    )
+    expect(section).to_contain_text("over the last hour (1 compacted)")
+    expect(section).to_contain_text("1 followers (0 waiting)")

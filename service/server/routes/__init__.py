@@ -7,6 +7,7 @@ transaction, translate its answer.
     runs       compactor run reports
     leases     commit and maintenance leases, intents, a lease by its id
     claims     claims and the backpressure held under them
+    due        the long-poll of the compactors that follow the stream for due partitions
     events     the audit trail
     common     what they share: path parameters, the runtime, bounds, declared problems
     catalog    the Iceberg REST catalog at /iceberg; included by the app only where the catalog
@@ -17,7 +18,7 @@ transaction, translate its answer.
 
 from fastapi import APIRouter
 
-from service.server.routes import claims, events, health, leases, readers, runs, tables
+from service.server.routes import claims, due, events, health, leases, readers, runs, tables
 
 __all__ = ["router"]
 
@@ -25,7 +26,7 @@ __all__ = ["router"]
 router = APIRouter(
     routes=[
         route
-        for resource in (health, tables, readers, runs, leases, claims, events)
+        for resource in (health, tables, readers, runs, leases, claims, due, events)
         for route in resource.router.routes
     ]
 )

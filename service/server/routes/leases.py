@@ -32,13 +32,14 @@ from service.wire import (
     AcquireBody,
     Draining,
     Lease,
+    ReleaseBody,
     Released,
     RenewBody,
     Renewed,
     RevokeBody,
     Withdrawn,
 )
-from service.wire.errors import Locked, Refused
+from service.wire.errors import InvalidRequest, Locked, Refused
 from service.wire.scope import label
 
 __all__ = ["router"]
@@ -71,15 +72,42 @@ def count_denial(rt: Runtime, refusal: Locked, body: AcquireBody) -> None:
 
 
 async def end_lease(
-    rt: Runtime, lease_id: str, *, who: ApiToken, holder: str | None, token: int | None
+    rt: Runtime,
+    lease_id: str,
+    *,
+    who: ApiToken,
+    holder: str | None,
+    token: int | None,
+    body: ReleaseBody | None = None,
 ) -> Released:
-    """A release (or an operator's revoke by release): one transaction."""
+    """A release (or an operator's revoke by release), with what the lease did to the table's
+    partitions when `body` says it: one transaction."""
+    written = None
+    if body is not None and body.written:
+        written = {n: (f.data_files, f.delete_files) for n, f in body.written.items()}
     lease = await rt.transact(
         lambda conn: leases.release(
-            conn, lease_id=lease_id, caller=caller(who), holder=holder, token=token
+            conn,
+            lease_id=lease_id,
+            caller=caller(who),
+            holder=holder,
+            token=token,
+            written=written,
+            compacted=body.compacted if body is not None else None,
+            trigger=rt.trigger,
         )
     )
     return Released(lease_id=lease_id, state=lease.state, lease=lease)
+
+
+def _one(name: str, sent: int | str | None, given: int | str | None) -> int | str | None:
+    """`holder` or `token` sent in the body or in the query, not two different ones."""
+    if sent is not None and given is not None and sent != given:
+        raise InvalidRequest(
+            f"{name} is {given!r} in the query and {sent!r} in the body: send it once",
+            field=name,
+        )
+    return sent if sent is not None else given
 
 
 @router.post(
@@ -252,6 +280,45 @@ async def release(
     ] = None,
 ) -> Released:
     return await end_lease(rt, str(lease_id), who=who, holder=holder, token=token)
+
+
+@router.post(
+    "/v1/leases/{lease_id}/release",
+    responses={**WRITE, **problems(404, 409, 412)},
+)
+async def release_with_counts(
+    lease_id: LeaseId,
+    rt: RuntimeDep,
+    who: JobDep,
+    body: ReleaseBody | None = None,
+    holder: Annotated[
+        str | None,
+        Query(
+            pattern=HOLDER_PATTERN,
+            max_length=255,
+            description="the lease's holder, if not in the body",
+        ),
+    ] = None,
+    token: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_TOKEN, description="a maintenance lease's token, if not in the body"),
+    ] = None,
+) -> Released:
+    """The release of `DELETE /v1/leases/{lease_id}`, with what the lease did (docs/design.md
+    §5.1): a commit lease the files its commit added per partition (`written`), a maintenance
+    lease the partitions it compacted (`compacted`). Counted by the release that ends the lease
+    only, so repeating it is safe. Without a body it is the `DELETE`."""
+    sent = body or ReleaseBody()
+    named = _one("holder", sent.holder, holder)
+    given = _one("token", sent.token, token)
+    return await end_lease(
+        rt,
+        str(lease_id),
+        who=who,
+        holder=named if isinstance(named, str) else None,
+        token=given if isinstance(given, int) else None,
+        body=sent,
+    )
 
 
 @router.post(

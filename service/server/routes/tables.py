@@ -110,8 +110,11 @@ async def set_switch(
 @router.put("/v1/tables/{table}/debt", responses=WRITE)
 async def report_debt(table: TableName, body: DebtBody, rt: RuntimeDep, who: JobDep) -> TableDebt:
     """Store the table's compaction debt as a compactor measured it; it replaces the one
-    before. A table never seen before becomes known. Answers the debt as stored."""
-    return await rt.transact(lambda conn: debt.report(conn, table=table, body=body, by=who.name))
+    before. A table never seen before becomes known. Answers the debt as stored. Its
+    `partitions`, when sent, replace the files counted per partition as commits landed."""
+    return await rt.transact(
+        lambda conn: debt.report(conn, table=table, body=body, by=who.name, trigger=rt.trigger)
+    )
 
 
 @router.put("/v1/tables/{table}/ingest-lag", responses=WRITE)
