@@ -3,6 +3,7 @@ straight to a JdbcCatalog on the same MariaDB server (the real limit: what the j
 lakelock), each with and without lakelock's compactor compacting the table meanwhile.
 
     python -m benchmarks.flink --files 60 --rows-per-file 2000 --file-every-s 1
+    python -m benchmarks.flink --held 20     # each writer against 20 compactions instead
 
 Per cell, a fresh MariaDB database for the catalog (the front's lock database, or the bare
 JdbcCatalog's) and a new table, then the job started and idle; then `--files` files of
@@ -20,7 +21,12 @@ figures:
 With the compactor, lakelock's compactor (one Spark session, local[2]) runs after run on the
 table from the job's first commit, through the front (front cells) or the JdbcCatalog with
 lakelock's leases (jdbc cells). Both share the machine's cores with the job.
-`--json out.json` writes every figure.
+
+`--held N` measures what the front's holds cost a writer instead: through the front, the Flink
+upsert job (a file landed as soon as the one before is committed), then a Spark writer
+appending a row per commit to the same partitions, each until the compactor compacted the table
+N times: the writer's commits and failed commits (for Flink its restarts), the front's refusals,
+the compactions. `--json out.json` writes every figure.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from typing import Any
 
 from benchmarks.lease_throughput import DEFAULT_MARIADB_URL, comma_list, percentile, write_figures
 
-__all__ = ["Cell", "main"]
+__all__ = ["Cell", "Held", "main"]
 
 CATALOGS = ("front", "jdbc")
 MARIADB_JAR = Path("/usr/share/java/mariadb-java-client.jar")
@@ -58,9 +64,21 @@ class Cell:
     commits: int = 0
     restarts: int = 0
     refusals: dict[str, int] = field(default_factory=dict)
+    refused: list[dict[str, Any]] = field(default_factory=list)  # the first refusals' events
     compactions: list[str] = field(default_factory=list)
     worst_data_files: int = 0
     worst_delete_files: int = 0
+
+
+@dataclass
+class Held:
+    writer: str
+    compactions: int = 0
+    compactions_committed: int = 0
+    commits: int = 0
+    failed_commits: int = 0
+    refusals: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
 
 
 @contextmanager
@@ -150,6 +168,9 @@ class Bench:
                 from demo.flink import front_counts
 
                 result.refusals = front_counts(service.url, service.token("reader"))[1]
+                operator = LeaseClient(service.url, token=service.token("operator"))
+                trail = operator.events(table=f"{name}.{TABLE}", limit=1000)
+                result.refused = [e for e in trail if e["event"] == "catalog.refused"][-5:]
             return result
 
     def _register(
@@ -218,11 +239,6 @@ class Bench:
             if compactor:
                 runs.start()
             landed: list[tuple[float, int]] = []  # (when, rows landed by then)
-            start = time.monotonic()
-            for i in range(args.files):
-                time.sleep(max(0.0, start + i * args.file_every_s - time.monotonic()))
-                feed.write(rows=args.rows_per_file)
-                landed.append((time.monotonic(), feed.rows))
             commits: list[tuple[float, int]] = []  # (seen at, rows committed by then)
             seen = 0
 
@@ -233,6 +249,14 @@ class Bench:
                     commits.append((time.monotonic(), total))
                     seen = total
                 return total >= feed.rows
+
+            start = time.monotonic()
+            for i in range(args.files):
+                while time.monotonic() < start + i * args.file_every_s:
+                    caught_up()  # commits seen as they land, not after the last file
+                    time.sleep(0.2)
+                feed.write(rows=args.rows_per_file)
+                landed.append((time.monotonic(), feed.rows))
 
             wait_until(
                 "every row committed", caught_up, writer=writer, deadline=deadline, compactor=runs
@@ -288,6 +312,99 @@ class _Table:
         return int(row.data or 0), int(row.deletes or 0)
 
 
+def held(args: argparse.Namespace, workdir: Path) -> list[Held]:
+    """Each writer through the front against `args.held` compactions of its table."""
+    from compactor.config import LeaseConfig, PlanConfig, TableConfig
+    from demo.flink import FlinkDemo, front_counts
+
+    flink = FlinkDemo(
+        workdir=workdir / "flink",
+        files=1,
+        rows_per_file=args.rows_per_file,
+        keys=args.keys,
+        checkpoint_every_s=args.checkpoint_every_s,
+        compactions=args.held,
+        timeout_s=args.timeout_s,
+        on_progress=lambda line: None,
+    )
+    started = time.monotonic()
+    problems = flink.run()
+    s = flink.summary
+    results = [
+        Held(
+            writer="flink upsert",
+            compactions=len(s["compactions"]),
+            compactions_committed=s["compactions"].count("compacted"),
+            commits=s["front_commits"].get("data", 0),
+            failed_commits=int(s["flink_job"]["restarts"]) + len(problems),
+            refusals=s["front_refusals"],
+            seconds=round(time.monotonic() - started, 1),
+        )
+    ]
+    from demo.service import LocalService
+    from service.client import LeaseClient
+    from service.lock import migrate
+
+    folder = workdir / "spark"
+    folder.mkdir()
+    db_url = f"sqlite:///{folder / 'lakelock.db'}"
+    migrate.upgrade(db_url)
+    warehouse = folder / "warehouse"
+    with LocalService.start(
+        db_url=db_url,
+        log_path=folder / "service.log",
+        LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(),
+        LAKELOCK_CATALOG_NAME="appends",
+    ) as service:
+        bench = Bench(args, folder)
+        properties = {"uri": f"{service.url}/iceberg", "token": service.token("job")}
+        bench._register("appends", "front", warehouse, properties)
+        client = LeaseClient(service.url, token=service.token("job"))
+        config = TableConfig(
+            f"appends.{TABLE}",
+            lease=LeaseConfig(ttl=timedelta(seconds=30)),
+            plan=PlanConfig(min_small_files=2, min_delete_files=1),
+        )
+        started = time.monotonic()
+        result = _spark_appends(bench.spark, client, config, args)
+        result.refusals = front_counts(service.url, service.token("reader"))[1]
+        result.seconds = round(time.monotonic() - started, 1)
+        bench.spark.stop()
+    return [*results, result]
+
+
+def _spark_appends(spark: Any, client: Any, config: Any, args: argparse.Namespace) -> Held:
+    """A Spark writer appending one row per commit into the table's 4 partitions until the
+    compactor compacted it `args.held` times."""
+    from demo.flink import COLUMNS, Compactor
+
+    table = config.name
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
+    spark.sql(
+        f"CREATE TABLE {table} ({COLUMNS}) USING iceberg "
+        "PARTITIONED BY (dt, hr) TBLPROPERTIES ('format-version' = '2')"
+    )
+    result = Held(writer="spark append")
+    compactor = Compactor(spark, client, config, on_progress=lambda line: None)
+    compactor.start()
+    deadline = time.monotonic() + args.timeout_s
+    try:
+        while len(compactor.runs) < args.held and time.monotonic() < deadline:
+            n = result.commits + result.failed_commits
+            try:
+                spark.sql(
+                    f"INSERT INTO {table} VALUES ('a{n}', '2024-06-2{n % 2}', {n // 2 % 2}, {n})"
+                )
+                result.commits += 1
+            except Exception:  # a failed commit: what the figure counts
+                result.failed_commits += 1
+    finally:
+        compactor.stop(args.timeout_s)
+    result.compactions = len(compactor.runs)
+    result.compactions_committed = sum(r.outcome.value == "compacted" for r in compactor.runs)
+    return result
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.flink", description=__doc__)
     p.add_argument("--files", type=int, default=60)
@@ -299,6 +416,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compactor", type=comma_list, default=["off", "on"])
     p.add_argument("--timeout-s", type=float, default=900.0)
     p.add_argument("--mariadb-url", default=DEFAULT_MARIADB_URL)
+    p.add_argument("--held", type=int, help="each writer against this many compactions")
     p.add_argument("--json", type=Path)
     return p
 
@@ -308,6 +426,18 @@ def main(argv: list[str] | None = None) -> int:
     if not MARIADB_JAR.is_file():
         print(f"{MARIADB_JAR} is missing: apt-get install libmariadb-java", file=sys.stderr)
         return 2
+    if args.held:
+        with tempfile.TemporaryDirectory(prefix="lakelock-bench-flink-") as tmp:
+            results = held(args, Path(tmp))
+        for r in results:
+            print(
+                f"{r.writer:<13} {r.commits} commits, {r.failed_commits} failed, "
+                f"refusals {r.refusals or 0}, {r.compactions} compactions "
+                f"({r.compactions_committed} committed) in {r.seconds:.0f}s"
+            )
+        if args.json:
+            write_figures(args.json, argv, results)
+        return 0
     cells: list[Cell] = []
     with tempfile.TemporaryDirectory(prefix="lakelock-bench-flink-") as tmp:
         bench = Bench(args, Path(tmp))
