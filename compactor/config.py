@@ -46,6 +46,9 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     [defaults.rewrite_data_files]
     strategy = "binpack"                # or "sort" (sort_order = "event_id ASC NULLS LAST")
     options = { "target-file-size-bytes" = 134217728, "min-input-files" = 5 }
+    [defaults.follow]                   # the rewrite of a partition the service says is due
+    options = { "min-input-files" = 2, "delete-file-threshold" = 1 }   # over rewrite_data_files
+    partitions_per_group = 10           # due partitions of a table under one lease
     [defaults.rewrite_manifests]
     min_small_manifests = 50            # rewrite when this many manifests are small
     small_manifest_bytes = 6291456      # small = under 6 MiB (Iceberg's target is 8 MiB)
@@ -107,10 +110,12 @@ from jobkit.spark import CatalogConfig
 __all__ = [
     "DEFAULT_REWRITE_OPTIONS",
     "FLOORS",
+    "FOLLOW_OPTIONS",
     "CompactorConfig",
     "ConfigError",
     "ExpireSnapshotsConfig",
     "FleetConfig",
+    "FollowConfig",
     "LeaseConfig",
     "PlanConfig",
     "RemoveOrphanFilesConfig",
@@ -300,6 +305,30 @@ class RewriteDataFilesConfig:
         return int(self.options["min-input-files"])
 
 
+FOLLOW_OPTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        # a due partition holds a few batches' files: two of them make a group worth rewriting
+        "min-input-files": "2",
+        # a data file with any delete applying to it is rewritten, the deletes applied
+        "delete-file-threshold": "1",
+    }
+)
+
+
+@dataclass(frozen=True, config=STRICT)
+class FollowConfig:
+    """How a compactor that follows the stream rewrites the partitions the service says are
+    due (compactor.follow, docs/jobs.md §3): only their small files and the files deletes apply
+    to, under one lease per `partitions_per_group` of them. `options` go over the table's
+    `rewrite_data_files` options (FOLLOW_OPTIONS by default); the rewrite never splits a big
+    file and never commits partial progress, whatever they say (compactor.plan.steps)."""
+
+    options: Annotated[Mapping[str, str], BeforeValidator(text_map)] = field(
+        default_factory=lambda: dict(FOLLOW_OPTIONS)
+    )
+    partitions_per_group: _Positive = 10
+
+
 @dataclass(frozen=True, config=STRICT)
 class RewritePositionDeletesConfig:
     """`rewrite_position_delete_files`: also drops deletes left dangling by a data rewrite."""
@@ -394,6 +423,7 @@ class TableConfig:
     rewrite_data_files: RewriteDataFilesConfig = RewriteDataFilesConfig()
     rewrite_position_delete_files: RewritePositionDeletesConfig = RewritePositionDeletesConfig()
     rewrite_manifests: RewriteManifestsConfig = RewriteManifestsConfig()
+    follow: FollowConfig = FollowConfig()
     expire_snapshots: ExpireSnapshotsConfig = ExpireSnapshotsConfig()
     remove_orphan_files: RemoveOrphanFilesConfig = RemoveOrphanFilesConfig()
 
@@ -669,7 +699,8 @@ def _collect(
 
 def table_config(data: Mapping[str, Any], *, where: str = "") -> TableConfig:
     """A TableConfig from one merged `[[tables]]` entry, its retention checked against the
-    floors; Iceberg action options merge over DEFAULT_REWRITE_OPTIONS.
+    floors; Iceberg action options merge over DEFAULT_REWRITE_OPTIONS (those of `follow` over
+    FOLLOW_OPTIONS).
 
     Raises:
         ConfigError: every unknown key and bad value, named under `where`.
@@ -681,6 +712,9 @@ def table_config(data: Mapping[str, Any], *, where: str = "") -> TableConfig:
     if isinstance(rewrite, Mapping) and isinstance(rewrite.get("options"), Mapping):
         options = {**DEFAULT_REWRITE_OPTIONS, **rewrite["options"]}
         values["rewrite_data_files"] = {**rewrite, "options": options}
+    follow = values.get("follow")
+    if isinstance(follow, Mapping) and isinstance(follow.get("options"), Mapping):
+        values["follow"] = {**follow, "options": {**FOLLOW_OPTIONS, **follow["options"]}}
     config = build(TableConfig, values, where=where, title=TITLE)
     try:
         # at load time, not at the first run: a bad retention never reaches a schedule

@@ -15,6 +15,11 @@ partitions_over_bound    partitions at `plan.stop_small_files` or `plan.stop_del
                          behind on these; late data in an older partition waits for the
                          daily rewrite-all by design
 worst_partition          the most small plus delete files in one partition
+partitions               per partition with any, its small data files and its delete files
+                         (`{"dt=2024-06-20/hr=13": {"data_files": 9, "delete_files": 4}}`; the
+                         most indebted MAX_PARTITIONS): the service replaces its own counts of
+                         each partition's files with them, the counts the commits added since
+                         (docs/jobs.md §3), which decide when a partition is due
 """
 
 from __future__ import annotations
@@ -26,11 +31,15 @@ from typing import Any
 
 from compactor.config import TableConfig
 from compactor.plan import over_bound, scope_of
+from compactor.plan.rules import by_debt
 from compactor.stats import TableStats
 from service.client import LeaseClient
 from service.wire.errors import LakelockError
 
-__all__ = ["debt_of", "send_debt"]
+__all__ = ["MAX_PARTITIONS", "debt_of", "partition_debt", "send_debt"]
+
+MAX_PARTITIONS = 1000
+"""The most partitions a debt report names (the most indebted): a body of a bounded size."""
 
 log = logging.getLogger("compactor.debt")
 
@@ -54,13 +63,26 @@ def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) ->
         "worst_partition": max((p.debt for p in stats.partitions), default=0),
         "records": totals.data_records,
         "measured_at": measured_at.isoformat(),
+        "partitions": partition_debt(stats),
+    }
+
+
+def partition_debt(stats: TableStats) -> dict[str, dict[str, int]]:
+    """Per named partition with any, its small data files and delete files (applying or
+    dangling: what a reader opens), the most indebted MAX_PARTITIONS."""
+    owing = [p for p in by_debt(stats.partitions) if p.name is not None and p.debt]
+    return {
+        str(p.name): {"data_files": p.small_files, "delete_files": p.all_delete_files}
+        for p in owing[:MAX_PARTITIONS]
     }
 
 
 def send_debt(client: LeaseClient | None, table: str, debt: dict[str, Any]) -> None:
     """Log `debt` as one JSON line and store it on the service; a service that cannot take it
     is logged, never raised: the run goes on."""
-    log.info(json.dumps({"event": "compactor.debt", "table": table, **debt}, sort_keys=True))
+    # the line names how many partitions owe; the service gets each of them
+    line = {**debt, "partitions": len(debt.get("partitions") or ())}
+    log.info(json.dumps({"event": "compactor.debt", "table": table, **line}, sort_keys=True))
     if client is None:
         return
     try:

@@ -5,6 +5,7 @@
     tick.left_to_others              # {"lake.db.b": "compactor@other:77"}: claimed elsewhere
     tick.exit_code                   # 0, 1 (a run failed, a table unreadable), 2 (refused)
     fleet.run(every_s=600, stop=stop)  # ticks on a grid until `stop` is set
+    fleet.on_run = reports.append    # hear each run's report (the demo counts them)
 
 A tick, and why:
 
@@ -22,7 +23,11 @@ A tick, and why:
               claim renewed throughout and checked before each step, then release it
     remember  what each plan and run saw (compactor.rank.Look), so that a table whose snapshot
               has not changed since a plan that found nothing is not planned again; the debt
-              each plan and run saw goes to the service (compactor.debt)
+              each plan and run saw goes to the service (compactor.debt), with its partitions:
+              the service's counts of each partition's files are corrected by it
+
+A compactor that follows the stream (compactor.follow, `run --follow`) long-polls the service
+for due partitions between ticks and runs the ticks on a slower grid in a thread beside.
 
 Without claims (`claims=False`, the command's `--no-claim`, for one-off runs only) every table
 with debt is planned whatever other compactors do; their maintenance leases still keep their
@@ -134,6 +139,8 @@ class Fleet:
         self.tracks: dict[str, Track] = {}
         self._configs: dict[str, TableConfig] = {}
         self._lock = threading.Lock()
+        # hears each run's report once published (from the thread that ran it)
+        self.on_run: Callable[[RunReport], None] | None = None
 
     # -- one tick ---------------------------------------------------------------------------
 
@@ -352,6 +359,8 @@ class Fleet:
         if (run.error or "").startswith("unauthorized"):
             self._explain("unauthorized")
         watch.finished(run)
+        if self.on_run is not None:
+            self.on_run(run)
         with self._lock:
             report.outcomes[config.name] = str(run.outcome)
             report.worsen(EXIT_CODES[Outcome(run.outcome)])

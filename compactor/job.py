@@ -6,6 +6,8 @@
     python -m compactor run --table local.db.events --once
     python -m compactor run --config compactor.toml --every 10m
     python -m compactor run --table 'local.db.*' --once         # every table of local.db
+    python -m compactor run --config compactor.toml --follow    # follow the stream (below)
+    python -m compactor run --config compactor.toml --follow --every 10m --poll 20
 
 `plan` lists the partitions in scope (hot or cold, and why), the groups a run would lease one
 after another and the steps run without a lease; it does not ask the service, so only the hot
@@ -20,6 +22,13 @@ left to it, and the output names the holder), runs up to `[fleet] max_concurrent
 once, and releases each claim after the table's housekeeping. `--no-claim` (with `--once` only)
 skips the claims, and says so.
 
+`run --follow` follows the stream (compactor.follow): with a warm Spark session it long-polls
+the service (`--poll` seconds a wait, 30 by default) for the partitions of the named tables that
+commits made due, and compacts those partitions at once, most debt first, each table under its
+claim (so several followers share the tables); the full plan above still runs on a slower grid,
+`--every` (5m by default in this mode), for what the counts cannot see. SIGTERM or SIGINT stops
+it within a second, after the runs in flight.
+
 The table is looked up in the catalog of --config, else in the local Hadoop catalog `local`
 with its warehouse in var/warehouse; --catalog and --warehouse point elsewhere. `run` sends the
 bearer token from LAKELOCK_TOKEN (or the variable `[service] token_env` of --config) to the
@@ -29,7 +38,8 @@ Exit status: 0 done (compacted, nothing worth doing, or left to another compacto
 failed, lost its lease, could not reach the service, or a table could not be read (`plan`: no
 such table); 2 a retention floor refused the config, or the command line or config is wrong.
 The scheduled mode (--every) logs a failed run and goes on with the next tick; SIGTERM or
-SIGINT stops it after the current runs.
+SIGINT stops it after the current runs. `--follow` exits 0 when stopped, 1 when the service
+refuses its long-poll (a token that may not, a table name it refuses).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from compactor.config import (
     parse_duration,
 )
 from compactor.fleet import Fleet
+from compactor.follow import MAX_POLL_S, Follower
 from compactor.patterns import check_name, expand
 from compactor.plan import plan
 from compactor.run import default_holder, utcnow
@@ -64,11 +75,13 @@ from compactor.stats import collect_stats
 from jobkit.spark import CatalogConfig, catalog_place
 from jobkit.token import TOKEN_ENV
 from service.client import LeaseClient
+from service.wire.errors import LakelockError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "FOLLOW_EVERY",
     "main",
     "parse_args",
     "print_plans",
@@ -82,6 +95,9 @@ log = logging.getLogger("compactor")
 
 # Spark's error classes for a table (or its namespace) the catalog does not have
 _NOT_FOUND = frozenset(("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND"))
+
+# the full plan's grid of a follower when neither --every nor the config's `every` says
+FOLLOW_EVERY = timedelta(minutes=5)
 
 
 def run_once(
@@ -233,13 +249,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 help="with --once: plan without claiming tables (another compactor may "
                 "compact the same tables; the output says claims are off)",
             )
+            p.add_argument(
+                "--follow",
+                action="store_true",
+                help="follow the stream: long-poll the service for due partitions and compact "
+                "them at once; the full plan runs every --every (default 5m)",
+            )
+            p.add_argument(
+                "--poll",
+                type=float,
+                help=f"with --follow: seconds each long-poll waits (default 30, at most "
+                f"{MAX_POLL_S:g})",
+            )
         else:
             p.add_argument("--json", action="store_true", help="one JSON object per table")
     args = parser.parse_args(argv)
     if getattr(args, "no_claim", False) and not args.once:
         parser.error("--no-claim is for one-off runs: use it with --once")
-    if getattr(args, "ticks", None) is not None and (args.once or args.ticks < 1):
+    if getattr(args, "ticks", None) is not None and (args.once or args.follow or args.ticks < 1):
         parser.error("--ticks N (N >= 1) goes with --every")
+    if getattr(args, "follow", False) and args.once:
+        parser.error("--follow runs until stopped: not with --once")
+    poll = getattr(args, "poll", None)
+    if poll is not None and not getattr(args, "follow", False):
+        parser.error("--poll goes with --follow")
+    if poll is not None and not 0 < poll <= MAX_POLL_S:
+        parser.error(f"--poll must be more than 0 and at most {MAX_POLL_S:g} seconds")
     return args
 
 
@@ -355,10 +390,25 @@ def _run(
             token_env=config.token_env,
         )
         every = None if args.once else every or config.every
-        if every is None:
+        if every is None and not args.follow:
             return fleet.tick().exit_code
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        if args.follow:
+            return _follow(fleet, every or FOLLOW_EVERY, args.poll, stop)
+        assert every is not None
         fleet.run(every_s=every.total_seconds(), stop=stop, ticks=args.ticks)
         return 0
+
+
+def _follow(fleet: Fleet, every: timedelta, poll: float | None, stop: threading.Event) -> int:
+    follower = Follower(fleet, every_s=every.total_seconds(), poll_s=poll or 30.0)
+    try:
+        follower.run(stop)
+    except LakelockError as exc:
+        log.error("the service refused the follower's long-poll, stopping: %s", exc)
+        fleet._explain(exc.slug)
+        stop.set()
+        return 1
+    return 0

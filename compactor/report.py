@@ -100,6 +100,9 @@ class RunReport:
     # the groups left for the next run when `plan.run_budget` ran out
     backpressure: list[str] = field(default_factory=list)
     left_for_next_run: list[list[str] | None] = field(default_factory=list)
+    # the partitions whose files the run's steps rewrote, as its leases' releases reported
+    # them compacted to the service (which zeroes their counts: docs/jobs.md §3)
+    compacted: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

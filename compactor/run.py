@@ -33,6 +33,11 @@ The order, and why:
                      (why that is safe: compactor.plan), unless maintenance is switched off
     report           one JSON line and the service's run history (compactor.report)
 
+Each lease is released with the partitions its group's steps rewrote (`compacted`, once every
+step ran): the service zeroes their counts (docs/jobs.md §3). `follow_table` is the follower's
+run: the partitions the service says are due, grouped and leased as above, without stats or a
+plan.
+
 What remains: a cancel that lands while an action is already inside its Iceberg commit cannot
 stop that commit. The run then reports `lease_lost` with the step's output, and Iceberg's own
 validation stays the last line (a conflicting ingest commit fails, it is not corrupted). For
@@ -47,20 +52,22 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from compactor.claim import Held, take
 from compactor.config import RetentionRefused, TableConfig
 from compactor.lease import DrainTimeout, acquire_maintenance
-from compactor.plan import Group, Plan, Step, plan
+from compactor.plan import Group, Mode, Plan, Step, follow_steps, partition_mapping, plan
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
+from jobkit.partition import read_spec
 from jobkit.spark import SparkJobGroups, error_message, rest_catalog
 from service.client import Lease, LeaseClient, LeaseLost, Renewer
 from service.wire.errors import (
+    InvalidRequest,
     LakelockError,
     LeaseExpired,
     MaintenanceHeld,
@@ -76,7 +83,7 @@ from service.wire.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LeaseLost", "default_holder", "run_table", "utcnow"]
+__all__ = ["LeaseLost", "default_holder", "follow_table", "run_table", "utcnow"]
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +243,134 @@ def _ignore(stats: TableStats, the_plan: Plan | None) -> None:
     pass
 
 
+def follow_table(
+    spark: SparkSession,
+    *,
+    client: LeaseClient,
+    config: TableConfig,
+    due: Mapping[str, tuple[int, int]],
+    holder: str | None = None,
+    run_uid: str | None = None,
+    now: Callable[[], datetime] = utcnow,
+    clock: Callable[[], float] = time.monotonic,
+    before_step: Callable[[Step], None] | None = None,
+) -> RunReport:
+    """Compact the partitions the service says are due, at once, without planning the table
+    (compactor.follow): `due` maps each partition's name to the (data files, delete files) the
+    service counted since its last compaction. Most debt first, `follow.partitions_per_group`
+    partitions under one maintenance lease on exactly them (the whole table with
+    `lease.scope = "table"`), each group's steps sized to the stream
+    (compactor.plan.follow_steps), limited to its partitions by the filter a full plan's group
+    gets; each release reports the group's partitions compacted once its steps ran. A name that
+    does not read back as a partition of the current spec is left to the full plan (the reasons
+    say which). No stats are read before or after: the report's `before` and `after` stay
+    empty, and the service's counts are the debt.
+
+    Every failure ends in the report, as in run_table; each lease is released on every path.
+
+    Raises:
+        BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
+    """
+    run_uid = run_uid or uuid.uuid4().hex[:12]
+    report = RunReport(
+        table=config.name,
+        run_uid=run_uid,
+        holder=f"{holder or default_holder()}/{run_uid}",
+        started_at=now().isoformat(),
+        mode=str(Mode.FOLLOW),
+    )
+    started = clock()
+    try:
+        _follow(spark, client, config, due, report, clock=clock, before_step=before_step)
+    except Exception as exc:
+        log.exception("follow run %s on %s failed", run_uid, config.name)
+        report.outcome = Outcome.FAILED
+        report.error = report.error or error_message(exc)
+    finally:
+        report.duration_s = clock() - started
+    return report
+
+
+def _follow(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    due: Mapping[str, tuple[int, int]],
+    report: RunReport,
+    *,
+    clock: Callable[[], float],
+    before_step: Callable[[Step], None] | None,
+) -> None:
+    budget_from = clock()
+    # Spark resolves catalogs through the JVM thread's active session: in a thread of the
+    # follower's, another session's, or none, unless set here
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    # the spec from the table's metadata over py4j: no Spark job before the lease
+    spec = read_spec(spark, config.name)
+    named: list[tuple[str, dict[str, Any]]] = []
+    for name in sorted(due, key=lambda n: (-sum(due[n]), n)):
+        data, deletes = due[name]
+        try:
+            named.append((name, partition_mapping(spec, name)))
+        except ValueError as exc:
+            log.warning("%s: %s left to the full plan: %s", config.name, name, exc)
+            report.plan_reasons.append(f"{name}: left to the full plan ({exc})")
+            continue
+        report.plan_reasons.append(
+            f"{name}: due, {data} data and {deletes} delete files added since its last "
+            "compaction (the service's counts)"
+        )
+    whole = config.lease.scope == "table"
+    report.lease_scope = "table" if whole else "partitions"
+    report.whole_table = "lease.scope is table" if whole else None
+    size = config.follow.partitions_per_group
+    groups = []
+    for i in range(0, len(named), size):
+        chunk = named[i : i + size]
+        names = tuple(name for name, _ in chunk)
+        steps = follow_steps(
+            config,
+            names,
+            [values for _, values in chunk],
+            deletes=any(due[name][1] for name in names),
+        )
+        if steps:
+            groups.append(
+                Group(None if whole else names, steps, hot=True, covers=names if whole else ())
+            )
+    if not groups:
+        report.outcome, report.reason = Outcome.SKIPPED, "nothing_to_follow"
+        return
+    the_plan = Plan(
+        config.name,
+        run=True,
+        mode=Mode.FOLLOW,
+        reasons=tuple(report.plan_reasons),
+        groups=tuple(groups),
+        whole_table=report.whole_table,
+    )
+    done = _groups(
+        spark,
+        client,
+        config,
+        the_plan,
+        report,
+        clock=clock,
+        before_step=before_step,
+        budget_from=budget_from,
+        before_group=_no_group_hook,
+        skipped=_no_group_hook,
+    )
+    if done:
+        _settle(report)
+    if report.outcome is Outcome.COMPACTED and not changed_anything(report):
+        report.outcome = Outcome.NO_CHANGE
+
+
+def _no_group_hook(group: Group) -> None:
+    pass
+
+
 class _Backpressure:
     """The run's backpressure (docs/jobs.md §3): the partitions its plan found past the hard
     bound, which its groups rewrite, have their writers held from before the first group until
@@ -384,41 +519,67 @@ def _groups(
             entry.update(lease_id=lease.lease_id, token=lease.token)
             if report.lease_id is None:
                 report.lease_id, report.token = lease.lease_id, lease.token
-            held_at = clock()
-            first = len(report.steps)
-            try:
-                _steps(
-                    spark,
-                    client,
-                    config,
-                    group.steps,
-                    str(the_plan.mode),
-                    lease,
-                    report,
-                    before_step=before_step,
-                )
-            finally:
-                _release(client, lease)
-                held = clock() - held_at
-                report.hold_s = (report.hold_s or 0.0) + held
-                entry["held_s"] = round(held, 3)
-                _held(report, group, waited + held)
-            steps = report.steps[first:]
-            for step in steps:
-                step["lease_id"] = lease.lease_id
-            entry["steps"] = [
-                {"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps
-            ]
-            outcome = report.outcome
-            if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
-                outcome = Outcome.NO_CHANGE
-            entry.update(outcome=outcome, error=report.error)
+            _under_lease(
+                spark,
+                client,
+                config,
+                group,
+                str(the_plan.mode),
+                lease,
+                report,
+                entry,
+                waited=waited,
+                clock=clock,
+                before_step=before_step,
+            )
             if report.outcome is not Outcome.COMPACTED:
                 return False
         return True
     finally:
         # the report's wait is the run's: the sum over its groups
         report.lease_wait_s = sum(g.get("lease_wait_s", 0.0) for g in report.groups)
+
+
+def _under_lease(
+    spark: SparkSession,
+    client: LeaseClient,
+    config: TableConfig,
+    group: Group,
+    mode: str,
+    lease: Lease,
+    report: RunReport,
+    entry: dict[str, Any],
+    *,
+    waited: float,
+    clock: Callable[[], float],
+    before_step: Callable[[Step], None] | None,
+) -> None:
+    """The steps of `group` under its `lease`, then the release, in every path: with the
+    group's partitions compacted when every step ran (docs/jobs.md §3; else their counts on
+    the service stand). `entry` is the group's line in the report."""
+    held_at = clock()
+    first = len(report.steps)
+    ran = False
+    try:
+        ran = _steps(
+            spark, client, config, group.steps, mode, lease, report, before_step=before_step
+        )
+    finally:
+        compacted = group.rewrites if ran else ()
+        if _release(client, lease, compacted=compacted):
+            report.compacted += [n for n in compacted if n not in report.compacted]
+        held = clock() - held_at
+        report.hold_s = (report.hold_s or 0.0) + held
+        entry["held_s"] = round(held, 3)
+        _held(report, group, waited + held)
+    steps = report.steps[first:]
+    for step in steps:
+        step["lease_id"] = lease.lease_id
+    entry["steps"] = [{"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps]
+    outcome = report.outcome
+    if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
+        outcome = Outcome.NO_CHANGE
+    entry.update(outcome=outcome, error=report.error)
 
 
 def _waits_for_next_run(
@@ -657,8 +818,9 @@ def _steps(
     report: RunReport,
     *,
     before_step: Callable[[Step], None] | None,
-) -> None:
-    """`steps` under `lease`; report.outcome is COMPACTED when all ran, else says why not."""
+) -> bool:
+    """`steps` under `lease`; True, and report.outcome COMPACTED, when all ran; else False and
+    the report says why not."""
     groups = SparkJobGroups(spark.sparkContext)
     group = f"lakelock-compactor-{report.run_uid}"
 
@@ -697,11 +859,11 @@ def _steps(
                     report.outcome = Outcome.LEASE_LOST
                     report.error = f"lease lost ({renewer.lost_reason}); {exc}"
                     log.error("%s: %s", config.name, report.error)
-                    return
+                    return False
                 log.error("%s: %s", config.name, exc)
                 report.outcome, report.error = Outcome.FAILED, exc.message
                 report.steps.append({**step.as_dict(), "error": exc.message})
-                return
+                return False
             entry = {
                 **step.as_dict(),
                 "output": output,
@@ -714,10 +876,12 @@ def _steps(
                 entry["after_lease_lost"] = True
                 raise LeaseLost(renewer.lost_reason or "lost")
         report.outcome = Outcome.COMPACTED
+        return True
     except LeaseLost as exc:
         report.outcome = Outcome.LEASE_LOST
         report.error = f"lease lost: {exc}"
         log.error("%s: %s; no further step runs", config.name, report.error)
+        return False
     finally:
         renewer.stop()
         groups.clear()
@@ -738,12 +902,34 @@ def _check(client: LeaseClient, renewer: Renewer, *, before: str) -> None:
         log.warning("confirming lease %s before %s failed: %s", renewer.lease.lease_id, before, exc)
 
 
-def _release(client: LeaseClient, lease: Lease) -> None:
+def _release(client: LeaseClient, lease: Lease, *, compacted: Sequence[str] = ()) -> bool:
+    """Release `lease`, reporting `compacted` (the partitions its steps rewrote) to the
+    service; True when the service took them. A service that refuses them gets a plain
+    release: the lease must never outlive its steps because of what it reports."""
     try:
-        client.release(lease)
+        if compacted:
+            try:
+                client.release(lease, compacted=list(compacted))
+            except InvalidRequest as exc:
+                log.warning(
+                    "the service refused the partitions compacted under lease %s (%s); "
+                    "releasing without them",
+                    lease.lease_id,
+                    exc,
+                )
+                client.release(lease)
+                return False
+        else:
+            client.release(lease)
     except LakelockError as exc:
         # a revoked or expired lease may refuse the release; it is not live either way, and an
         # unreachable service lets it expire after its TTL
         log.warning("release of lease %s failed: %s", lease.lease_id, exc)
-    else:
-        log.info("released lease %s on %s", lease.lease_id, lease.table)
+        return False
+    log.info(
+        "released lease %s on %s%s",
+        lease.lease_id,
+        lease.table,
+        f" ({len(compacted)} partitions compacted)" if compacted else "",
+    )
+    return bool(compacted)

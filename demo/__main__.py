@@ -3,9 +3,11 @@
     python -m demo                         # about two minutes
     python -m demo --duration-s 30 --summary out/demo-summary.json
     python -m demo --events 1200 --compactions 1   # until those counts are reached
+    python -m demo --writer flink          # a Flink upsert job through the catalog front
 
 Starts the lakelock service on SQLite, the event generator, the streaming upsert job through the
-gate, and the compactor on a short schedule; shows progress; then prints a summary, writes it as
+gate, and the compactor that follows the stream (`--compactor timer`: the compactor on a short
+schedule instead, to compare); shows progress; then prints a summary, writes it as
 JSON, and exits 1 if the table does not hold exactly the latest row of every generated key
 (or, by counts, if the counts were not reached within --timeout-s). Last, it prints the commands
 that look at what the run left behind: the table's plan, and a service on its lock database.
@@ -24,7 +26,7 @@ from typing import Any
 from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
-    from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+    from demo.pipeline import COMPACTORS, Pipeline, PipelineOptions, PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
 
 __all__ = ["main"]
@@ -50,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="run by counts instead of time: write exactly this many events, then go on until "
         "the table has taken them all and --compactions compactions have succeeded",
     )
+    parser.add_argument(
+        "--writer",
+        choices=("spark", "flink"),
+        default="spark",
+        help="spark: the streaming MERGE job through the gate (this page's options); flink: a "
+        "Flink upsert job through the catalog front (bin/run --writer flink --help)",
+    )
     # the options with a default, each: (flag, type, default, what it sets)
     for flag, kind, default, text in (
         ("--compactions", int, defaults.compactions, "with --events: compactions to wait for"),
@@ -62,7 +71,25 @@ def _parser() -> argparse.ArgumentParser:
         ("--workdir", Path, defaults.workdir, "where the run keeps everything; emptied first"),
         ("--rate", float, defaults.rate, "events per second"),
         ("--trigger-interval-s", float, defaults.trigger_interval_s, "seconds between batches"),
-        ("--compact-every-s", float, defaults.compact_every_s, "seconds between compactor runs"),
+        (
+            "--compactor",
+            str,
+            "follow",
+            "follow | timer: compact partitions as the stream makes them due, or every "
+            "--compact-every-s",
+        ),
+        (
+            "--compact-every-s",
+            float,
+            defaults.compact_every_s,
+            "with --compactor timer: seconds between compactor runs",
+        ),
+        (
+            "--full-plan-every-s",
+            float,
+            defaults.full_plan_every_s,
+            "with --compactor follow: seconds between the follower's full plans",
+        ),
         ("--seed", int, defaults.seed, "generator seed"),
         (
             "--format",
@@ -98,20 +125,29 @@ def _parser() -> argparse.ArgumentParser:
 def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.events is not None and args.duration_s is not None:
         parser.error("--duration-s and --events exclude each other: run by time or by counts")
-    for name in ("duration_s", "events", "rate", "trigger_interval_s", "compact_every_s"):
+    for name in (
+        "duration_s",
+        "events",
+        "rate",
+        "trigger_interval_s",
+        "compact_every_s",
+        "full_plan_every_s",
+    ):
         value = getattr(args, name)
         if value is not None and value <= 0:
             parser.error(f"--{name.replace('_', '-')} must be > 0")
     if args.compactions < 0:
         parser.error("--compactions must be >= 0")
-    if args.format not in FORMATS:
-        parser.error(f"--format must be one of {', '.join(FORMATS)}")
-    if args.source not in SOURCES:
-        parser.error(f"--source must be one of {', '.join(SOURCES)}")
+    for flag, value, known in (
+        ("--compactor", args.compactor, COMPACTORS),
+        ("--format", args.format, FORMATS),
+        ("--source", args.source, SOURCES),
+        ("--lease-scope", args.lease_scope, SCOPES),
+    ):
+        if value not in known:
+            parser.error(f"{flag} must be one of {', '.join(known)}")
     if args.partitions < 1:
         parser.error("--partitions must be >= 1")
-    if args.lease_scope not in SCOPES:
-        parser.error(f"--lease-scope must be one of {', '.join(SCOPES)}")
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
 
@@ -151,9 +187,28 @@ def _audit(result: PipelineResult) -> dict[str, Any]:
     return audit(snapshots, result.events, table=table, limit=1000).as_dict()
 
 
+def _writer(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """`--writer spark|flink` (anywhere in the arguments) and the arguments without it."""
+    rest = list(argv)
+    for i, arg in enumerate(rest):
+        if arg == "--writer" and i + 1 < len(rest):
+            return rest[i + 1], rest[:i] + rest[i + 2 :]
+        if arg.startswith("--writer="):
+            return arg.split("=", 1)[1], rest[:i] + rest[i + 1 :]
+    return "spark", rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    writer, rest = _writer(sys.argv[1:] if argv is None else argv)
+    if writer == "flink":  # a Flink job through the catalog front instead (docs/flink.md)
+        from demo.flink import main as flink_main
+
+        return flink_main(rest)
+    if writer != "spark":
+        print(f"bin/run: --writer {writer!r}: spark or flink", file=sys.stderr)
+        return 2
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(rest)
     _positive(parser, args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     # py4j logs each call that Ctrl-C cuts short at ERROR, with a traceback; the demo says it
@@ -167,7 +222,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         workdir=args.workdir,
         rate=args.rate,
         trigger_interval_s=args.trigger_interval_s,
+        compactor=args.compactor,
         compact_every_s=args.compact_every_s,
+        full_plan_every_s=args.full_plan_every_s,
         seed=args.seed,
         lease_scope=args.lease_scope,
         format=args.format,

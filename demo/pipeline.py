@@ -13,7 +13,13 @@ What runs, all in this process except the service (a child process on SQLite):
     ingest      the streaming upsert job (ingest_gate.job.run) on a shared local Spark session;
                 a batch that fails stops its query, and the pipeline restarts it from the
                 checkpoint, as a cluster's supervisor would, counting the failure
-    compactor   compactor.run.run_table every `compact_every_s`, on the same Spark session
+    compactor   with `compactor="follow"` (`python -m demo`'s default) a compactor that follows
+                the stream (compactor.follow): it long-polls the service for partitions the
+                commits made due and compacts them at once, with the full plan
+                (compactor.fleet) every `full_plan_every_s`; with `compactor="timer"` (and
+                always when uncoordinated), compactor.run.run_table every `compact_every_s`,
+                the cycle before following. Both on the same Spark session, the follower's
+                rewrites in a session of their own of it
 
 Two ways to end a run:
 
@@ -60,8 +66,17 @@ from pathlib import Path
 from typing import Any
 
 from compactor.claim import Held, take
-from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
-from compactor.report import RunReport, publish
+from compactor.config import (
+    CompactorConfig,
+    FleetConfig,
+    LeaseConfig,
+    PlanConfig,
+    RewriteDataFilesConfig,
+    TableConfig,
+)
+from compactor.fleet import Fleet
+from compactor.follow import Follower
+from compactor.report import Outcome, RunReport, publish
 from compactor.run import run_table
 from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
 from demo.health import Health, sample
@@ -74,6 +89,7 @@ from jobkit.spark import CatalogConfig, build_session
 from service.client import Lease, LeaseClient
 
 __all__ = [
+    "COMPACTORS",
     "BatchSeen",
     "FileWritten",
     "Pipeline",
@@ -85,6 +101,8 @@ __all__ = [
 log = logging.getLogger("demo")
 
 TOPIC = "events"  # the demo's topic with `source="kafka"`
+COMPACTORS = ("follow", "timer")
+"""How the demo compacts: following the stream (the default), or every `compact_every_s`."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +115,14 @@ class PipelineOptions:
     rate: float = 200.0
     file_interval_s: float = 1.0
     trigger_interval_s: float = 2.0
+    # "follow": the follower (long-polls for due partitions, full plan every
+    # full_plan_every_s); "timer": a run every compact_every_s (see the module docstring).
+    # `python -m demo` and benchmarks.streaming_health follow by default; the benchmarks built
+    # on benchmarks.modes keep the timer they were measured with
+    compactor: str = "timer"
     compact_every_s: float = 20.0
+    full_plan_every_s: float = 300.0
+    follow_poll_s: float = 10.0
     seed: int = 1
     update_ratio: float = 0.3
     duplicate_ratio: float = 0.1
@@ -137,6 +162,11 @@ class PipelineOptions:
     @property
     def by_counts(self) -> bool:
         return self.events is not None
+
+    @property
+    def follows(self) -> bool:
+        """The compactor follows the stream (it needs the service: uncoordinated, the timer)."""
+        return self.compactor == "follow" and self.coordinated
 
 
 @dataclass(frozen=True)
@@ -227,8 +257,11 @@ class PipelineResult:
         compacted = [r for r in self.compactions if r.outcome == "compacted"]
         failed = [r for r in self.compactions if r.outcome in ("failed", "lease_lost")]
         last = compacted[-1] if compacted else None
+        follow = [r for r in self.compactions if r.mode == "follow"]
+        durations = sorted(r.duration_s or 0.0 for r in follow if r.outcome == "compacted")
         return {
             "mode": "coordinated" if self.options.coordinated else "uncoordinated",
+            "compactor": "follow" if self.options.follows else "timer",
             "format": self.options.format,
             "source": self.options.source,
             "duration_s": round(self.duration_s, 1),
@@ -246,6 +279,9 @@ class PipelineResult:
             "failed_batches": len(self.failed_batches),
             "compactions": len(compacted),
             "compaction_runs": len(self.compactions),
+            "follow_runs": len(follow),
+            "follow_run_p50_s": _quantile(durations, 0.5),
+            "follow_run_p95_s": _quantile(durations, 0.95),
             "failed_compactions": len(failed),
             "data_files_before_last_compaction": (last.before or {}).get("data_files")
             if last
@@ -272,6 +308,13 @@ class PipelineResult:
                 else {"landing": str((self.options.workdir / "landing").resolve())}
             ),
         }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    """The `q` quantile of sorted `values` (nearest rank), or None."""
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
 
 
 def _worst_after_warmup(samples: list[Health]) -> dict[str, Any]:
@@ -553,7 +596,7 @@ class Pipeline:
     def _counts(self) -> tuple[int, int]:
         """Events taken by the stream (bad ones included), and compactions that succeeded."""
         ingested = sum(b.record.rows_read for b in self.batches)
-        return ingested, sum(r.outcome == "compacted" for r in self.compactions)
+        return ingested, sum(r.outcome == Outcome.COMPACTED for r in self.compactions)
 
     def _counts_reached(self) -> bool:
         """By counts: every event written and taken by the stream, and the compactions done."""
@@ -578,20 +621,55 @@ class Pipeline:
 
     def _compact(self, spark: Any, client: Any) -> None:
         config = self._table_config()
+        if self.options.follows:
+            self._follow(spark, client, config)
+            return
         while not self.stop.wait(self.options.compact_every_s):
-            started = time.time()
             report = self._compact_once(spark, client, config)
             publish(report, client=client)
+            self._ran(report)
+
+    def _follow(self, spark: Any, client: LeaseClient, config: TableConfig) -> None:
+        """Follow the stream until the run stops (compactor.follow): the demo's table only,
+        one table run at a time, the full plan every `full_plan_every_s`."""
+        fleet = Fleet(
+            spark,
+            client=client,
+            config=CompactorConfig(
+                tables=(config,),
+                fleet=FleetConfig(max_concurrent=1, claim_ttl=timedelta(seconds=60)),
+            ),
+            selection=[config.name],
+            holder="demo-compactor",
+        )
+        follower = Follower(
+            fleet,
+            every_s=self.options.full_plan_every_s,
+            poll_s=self.options.follow_poll_s,
+            on_run=self._ran,
+        )
+        follower.run(self.stop)
+
+    def _ran(self, report: RunReport) -> None:
+        """A compactor run ended (published already): count it and say what it did."""
+        with self._lock:
             self.compactions.append(report)
-            if report.outcome not in ("skipped",):
-                self.windows.append((started, time.time()))
-            files = f"{(report.before or {}).get('data_files')} -> "
-            files += f"{(report.after or {}).get('data_files')}"
-            error = f" ({report.error.splitlines()[0][:120]})" if report.error else ""
-            self.on_progress(
-                f"compaction {len(self.compactions)}: {report.outcome}{error}, data files {files}, "
-                f"lease wait {report.lease_wait_s or 0:.1f}s"
+            number = len(self.compactions)
+        if report.outcome not in ("skipped",):
+            ended = time.time()
+            self.windows.append((ended - (report.duration_s or 0.0), ended))
+        error = f" ({report.error.splitlines()[0][:120]})" if report.error else ""
+        if report.mode == "follow":
+            what = f"followed {', '.join(report.compacted) or 'nothing'}"
+        else:
+            what = (
+                f"data files {(report.before or {}).get('data_files')} -> "
+                f"{(report.after or {}).get('data_files')}"
             )
+        self.on_progress(
+            f"compaction {number}: {report.outcome}{error}, {what}, "
+            f"lease wait {report.lease_wait_s or 0:.1f}s, {report.duration_s or 0:.1f}s"
+        )
 
     def _compact_once(self, spark: Any, client: Any, config: TableConfig) -> RunReport:
         """One run, under a claim on the table as the fleet takes it (so the run may hold

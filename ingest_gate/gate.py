@@ -11,6 +11,7 @@ the commit (see service.lock.leases for the protocol):
 
     with gate.commit("cat.db.events", partitions=["dt=2024-06-20/hr=13"]) as gate_pass:
         ...                          # a lease on those partitions only (docs/design.md §4)
+        gate_pass.wrote({"dt=2024-06-20/hr=13": (1, 1)})   # what the commit added, per partition
 
 Entering blocks until a commit lease is granted, long-polling the service and retrying while
 ingest is paused, maintenance holds the table, or the service is unreachable; never longer than
@@ -22,6 +23,14 @@ When the lease is lost the group is cancelled, `check()` raises `LeaseLost`, and
 gate raises `LeaseLost` even if the body returned, so the batch is retried from the checkpoint.
 Under `proceed` a lost lease is only logged: that policy never stops the stream. The lease is
 released on every exit; a failed release is logged (the lease then expires by its TTL).
+
+What the commit wrote: the body may tell the pass, per partition, the data and delete files
+its commit added (`wrote`, read from the commit's snapshot summary). When the pass ends
+`committed`, the release carries them (`LeaseClient.release(lease, written=...)`), and the
+service adds them to the partitions' compaction debt: it knows the moment a partition is due and
+wakes a compactor that follows the stream (docs/jobs.md §3). Only partitions the lease covers are
+sent; a release the service refuses for them is sent again without them, so the lease never
+outlives the pass because of its counts.
 """
 
 from __future__ import annotations
@@ -29,12 +38,13 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from service.client import Lease, LeaseClient, LeaseLost, NotGranted, Renewer
+from service.wire.errors import InvalidRequest
 
 __all__ = [
     "Gate",
@@ -101,6 +111,7 @@ class GatePass:
     gate_pass.lease          # the commit lease, or None when proceeding without one
     gate_pass.partitions     # the partitions asked for, or None for the whole table
     gate_pass.check()        # raises LeaseLost if the lease is no longer safe to commit under
+    gate_pass.wrote({"dt=2024-06-20/hr=13": (2, 1)})  # data, delete files the commit added
     gate_pass.as_dict()      # for the job's JSON log line; "scope": names or "table"
     """
 
@@ -118,6 +129,8 @@ class GatePass:
     outcome: Outcome | None = None
     lease_calls_s: float = 0.0
     lost_reason: str | None = None
+    # per partition, the data and delete files the commit added (None: not told)
+    written: dict[str, tuple[int, int]] | None = None
     _renewer: Renewer | None = field(default=None, repr=False)
     _warned_lost: bool = field(default=False, repr=False)
     # the wait counted so far, and the reason of the last refusal: what the time since was for
@@ -149,6 +162,20 @@ class GatePass:
             f"commit lease on {self.table} lost: {reason}", lease=self.lease, gate_pass=self
         )
 
+    def wrote(self, counts: Mapping[str, tuple[int, int]]) -> None:
+        """Tell the pass what its commit added: per partition name, (data files, delete files).
+        Sent with the lease's release when the pass ends `committed`; partitions outside a
+        scoped lease are left out (the service keeps debt only under the lease's scope)."""
+        kept = {
+            name: (int(data), int(deletes))
+            for name, (data, deletes) in counts.items()
+            if self.partitions is None or name in self.partitions
+        }
+        left = len(counts) - len(kept)
+        if left:
+            log.debug("%s: %d partitions outside the lease's scope not sent", self.table, left)
+        self.written = kept
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready summary for the job's log line."""
         return {
@@ -164,6 +191,7 @@ class GatePass:
             "outcome": self.outcome,
             "lease_calls_s": round(self.lease_calls_s, 3),
             "lost_reason": self.lost_reason,
+            "written_partitions": None if self.written is None else len(self.written),
         }
 
     def _lost(self) -> str | None:
@@ -376,7 +404,7 @@ class Gate:
             return
         started = self.clock()
         try:
-            self.client.release(lease)
+            self._release(gate_pass, lease)
         except Exception:
             # raising here would hide the body's outcome; the lease expires after its TTL
             log.exception(
@@ -387,3 +415,20 @@ class Gate:
             )
         finally:
             gate_pass.lease_calls_s += self.clock() - started
+
+    def _release(self, gate_pass: GatePass, lease: Lease) -> None:
+        """Release `lease`, with what the commit wrote when the pass committed (see the module
+        docstring); a service that refuses the counts gets a plain release."""
+        written = gate_pass.written if gate_pass.outcome == "committed" else None
+        if not written:
+            self.client.release(lease)
+            return
+        try:
+            self.client.release(lease, written=written)
+        except InvalidRequest as exc:
+            log.warning(
+                "the service refused the counts of the commit to %s (%s); releasing without them",
+                gate_pass.table,
+                exc,
+            )
+            self.client.release(lease)

@@ -15,16 +15,19 @@ compactor.plan.scope     what a plan looks at: rewrite-all, the recent partition
 compactor.plan.rules     due, hot, past the hard bound, most debt first; when a run pays off
 compactor.plan.steps     the procedure calls, each only when enabled and with work
 compactor.plan.expiry    which snapshots expire_snapshots may remove
+compactor.plan.names     a partition's values read back from its name (the follower's filter)
 """
 
 from compactor.plan.expiry import ExpiryPlan, snapshot_expiry
-from compactor.plan.model import Group, Mode, PartitionPlan, Plan, Step
+from compactor.plan.model import DATA_STEPS, Group, Mode, PartitionPlan, Plan, Step
+from compactor.plan.names import partition_mapping, partition_values
 from compactor.plan.planner import plan
 from compactor.plan.rules import over_bound
 from compactor.plan.scope import full_rewrite_due, recent_where, scope_of
-from compactor.plan.steps import REMOVE_DANGLING
+from compactor.plan.steps import REMOVE_DANGLING, follow_steps
 
 __all__ = [
+    "DATA_STEPS",
     "REMOVE_DANGLING",
     "ExpiryPlan",
     "Group",
@@ -32,8 +35,11 @@ __all__ = [
     "PartitionPlan",
     "Plan",
     "Step",
+    "follow_steps",
     "full_rewrite_due",
     "over_bound",
+    "partition_mapping",
+    "partition_values",
     "plan",
     "recent_where",
     "scope_of",

@@ -12,16 +12,22 @@ from typing import Any
 
 from compactor.stats import PartitionStats, Totals
 
-__all__ = ["MIB", "Group", "Mode", "PartitionPlan", "Plan", "Step"]
+__all__ = ["DATA_STEPS", "MIB", "Group", "Mode", "PartitionPlan", "Plan", "Step"]
 
 MIB = 1 << 20
 
 
 class Mode(StrEnum):
-    """What a run rewrites: `incremental` (within thresholds and `where`) or `rewrite-all`."""
+    """What a run rewrites: `incremental` (within thresholds and `where`), `rewrite-all`, or
+    `follow`: the partitions the service said are due, sized to the stream (compactor.follow)."""
 
     INCREMENTAL = "incremental"
     REWRITE_ALL = "rewrite-all"
+    FOLLOW = "follow"
+
+
+# the steps that rewrite a partition's data or delete files: a group with one compacts them
+DATA_STEPS = frozenset(("rewrite_data_files", "rewrite_position_delete_files"))
 
 
 @dataclass(frozen=True)
@@ -71,11 +77,23 @@ class Group:
     Group(("dt=2024-05-01", "dt=2024-05-02"), (rewrite_data_files, ...))
     Group(("dt=2024-05-10",), (...), hot=True)      # due hot ones: hot_partitions_per_group
     Group(None, (Step("rewrite_manifests", ...),))
+    Group(None, (rewrite_data_files, ...), covers=("dt=2024-05-01",))  # whole-table lease
+    group.rewrites                                  # what its release reports compacted
     """
 
     partitions: tuple[str, ...] | None
     steps: tuple[Step, ...]
     hot: bool = False
+    # under a whole-table lease, the named partitions its data steps rewrite
+    covers: tuple[str, ...] = ()
+
+    @property
+    def rewrites(self) -> tuple[str, ...]:
+        """The partitions whose data and delete files the group's steps rewrite: the lease's
+        release reports them compacted once the steps ran (the service zeroes their counts)."""
+        if not any(step.procedure in DATA_STEPS for step in self.steps):
+            return ()
+        return self.partitions if self.partitions is not None else self.covers
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -13,8 +13,9 @@ Iceberg drops them only where a partition holds `min-input-files` of them).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from compactor.config import TableConfig, format_duration
 from compactor.plan.expiry import table_expiry
@@ -22,7 +23,7 @@ from compactor.plan.model import Mode, Step
 from compactor.plan.rules import small_manifests
 from compactor.stats import PartitionStats, TableStats, Totals
 
-__all__ = ["REMOVE_DANGLING", "data_steps", "manifest_steps", "unleased_steps"]
+__all__ = ["REMOVE_DANGLING", "data_steps", "follow_steps", "manifest_steps", "unleased_steps"]
 
 REMOVE_DANGLING = "remove-dangling-deletes"
 """The rewrite_data_files option whose commit Iceberg makes without lakelock's properties: the
@@ -102,6 +103,66 @@ def data_steps(
                 where=where,
                 partitions=names,
                 partition_values=values,
+            )
+        )
+    return tuple(steps)
+
+
+def follow_steps(
+    config: TableConfig,
+    partitions: Sequence[str],
+    values: Sequence[Mapping[str, Any]],
+    *,
+    deletes: bool,
+) -> tuple[Step, ...]:
+    """The rewrite of `partitions` (their names, and `values` by partition field name) sized to
+    the stream, for a compactor that follows it (compactor.follow): rewrite_data_files over
+    their small files and the files a delete applies to (`follow.options` over the table's
+    rewrite options: 2 input files make a group, one delete makes a file worth rewriting),
+    a file of the plan's small size or more never selected for its size, no partial progress,
+    binpack whatever the table's strategy (its sort waits for the full plan); then, with
+    `deletes` (the
+    service counted delete files added), rewrite_position_delete_files over the same
+    partitions, which drops the deletes the first step left applying to nothing.
+
+    Raises:
+        ValueError: no partitions, or not one value mapping per partition.
+    """
+    if not partitions or len(values) != len(partitions):
+        raise ValueError("follow steps need partitions, and one value mapping each")
+    names, mappings = tuple(partitions), tuple(values)
+    steps: list[Step] = []
+    rdf = config.rewrite_data_files
+    if rdf.enabled:
+        options = {**rdf.options, **config.follow.options}
+        options.update(
+            {
+                # "small" as the plan counts it: a file of that size or more stays as it is
+                # (unless a delete applies to it)
+                "min-file-size-bytes": str(config.small_file_bytes),
+                # a cancelled run must commit nothing (compactor.run)
+                "partial-progress.enabled": "false",
+            }
+        )
+        steps.append(
+            Step(
+                "rewrite_data_files",
+                "follow the stream: compact the due partitions' small files, apply deletes",
+                options=options,
+                strategy="binpack",
+                partitions=names,
+                partition_values=mappings,
+            )
+        )
+    rpd = config.rewrite_position_delete_files
+    if deletes and rpd.enabled:
+        steps.append(
+            Step(
+                "rewrite_position_delete_files",
+                "follow the stream: drop the position deletes that apply to no live data file",
+                options={**rpd.options, "rewrite-all": "true"},
+                partitions=names,
+                partition_values=mappings,
             )
         )
     return tuple(steps)

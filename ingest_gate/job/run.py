@@ -20,7 +20,11 @@ Each micro-batch (`BatchWriter`, the `foreachBatch` function) does, in order:
    them (see ingest_gate.gate) and run the MERGE (ingest_gate.job.merge): upserts, and for change
    streams deletes, its ON condition limited to those partitions (exactly up to
    `exact_filter_max_partitions`, past it by one IN list per partition field, a cheaper
-   superset), with the query id, batch id and lease id in the snapshot summary;
+   superset), with the query id, batch id and lease id in the snapshot summary; then, still
+   inside the gate, read its own snapshot's per-partition counts (data and delete files added,
+   ingest_gate.job.snapshots.partition_counts) and hand them to the gate, which gives them to
+   the service with the lease's release, so the service knows the moment a partition is due
+   for compaction (docs/jobs.md §3);
 6. source kafka: measure the lag per topic-partition after the batch and report it to the
    service (ingest_gate.job.kafka);
 7. log one JSON line (logger `ingest_gate.job.run`) and keep it as a `BatchRecord`.
@@ -70,7 +74,9 @@ from ingest_gate.job.decode import Decoder
 from ingest_gate.job.merge import merge_sql
 from ingest_gate.job.snapshots import (
     batch_properties,
+    committed_snapshot,
     find_batch_snapshot,
+    partition_counts,
     snapshot_summary,
     with_commit_properties,
 )
@@ -78,6 +84,7 @@ from ingest_gate.job.source import count_files, read_stream, with_source_positio
 from ingest_gate.job.table import (
     check_write_modes,
     ensure_clustered_writes,
+    ensure_partition_summaries,
     identifier_merge_refusal,
     table_properties,
 )
@@ -205,6 +212,8 @@ class BatchRecord:
     merge_filter: str | None = None
     commit_s: float = 0.0
     snapshot_id: int | None = None
+    # partitions whose files the commit counted per partition (summary), None: no counts
+    written_partitions: int | None = None
     dead_letter_path: str | None = None
     outcome: str = "failed"
     error: str | None = None
@@ -234,6 +243,9 @@ class _UngatedPass:
 
     def check(self) -> None:
         return None
+
+    def wrote(self, counts: Any) -> None:
+        return None  # no service to tell
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -505,6 +517,7 @@ class BatchWriter:
                 merge_started = time.monotonic()
                 with_commit_properties(spark, props, lambda: spark.sql(statement))
                 record.commit_s = round(time.monotonic() - merge_started, 3)
+                self._counts_to_gate(spark, record, gate_pass)
         except BaseException as exc:
             if gate_pass is None:
                 gate_pass = getattr(exc, "gate_pass", None)
@@ -517,15 +530,45 @@ class BatchWriter:
         if record.outcome == "lease_lost":
             # the gate let the batch through (policy proceed), so the MERGE did commit
             record.outcome = "proceeded_after_lease_lost"
-        record.snapshot_id = find_batch_snapshot(
-            spark, cfg.table, query_id=record.query_id, batch_id=record.batch_id
-        )
-        if record.snapshot_id is not None:
-            summary = snapshot_summary(spark, cfg.table, record.snapshot_id)
-            # merge-on-read: each inserted or updated row is one added record
-            record.rows_merged = int(summary.get("added-records", 0))
+        if record.snapshot_id is None:
+            # not among the newest snapshots (many commits since, by other writers)
+            record.snapshot_id = find_batch_snapshot(
+                spark, cfg.table, query_id=record.query_id, batch_id=record.batch_id
+            )
+            if record.snapshot_id is not None:
+                summary = snapshot_summary(spark, cfg.table, record.snapshot_id)
+                record.rows_merged = int(summary.get("added-records", 0))
         if self.hooks.after_merge is not None:
             self.hooks.after_merge(record.batch_id, gate_pass)
+
+    def _counts_to_gate(self, spark: SparkSession, record: BatchRecord, gate_pass: Any) -> None:
+        """Right after the MERGE committed, inside the gate: find the batch's snapshot (no
+        Spark job) and hand its per-partition counts to the gate, which reports them to the
+        service when it releases the lease. A failure here is logged, never raised: the
+        commit stands, and the compactor's full plan measures what the service missed."""
+        cfg = self.config
+        try:
+            found = committed_snapshot(
+                spark, cfg.table, query_id=record.query_id, batch_id=record.batch_id
+            )
+            if found is None:
+                return
+            record.snapshot_id, summary = found
+            # merge-on-read: each inserted or updated row is one added record
+            record.rows_merged = int(summary.get("added-records", 0))
+            counts = partition_counts(summary)
+        except Exception as exc:
+            log.warning(
+                "batch %d: cannot read the per-partition counts of its commit to %s: %s",
+                record.batch_id,
+                cfg.table,
+                error_message(exc),
+            )
+            return
+        wrote = getattr(gate_pass, "wrote", None)  # a gate of a test may not take them
+        if counts is not None and wrote is not None:
+            record.written_partitions = len(counts)
+            wrote(counts)
 
     def _table_scope(
         self, spark: SparkSession, key_columns: Sequence[str]
@@ -759,6 +802,7 @@ def run(
     decoder = writer.prepare(spark)  # refuses a missing table or a misfit before any batch
     check_write_modes(spark, config.table)
     ensure_clustered_writes(spark, config.table)
+    ensure_partition_summaries(spark, config.table)
     files = None
     if config.source == "files":
         if "://" not in config.landing_path:

@@ -2,6 +2,7 @@
 
     check_write_modes(spark, "local.db.events")     # warns when not merge-on-read
     ensure_clustered_writes(spark, "local.db.events")  # one writer open per task, not per partition
+    ensure_partition_summaries(spark, "local.db.events")  # per-partition counts in each summary
     create_table_sql("local.db.events", columns="event_id STRING NOT NULL, ...",
                      partitioned_by="dt, hr", identifier=("event_id", "dt", "hr"))
     read_rows(spark, "local.db.events", key_columns=("event_id", "dt", "hr"))
@@ -22,6 +23,14 @@ Spark to sort each task's rows by partition, and the clustered writer keeps one 
 time however many partitions the batch spans (benchmarks/README.md, wide batches). No session
 setting or MERGE option chooses the writer: only this table property (or a write option, which
 SQL MERGE cannot pass), so the job sets it at start where the table's owner left it unset.
+
+And it wants Iceberg to count each commit's files per partition in the snapshot summary
+(`write.summary.partition-limit`, PARTITION_SUMMARY_LIMIT partitions; Iceberg's default 0 writes
+none): after each MERGE the job reads its own snapshot's counts and the gate hands them to the
+lakelock service when the commit lease ends, so the service knows the moment a partition becomes
+due for compaction without reading a manifest (docs/jobs.md §3). A commit that changes more
+partitions than the limit carries no per-partition counts; the compactor's full plan measures
+those. The job sets the property at start where the table's owner left it unset.
 """
 
 from __future__ import annotations
@@ -38,11 +47,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FANOUT_PROPERTY",
+    "PARTITION_SUMMARY_LIMIT",
+    "PARTITION_SUMMARY_PROPERTY",
     "TABLE_PROPERTIES",
     "TIMESTAMP_FORMAT",
     "check_write_modes",
     "create_table_sql",
     "ensure_clustered_writes",
+    "ensure_partition_summaries",
     "identifier_merge_refusal",
     "read_rows",
     "table_properties",
@@ -60,8 +72,13 @@ TABLE_PROPERTIES: Mapping[str, str] = {
     "write.delete.mode": "merge-on-read",
     "write.delete.granularity": "file",
     "write.spark.fanout.enabled": "false",
+    "write.summary.partition-limit": "100",
 }
 FANOUT_PROPERTY = "write.spark.fanout.enabled"
+PARTITION_SUMMARY_PROPERTY = "write.summary.partition-limit"
+# the most partitions a commit may change and still carry per-partition counts in its summary:
+# about 150 bytes of table metadata per partition and snapshot kept
+PARTITION_SUMMARY_LIMIT = 100
 
 
 def create_table_sql(
@@ -124,8 +141,9 @@ def check_write_modes(spark: SparkSession, table: str) -> None:
     """
     actual = table_properties(spark, table)
     for key, wanted in TABLE_PROPERTIES.items():
-        if key in ("format-version", FANOUT_PROPERTY):
-            continue  # the version is Iceberg's to check; the writer, ensure_clustered_writes
+        if key in ("format-version", FANOUT_PROPERTY, PARTITION_SUMMARY_PROPERTY):
+            # the version is Iceberg's to check; the writer and the summaries, ensure_*
+            continue
         if actual.get(key) != wanted:
             log.warning(
                 "table %s has %s=%s, expected %s: each batch may rewrite data files",
@@ -170,6 +188,50 @@ def ensure_clustered_writes(spark: SparkSession, table: str) -> bool:
         value,
         table,
         FANOUT_PROPERTY,
+    )
+    return False
+
+
+def ensure_partition_summaries(
+    spark: SparkSession, table: str, *, limit: int = PARTITION_SUMMARY_LIMIT
+) -> bool:
+    """Make Iceberg count each commit's files per partition in its snapshot summary (see the
+    module docstring): set `write.summary.partition-limit` to `limit` when the table does not
+    have the property (logged, one metadata commit that changes no data file); warn when its
+    owner set it to 0 or something unreadable. True when the table's commits carry the counts.
+
+    Raises:
+        pyspark.errors.PySparkException: the properties cannot be read or set.
+    """
+    value = table_properties(spark, table).get(PARTITION_SUMMARY_PROPERTY)
+    if value is None:
+        spark.sql(
+            f"ALTER TABLE {quote_identifier(table)} SET TBLPROPERTIES "
+            f"('{PARTITION_SUMMARY_PROPERTY}' = '{int(limit)}')"
+        )
+        log.info(
+            "table %s: set %s=%d, so each commit's summary counts its files per partition and "
+            "the lakelock service learns which partitions are due for compaction",
+            table,
+            PARTITION_SUMMARY_PROPERTY,
+            limit,
+        )
+        return True
+    try:
+        if int(value.strip()) > 0:
+            return True
+    except ValueError:
+        pass
+    log.warning(
+        "table %s has %s=%s: commits carry no per-partition counts, so the lakelock service "
+        "learns a partition's debt from the compactor's full plan only; ALTER TABLE %s SET "
+        "TBLPROPERTIES ('%s' = '%d') lets a following compactor compact it within seconds",
+        table,
+        PARTITION_SUMMARY_PROPERTY,
+        value,
+        table,
+        PARTITION_SUMMARY_PROPERTY,
+        limit,
     )
     return False
 

@@ -53,6 +53,9 @@ class FakeLakelock:
         self.renews = 0
         self.calls = 0
         self.released: list[str] = []
+        # the bodies of releases that carried what the lease did (POST .../release)
+        self.release_bodies: list[dict[str, Any]] = []
+        self.refuse_counts = False  # answer such a release 422, as for a partition out of scope
 
     # operator side
     def block(self, reason: str | None) -> None:
@@ -83,12 +86,18 @@ class FakeLakelock:
         path = request.url.path
         if request.method == "POST" and path.endswith("/commit-leases"):
             return self._acquire(json.loads(request.content))
-        match = re.fullmatch(r"/v1/leases/([^/]+)(/renew)?", path)
+        match = re.fullmatch(r"/v1/leases/([^/]+)(/renew|/release)?", path)
         assert match, path
         lease = self.leases[match.group(1)]
-        if match.group(2):
+        if match.group(2) == "/renew":
             return self._renew(lease)
-        assert request.method == "DELETE"
+        if match.group(2) == "/release":
+            assert request.method == "POST"
+            if self.refuse_counts:
+                return problem(422, "invalid-request")
+            self.release_bodies.append(json.loads(request.content))
+        else:
+            assert request.method == "DELETE"
         if self.release_fails:
             return problem(503, "unavailable")
         with self.cond:
@@ -443,3 +452,53 @@ def test_backpressure_seconds_are_the_time_spent_on_asks_it_refused() -> None:
     gate_pass._note(None, 9.0)
     assert gate_pass.backpressure_s == 6.0
     assert gate_pass.wait_reasons == ["paused", "backpressure"]
+
+
+# -- what the commit wrote ---------------------------------------------------------------------
+
+
+def test_a_committed_pass_releases_with_what_its_commit_wrote_in_its_scope(
+    service: FakeLakelock, client: LeaseClient
+) -> None:
+    names = ["dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"]
+    with make_gate(client).commit(TABLE, partitions=names) as gate_pass:
+        # per partition, from the commit's snapshot summary; one outside the lease is not sent
+        gate_pass.wrote({names[0]: (2, 1), names[1]: (1, 0), "dt=2024-06-21/hr=0": (1, 0)})
+    assert gate_pass.outcome == "committed"
+    assert service.live() == []
+    (body,) = service.release_bodies
+    assert body["written"] == {
+        names[0]: {"data_files": 2, "delete_files": 1},
+        names[1]: {"data_files": 1, "delete_files": 0},
+    }
+    assert gate_pass.as_dict()["written_partitions"] == 2
+
+
+def test_a_pass_that_failed_releases_without_counts(
+    service: FakeLakelock, client: LeaseClient
+) -> None:
+    with pytest.raises(RuntimeError), make_gate(client).commit(TABLE) as gate_pass:
+        gate_pass.wrote({"dt=2024-06-20": (1, 0)})
+        raise RuntimeError("the MERGE failed after all")
+    assert gate_pass.outcome == "failed"
+    assert service.release_bodies == []
+    assert service.released == [gate_pass.lease.lease_id] and service.live() == []
+
+
+def test_counts_the_service_refuses_never_keep_the_lease(
+    service: FakeLakelock, client: LeaseClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    service.refuse_counts = True
+    with make_gate(client).commit(TABLE) as gate_pass:
+        gate_pass.wrote({"dt=2024-06-20": (1, 0)})
+    assert gate_pass.outcome == "committed"
+    # released all the same, without them
+    assert service.released == [gate_pass.lease.lease_id] and service.live() == []
+    assert "releasing without them" in caplog.text
+
+
+def test_a_pass_told_nothing_releases_as_before(service: FakeLakelock, client: LeaseClient) -> None:
+    with make_gate(client).commit(TABLE) as gate_pass:
+        pass
+    assert gate_pass.written is None and service.release_bodies == []
+    assert service.released == [gate_pass.lease.lease_id]

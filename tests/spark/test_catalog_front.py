@@ -34,13 +34,20 @@ CATALOG = "lakelock"
 WAIT_S = 120
 
 
-@pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp("front")
+def sqlite_front(folder: Path) -> Any:
+    """A service with the catalog front on a new SQLite file in `folder`, its warehouse
+    `folder/wh`; it carries `db_url`, `warehouse` and `folder` for the test's own reads."""
     db_url = f"sqlite:///{folder / 'lakelock.db'}"
     server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=(folder / "wh").as_uri())
     server.db_url = db_url  # type: ignore[attr-defined]
     server.warehouse = folder / "wh"  # type: ignore[attr-defined]
+    server.folder = folder  # type: ignore[attr-defined]
+    return server
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = sqlite_front(tmp_path_factory.mktemp("front"))
     yield server
     server.stop()
 

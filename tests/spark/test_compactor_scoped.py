@@ -310,3 +310,48 @@ def test_scope_table_takes_one_whole_table_lease(spark, job_client, operator):
     assert [g["partitions"] for g in report.groups] == [None]
     assert [scope(g) for g in maintenance_grants(operator, table)] == [None]
     assert set(files_per_partition(spark, table).values()) == {1}
+
+
+def test_the_full_plan_reports_what_it_compacted_and_corrects_the_services_counts(
+    spark, job_client
+):
+    """The fleet's run releases each group's lease with the partitions it rewrote, and its
+    debt report replaces what the service counted as commits landed (docs/jobs.md §3)."""
+    from compactor.config import CompactorConfig
+    from compactor.fleet import Fleet
+    from ingest_gate.gate import Gate
+
+    table = make_hourly_table(spark, "counted")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.summary.partition-limit' = '100')")
+    gate = Gate(job_client, holder="ingest-counted", ttl_s=15.0, poll_s=1.0)
+    hour = "dt=2024-06-20/hr=10"
+    for n in range(4):  # four commits through the gate, each telling what it added
+        with gate.commit(table, partitions=[hour]) as gate_pass:
+            spark.sql(f"INSERT INTO {table} VALUES ({10_000 + n}, DATE '2024-06-20', 10, 'x')")
+            gate_pass.wrote({hour: (1, 0)})
+    assert [d.partition for d in job_client.due([table], holder="look", wait_s=0)] == [hour]
+    fleet = Fleet(
+        spark,
+        client=job_client,
+        config=CompactorConfig(
+            tables=(TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=15))),)
+        ),
+        selection=[table],
+    )
+    reports = []
+    fleet.on_run = reports.append
+
+    tick = fleet.tick()
+
+    assert tick.outcomes == {table: "compacted"}
+    (report,) = reports
+    names = [f"dt=2024-06-20/hr={h}" for h in HOURS]
+    assert sorted(report.compacted) == names
+    assert sorted(n for g in report.groups for n in g["partitions"] or ()) == names
+    # the plan's debt report made every hour due (12 small files each, measured), the releases
+    # compacted all four; the debt measured after the run replaced the counts: one small file
+    # a partition, none due
+    due = job_client.state(table)["due"]
+    assert due["partitions_due"] == 0 and due["compacted_last_hour"] == 4
+    assert (due["partitions_counted"], due["data_files"], due["delete_files"]) == (4, 4, 0)
+    assert job_client.state(table)["debt"]["data_files"] == 4

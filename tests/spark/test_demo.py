@@ -23,7 +23,9 @@ KEYS = {
     "batches_merged",
     "bad_records_dead_lettered",
     "failed_batches",
+    "compactor",
     "compactions",
+    "follow_runs",
     "failed_compactions",
     "data_files_before_last_compaction",
     "data_files_now",
@@ -86,8 +88,20 @@ def test_short_demo_runs_the_pipeline_and_its_checks_pass(demo_run):
     assert summary["rows_in_table"] == summary["distinct_keys_generated"] > 0
     assert summary["bad_records"] > 0 and summary["failed_batches"] == 0
     assert summary["compactions"] >= 1 and summary["failed_compactions"] == 0
+    # the compactor followed the stream: its compactions were of partitions the commits made due
+    assert summary["compactor"] == "follow" and summary["follow_runs"] >= 1
+    assert "followed dt=" in done.stdout
     assert "check passed" in done.stdout
     assert Path(summary["landing"]).is_dir() and Path(summary["warehouse"]).is_dir()
+
+
+def test_the_demo_on_the_timer_still_compacts_and_checks(tmp_path):
+    """`--compactor timer`: the compactor every --compact-every-s, as before it followed."""
+    done, summary, _ = _run_demo(tmp_path, "--compactor", "timer")
+    assert summary["checks"] == {"passed": True, "problems": []}
+    assert summary["compactor"] == "timer" and summary["follow_runs"] == 0
+    assert summary["compactions"] >= 1 and summary["failed_compactions"] == 0
+    assert "followed dt=" not in done.stdout
 
 
 def test_the_debezium_demo_through_kafka_ends_in_the_generator_final_state(tmp_path):

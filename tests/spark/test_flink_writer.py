@@ -9,6 +9,7 @@ through the front. The append job's table is read by pyiceberg.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -33,8 +34,8 @@ from demo.flink import (
 )
 from jobkit.flink import FlinkWriter
 from jobkit.spark import build_session
-from tests.conftest import start_server
-from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog
+from tests.helpers import run_module
+from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog, sqlite_front
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
@@ -43,12 +44,7 @@ WAIT_S = 240  # a guard against a hang only
 
 @pytest.fixture(scope="module")
 def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp("flink-front")
-    db_url = f"sqlite:///{folder / 'lakelock.db'}"
-    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=(folder / "wh").as_uri())
-    server.db_url = db_url  # type: ignore[attr-defined]
-    server.warehouse = folder / "wh"  # type: ignore[attr-defined]
-    server.folder = folder  # type: ignore[attr-defined]
+    server = sqlite_front(tmp_path_factory.mktemp("flink-front"))
     yield server
     server.stop()
 
@@ -223,3 +219,18 @@ def latest_checkpoint(folder: Path) -> str:
     found = sorted(folder.glob("*/chk-*"), key=lambda p: p.stat().st_mtime)
     assert found, f"no retained checkpoint under {folder}"
     return found[-1].as_uri()
+
+
+def test_bin_run_writer_flink_runs_the_demo_and_its_check(tmp_path):
+    summary = tmp_path / "summary.json"
+    run_module(
+        "demo",
+        *("--writer", "flink", "--files", "3", "--rows-per-file", "100", "--keys", "200"),
+        *("--compactions", "1", "--workdir", str(tmp_path / "run"), "--summary", str(summary)),
+        timeout=WAIT_S * 2,
+    )
+    result = json.loads(summary.read_text())
+    assert result["checks"] == {"passed": True, "problems": []}
+    assert result["flink_job"]["restarts"] == 0
+    assert set(result["compactions"]) == {"compacted"}
+    assert result["rows_in_table"] == result["distinct_keys_written"] > 0

@@ -34,8 +34,12 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
         assert run["partition_samples"] and run["partition_samples"][-1][1]
     assert runs[0]["compactor_runs"] == 0
     assert runs[1]["compactor_runs"] >= 1
+    # the compactor followed the stream (the default): its runs were follow runs
+    assert (runs[0]["compactor"], runs[1]["compactor"]) == (None, "follow")
+    assert runs[1]["follow_runs"] >= 1 and runs[1]["follow_run_p50_s"] > 0
     report = (out / "report.md").read_text()
     assert "| partition data files, worst mean / peak |" in report
     assert "(the baseline: no compaction)" in report
+    assert "| | none | partitions (follow) |" in report
     png = (out / "streaming_health.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -1,0 +1,43 @@
+"""The demo's command line: the compactor follows the stream by default, the timer stays an
+option to compare with (no Spark: the arguments only)."""
+
+import pytest
+
+from demo.__main__ import _parser, _positive
+from demo.pipeline import PipelineOptions
+
+
+def parse(*argv: str):
+    parser = _parser()
+    args = parser.parse_args(list(argv))
+    _positive(parser, args)
+    return args
+
+
+def test_the_demo_follows_the_stream_unless_told_to_use_the_timer():
+    assert parse().compactor == "follow"
+    assert PipelineOptions(compactor="follow").follows
+    # the library's default stays the timer the pipeline benchmarks were measured with
+    assert not PipelineOptions().follows
+    timer = parse("--compactor", "timer", "--compact-every-s", "5")
+    assert (timer.compactor, timer.compact_every_s) == ("timer", 5.0)
+    assert parse("--full-plan-every-s", "30").full_plan_every_s == 30.0
+
+
+def test_an_uncoordinated_run_compacts_on_the_timer():
+    # the follower needs the service; the baseline without lakelock has none
+    assert not PipelineOptions(compactor="follow", coordinated=False).follows
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--compactor", "hourly"], "--compactor must be one of follow, timer"),
+        (["--full-plan-every-s", "0"], "--full-plan-every-s must be > 0"),
+    ],
+)
+def test_the_demo_refuses_a_compactor_it_does_not_know(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse(*argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
