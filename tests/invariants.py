@@ -9,7 +9,8 @@ everything; the checker has its own `_overlap` for that, apart from the service'
 - inv2: never a live commit and a live maintenance lease with intersecting scopes;
 - inv3: maintenance tokens strictly increase per table, whatever their scopes;
 - inv4: no renew revives a lease past its TTL;
-- inv5: no commit granted while ingest is paused or an intent on an intersecting scope is open;
+- inv5: no commit granted while ingest is paused or a drain intent on an intersecting scope is
+  open (a backpressure intent is inv8's; a turn of the head holds no commit lease);
 - inv6: never two live claims on one table (a claim covers the whole table; it is checked
   against claims only, and commit and maintenance leases never against claims);
 - inv7: no maintenance commit through the catalog front (docs/catalog-front.md) without a live
@@ -175,7 +176,10 @@ class _Table:
         self.claims.discard(e["lease_id"])
 
     def open_intent(self, e: dict[str, Any], scope: Scope) -> None:
-        self.intents[e["detail"]["request_id"]] = scope
+        # a drain holds commit grants (inv5); a turn of the head holds foreign commits at the
+        # catalog front only (docs/catalog-front.md §4), never a commit lease
+        if e["detail"].get("cause", "drain") == "drain":
+            self.intents[e["detail"]["request_id"]] = scope
 
     def close_intent(self, e: dict[str, Any], _scope: Scope) -> None:
         self.intents.pop(e["detail"]["request_id"], None)

@@ -61,7 +61,15 @@ from service.wire import MAX_TOKEN
 from service.wire.errors import InvalidRequest
 from service.wire.scope import Scope
 
-__all__ = ["LEASE_HEADER", "LEASE_ID", "TOKEN", "TOKEN_HEADER", "Written", "read_change"]
+__all__ = [
+    "LEASE_HEADER",
+    "LEASE_ID",
+    "TOKEN",
+    "TOKEN_HEADER",
+    "Written",
+    "named_lease",
+    "read_change",
+]
 
 LEASE_ID, TOKEN = "lakelock.lease-id", "lakelock.token"
 LEASE_HEADER, TOKEN_HEADER = "x-lakelock-lease-id", "x-lakelock-token"
@@ -134,9 +142,7 @@ def read_change(
     befores = _befores(snapshots, updates, base, updated)
     written = [_written(s, befores[s.snapshot_id], io, updated.location) for s in snapshots]
     kind = _kind(snapshots, written, removes)
-    summary: dict[str, str] = {}
-    for snapshot in snapshots:
-        summary.update(summary_of(snapshot))
+    lease_id, token = named_lease(updates, headers)
     partitions: Scope = _named(updated, written) if snapshots else frozenset()
     added, rewritten = _per_partition(updated, written)
     conflicts = can_conflict(written)
@@ -154,13 +160,32 @@ def read_change(
             [_operation(s) for s in snapshots] + (["remove-snapshots"] if removes else [])
         ),
         snapshot_id=snapshots[-1].snapshot_id if snapshots else None,
-        lease_id=_lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER)),
-        token=_int(summary.get(TOKEN) or headers.get(TOKEN_HEADER)),
+        lease_id=lease_id,
+        token=token,
         partitions=partitions,
         counts=_counts(written),
         conflicts=conflicts,
         added=added,
         rewritten=rewritten,
+    )
+
+
+def named_lease(
+    updates: Sequence[TableUpdate], headers: Mapping[str, str]
+) -> tuple[str | None, int | None]:
+    """The lease id and token a commit names: `lakelock.lease-id` and `lakelock.token` in the
+    summaries of the snapshots it adds (the last one's where several say), else the headers.
+
+    Raises:
+        InvalidRequest: a lease id that is no UUID, a token no fencing token can be.
+    """
+    summary: dict[str, str] = {}
+    for update in updates:
+        if isinstance(update, AddSnapshotUpdate):
+            summary.update(summary_of(update.snapshot))
+    return (
+        _lease_id(summary.get(LEASE_ID) or headers.get(LEASE_HEADER)),
+        _int(summary.get(TOKEN) or headers.get(TOKEN_HEADER)),
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from pyiceberg.catalog.rest import CreateTableRequest
@@ -44,6 +45,7 @@ from pyiceberg.table.metadata import TableMetadata, new_table_metadata
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import (
     AssertCreate,
+    AssertRefSnapshotId,
     SetPropertiesUpdate,
     TableRequirement,
     TableUpdate,
@@ -52,14 +54,16 @@ from pyiceberg.typedef import Identifier
 from sqlalchemy.engine import Connection
 
 from service.catalog import limits, locations
-from service.catalog.changes import read_change
+from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
 from service.lock import due, fence
+from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
 from service.wire.errors import (
     AlreadyExists,
     CommitConflict,
+    CommitHeld,
     InvalidRequest,
     LakelockError,
     NoSuchNamespace,
@@ -94,12 +98,16 @@ class Front:
         read: Run,
         caps: Limits | None = None,
         trigger: due.Trigger | None = None,
+        turn: timedelta = timedelta(0),
     ) -> None:
         self.pointers = pointers
         self._transact = transact
         self._read = read
         self.limits = caps or Limits()
         self.trigger = trigger or due.Trigger()  # when a partition's counted files are due
+        # how long a maintenance commit that lost the head has the next turn of it (0: never;
+        # LAKELOCK_CATALOG_HEAD_TURN_S, docs/catalog-front.md §4)
+        self.turn = turn
 
     @property
     def name(self) -> str:
@@ -314,12 +322,15 @@ class Front:
         *,
         principal: str,
         headers: Mapping[str, str],
+        park: fence.Park | None = None,
     ) -> Loaded:
-        """Apply `updates` if `requirements` hold, fenced; the table as it is now.
+        """Apply `updates` if `requirements` hold, fenced; the table as it is now. A commit the
+        route parks while a hold refuses it carries its `park` (service.lock.fence.Park).
 
         Raises:
             NoSuchTable: no such table, and the commit does not create it.
-            CommitConflict: a requirement failed, or the table moved meanwhile.
+            CommitConflict: a requirement failed, or the table moved meanwhile; a commit of a
+                maintenance lease's holder that lost the head so gets the next turn of it.
             Fenced, CommitHeld: service.lock.fence refused it.
         """
         self._check_name(identifier)
@@ -335,6 +346,8 @@ class Front:
                 current, identifier, tuple(requirements), tuple(updates)
             )
         except CommitFailedException as exc:
+            if current is not None and _head_moved(requirements, current.metadata):
+                self._lost_head(identifier, updates, principal, headers)
             raise CommitConflict(f"{'.'.join(identifier)}: {exc}") from exc
         except ValueError as exc:  # pyiceberg's word for an update that cannot apply
             raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
@@ -361,6 +374,8 @@ class Front:
                     change,
                     swap=lambda c: self.pointers.swap(c, identifier, old, new, moved=moved),
                     trigger=self.trigger,
+                    park=park,
+                    turn=self.turn,
                 )
             )
         except LakelockError:
@@ -370,6 +385,48 @@ class Front:
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
         # the pointer may name the file, so it stays (an orphan at worst)
         return _answered(new, metadata, text)
+
+    def _lost_head(
+        self,
+        identifier: Identifier,
+        updates: Sequence[TableUpdate],
+        principal: str,
+        headers: Mapping[str, str],
+    ) -> None:
+        """A commit whose base is no longer the head is answered 409 (the client retries on
+        fresh metadata); one naming a maintenance lease gives it the next turn of the head, in
+        a transaction of its own, when it is the holder's (service.lock.fence.lost_head). The
+        409 stands whatever becomes of that: a lease named wrongly, or a database that fails
+        now, costs the turn only."""
+        if self.turn <= timedelta(0):
+            return
+        try:
+            lease_id, token = named_lease(updates, headers)
+        except InvalidRequest:
+            return  # the retry on fresh metadata is refused for it (400)
+        if lease_id is None:
+            return
+        table = self.table_name(identifier)
+        try:
+            self._transact(
+                lambda conn: fence.lost_head(
+                    conn,
+                    table=table,
+                    lease_id=lease_id,
+                    token=token,
+                    principal=principal,
+                    turn=self.turn,
+                )
+            )
+        except (DatabaseError, PoolExhausted) as exc:
+            if isinstance(exc, DatabaseError) and not is_unavailable(exc):
+                raise  # a fault, not an outage
+            log.warning("no turn of the head for %s, the database is unavailable: %s", table, exc)
+
+    def gave_up(self, park: fence.Park, held: CommitHeld) -> None:
+        """The route stopped parking a held commit without a last try (its client left):
+        record its one refusal (service.lock.fence.gave_up)."""
+        self._transact(lambda conn: fence.gave_up(conn, park, held))
 
     def _check_set_properties(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
         for update in updates:
@@ -450,6 +507,18 @@ class Front:
             pass
         except OSError:
             log.exception("could not delete the unused metadata file %s", location)
+
+
+def _head_moved(requirements: Sequence[TableRequirement], base: TableMetadata) -> bool:
+    """Whether a requirement on a branch's head fails on `base`: another commit moved it since
+    the commit's own base (docs/catalog-front.md §4)."""
+    for requirement in requirements:
+        if isinstance(requirement, AssertRefSnapshotId):
+            try:
+                requirement.validate(base)
+            except CommitFailedException:
+                return True
+    return False
 
 
 def _answered(location: str | None, metadata: TableMetadata, text: str) -> Loaded:

@@ -22,17 +22,26 @@ expiry cannot slip between the check and the swap; then decides:
                  maintenance lease or an open intent covers is held: CommitHeld (429 with a
                  Retry-After of the hold's expected remaining time, which the client retries
                  by itself; the route parks it first, up to LAKELOCK_CATALOG_HOLD_WAIT_S).
-                 Backpressure holds every foreign data commit into its partitions.
-                 Else it passes.
+                 Backpressure holds every foreign data commit into its partitions, and a
+                 maintenance lease's open turn of the head every foreign data commit to the
+                 table. Else it passes.
     table        schema, properties, refs and the like: passes.
 
-A refusal is recorded (`catalog.refused`) and nothing else changes. A commit that passes is
-recorded (`catalog.commit`: the principal, what it is, the lease it named or `foreign`, the
-partitions it touched) and a data commit adds what it wrote to the table's debt row, so
-operators see foreign writers and debt moves without a table scan, and to its partitions' due
-counts (service.lock.due); a maintenance commit compacts the partitions whose data files it
-replaced there. `swap` returns False when
-the pointer moved since the commit's base: CommitConflict (409, retried by Iceberg clients).
+The turn of the head (docs/catalog-front.md §4): a commit of a maintenance lease's holder
+that loses the head (`swap` finds the pointer moved, or the front found its base stale:
+`lost_head`) gives the lease the next turn (service.lock.leases.open_turn), and while it is
+open every foreign data commit to the table is held too, whatever it touched, since any
+commit moves the head (rules.head_turn); the lease's next commit that lands ends it.
+
+A refusal is recorded (`catalog.refused`) and nothing else changes; a held commit the route
+parks (`Park`) is recorded once, by its last try or when the route gives up on it, not at
+each try. A commit that passes is recorded (`catalog.commit`: the principal, what it is, the
+lease it named or `foreign`, the partitions it touched, and how long it was parked) and a data
+commit adds what it wrote to the table's debt row, so operators see foreign writers and debt
+moves without a table scan, and to its partitions' due counts (service.lock.due); a
+maintenance commit compacts the partitions whose data files it replaced there. `swap` returns
+False when the pointer moved since the commit's base: CommitConflict (409, retried by Iceberg
+clients).
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import update
@@ -48,13 +57,13 @@ from sqlalchemy.engine import Connection
 
 from service.lock import audit, due, leases, store
 from service.lock.db import debt_t
-from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
-from service.lock.rules import holding
+from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
+from service.lock.rules import head_turn, holding, turn_lease, turn_of
 from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
-__all__ = ["MAX_LISTED", "Change", "commit"]
+__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "lost_head"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -85,41 +94,69 @@ class Change:
     rewritten: frozenset[str] = frozenset()
 
 
+@dataclass
+class Park:
+    """One commit the catalog route parks while a hold refuses it (docs/catalog-front.md §4),
+    across its tries: the route says which try is its `last`; `commit` keeps when a try first
+    met the hold and what it read, so the commit is one event, not one per try: its
+    `catalog.commit` with how long it was held, or one `catalog.refused` (by its last try, or
+    `gave_up` when its client left)."""
+
+    last: bool = True  # this try is the last: a hold met now is the answer, and recorded
+    since: datetime | None = None  # when a try of it first met a hold (the database clock)
+    held: Change | None = None  # the commit as the last held try read it
+
+
 def commit(
     conn: Connection,
     change: Change,
     *,
     swap: Callable[[Connection], bool],
     trigger: due.Trigger | None = None,
+    park: Park | None = None,
+    turn: timedelta = timedelta(0),
 ) -> None:
     """Check `change` against the table's leases and switch, then `swap` the pointer; one
     transaction (the caller's), the table's row locked first. A data commit that passes counts
     its files per partition toward their due threshold (`trigger`), a maintenance commit
-    compacts the partitions whose data files it replaced (docs/design.md §5.1).
+    compacts the partitions whose data files it replaced (docs/design.md §5.1). A commit the
+    route parks carries its `park`: a hold met by a try that is not its last records nothing.
+    A commit of a maintenance lease's holder whose swap finds the pointer moved gives the lease
+    the next turn of the head, for `turn` at most (0: none; `lost_head`); its next commit that
+    lands ends the turn.
 
     Raises:
         Fenced: a maintenance commit without a live lease, token and scope for it.
         CommitHeld: a foreign data commit meets a draining or held maintenance lease, or a
-            compactor's backpressure on a partition it touches.
+            compactor's backpressure on a partition it touches, or a maintenance lease's
+            turn of the table's head.
         CommitConflict: the pointer moved since the commit's base.
     """
     row, at, live = leases.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
-    try:
-        if change.kind == "maintenance":
-            _check_maintenance(row, change, lease, at)
-        elif change.kind == "data":
-            _check_data(conn, row, live, change, lease, at)
-    except (Fenced, CommitHeld) as refusal:
-        _record(conn, change, at, EventName.CATALOG_REFUSED, reason=refusal.extra.get("reason"))
-        raise
+    _check(conn, row, live, change, lease, at, park)
     if not swap(conn):
+        if lease is not None and lease.kind == "maintenance":
+            lost_head(
+                conn,
+                table=change.table,
+                lease_id=lease.id,
+                token=change.token,
+                principal=change.principal,
+                turn=turn,
+            )
         raise CommitConflict(
             f"{change.table} changed since this commit's base; reload the table and commit again"
         )
-    passed = {"can_conflict": change.conflicts} if change.kind == "data" else {}
+    passed: dict[str, Any] = {"can_conflict": change.conflicts} if change.kind == "data" else {}
+    if park is not None and park.since is not None:
+        passed["held_s"] = seconds(at - park.since)
     foreign = not _leased(change, lease, at)
     _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=foreign, **passed)
+    if lease is not None and not foreign:
+        mine = turn_of(live, lease.id)
+        if mine is not None and change.token == lease.token:
+            leases.end_turn(conn, mine, at, lease_id=lease.id, actor=change.principal)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
         due.add_written(
@@ -127,6 +164,78 @@ def commit(
         )
     elif change.kind == "maintenance" and change.rewritten:
         due.compacted(conn, table=change.table, partitions=change.rewritten, at=at)
+
+
+def _check(
+    conn: Connection,
+    row: TableRow,
+    live: Live,
+    change: Change,
+    lease: LeaseRow | None,
+    at: datetime,
+    park: Park | None,
+) -> None:
+    """Raise the refusal of `change`, if any, recorded: a hold met by a parked commit's try
+    that is not its last is recorded when the commit ends (`Park`)."""
+    try:
+        if change.kind == "maintenance":
+            _check_maintenance(row, change, lease, at)
+        elif change.kind == "data":
+            _check_data(conn, row, live, change, lease, at)
+    except CommitHeld as refusal:
+        if park is not None and not park.last:
+            park.since, park.held = park.since or at, change
+        else:
+            _refused(conn, change, at, refusal, park)
+        raise
+    except Fenced as refusal:
+        _refused(conn, change, at, refusal, park)
+        raise
+
+
+def lost_head(
+    conn: Connection,
+    *,
+    table: str,
+    lease_id: str,
+    token: int | None,
+    principal: str,
+    turn: timedelta,
+) -> bool:
+    """A commit naming `lease_id` with `token`, by `principal`, was answered 409 because the
+    table's head moved since its base (docs/catalog-front.md §4): when it is the commit of a
+    live maintenance lease's holder, the lease gets the next turn of the head, for `turn` at
+    most (service.lock.leases.open_turn); True when a turn was opened. One transaction (the
+    caller's): the fence's own, or one of its own when the front found the base stale."""
+    return leases.open_turn(
+        conn, table=table, lease_id=lease_id, token=token, principal=principal, turn=turn
+    )
+
+
+def gave_up(conn: Connection, park: Park, refusal: CommitHeld) -> None:
+    """The route stopped parking a held commit without a last try (its client left): its one
+    `catalog.refused`, as its last try would have recorded it."""
+    if park.held is None:
+        return  # no try of it was held without being recorded
+    _, at, _ = leases.live_on(conn, park.held.table)
+    _refused(conn, park.held, at, refusal, park)
+
+
+def _refused(
+    conn: Connection,
+    change: Change,
+    at: datetime,
+    refusal: Fenced | CommitHeld,
+    park: Park | None,
+) -> None:
+    """The one `catalog.refused` of a commit: its reason, the turn of the head that held it,
+    and how long the route parked it."""
+    detail: dict[str, Any] = {"reason": refusal.extra.get("reason")}
+    if "turn" in refusal.extra:
+        detail["turn"] = refusal.extra["turn"]
+    if park is not None and park.since is not None:
+        detail["held_s"] = seconds(at - park.since)
+    _record(conn, change, at, EventName.CATALOG_REFUSED, **detail)
 
 
 def _fenced(change: Change, reason: str, detail: str) -> Fenced:
@@ -235,6 +344,24 @@ def _check_data(
             reason=what,
             table=change.table,
             retry_after_s=_expected_s(first, audit.recent_holds(conn, change.table), at),
+        )
+    # a maintenance commit that lost the head to another commit has the next turn: every
+    # commit moves the head, so every foreign data commit waits for it, wherever it writes
+    # (docs/catalog-front.md §4); the gate's writers and the leases' holders returned above
+    turn = head_turn(row, live)
+    if turn is not None:
+        left = seconds(turn.expires_at - at)
+        raise CommitHeld(
+            f"{change.table}: a rewrite of {turn.holder} lost the table's head to another "
+            "commit and commits next; retry shortly",
+            reason="held",
+            table=change.table,
+            retry_after_s=max(1.0, round(left, 1)),
+            turn={
+                "lease_id": turn_lease(turn),
+                "holder": turn.holder,
+                "remaining_s": left,
+            },
         )
 
 

@@ -43,9 +43,11 @@ __all__ = [
     "acquire_claim",
     "acquire_commit",
     "acquire_maintenance",
+    "end_turn",
     "hold_back",
     "let_go",
     "live_on",
+    "open_turn",
     "release",
     "renew",
     "revoke",
@@ -436,10 +438,25 @@ def _ended(
     store.end_lease(conn, lease, end, at)
     # the row is ours under the table lock: its new state is known without reading it back
     lease = dataclasses.replace(lease, ended_at=at, end=end)
-    if lease.kind == "maintenance":
-        _holds_ended(conn, lease.table)
     detail: dict[str, Any] = {} if decision.reason is None else {"reason": decision.reason}
     _audit_end(conn, lease, at, _END_EVENTS[end], actor, **detail)
+    if lease.kind == "maintenance":
+        if found.holds_until is not None:
+            # its turn of the head ends with it (docs/catalog-front.md §4)
+            _, intents = store.holds(conn, lease.table)
+            turn = rules.turn_of(Live((), tuple(intents)), lease.id)
+            if turn is not None:
+                _end_intent(
+                    conn,
+                    turn,
+                    at,
+                    EventName.INTENT_WITHDRAWN,
+                    actor=actor,
+                    kind="maintenance",
+                    lease_id=lease.id,
+                    open_s=seconds(at - turn.opened_at),
+                )
+        _holds_ended(conn, lease.table)
     if lease.kind == "claim" and found.holds_until is not None:
         # no compactor holds the table now: nothing may hold its writers back (an intent
         # already expired is left to the sweep, which says so)
@@ -482,6 +499,68 @@ def withdraw_intent(
     )
     _holds_ended(conn, table)
     return True
+
+
+# -- the catalog front's turn of the head ----------------------------------------------------
+
+
+def open_turn(
+    conn: Connection,
+    *,
+    table: str,
+    lease_id: str,
+    token: int | None,
+    principal: str,
+    turn: timedelta,
+) -> bool:
+    """A commit naming maintenance lease `lease_id` with `token`, by `principal`, lost the
+    table's head (answered 409: another commit moved it since its base): give the lease the
+    next turn of the head, an intent of cause `turn` on the whole table, when it is the
+    holder's commit and has none open (`rules.decide_turn`). While it is open, foreign data
+    commits to the table are held (service.lock.fence); it ends when the lease's next commit
+    lands (`end_turn`), when the lease ends, or after `turn`. True when one was opened.
+    """
+    row, at = _locked_table(conn, table)
+    row, live = _live(conn, row, at)
+    lease = store.read_lease(conn, lease_id)
+    intent = rules.decide_turn(row, live, lease, token=token, principal=principal, at=at, turn=turn)
+    if intent is None:
+        return False
+    assert lease is not None  # decide_turn opens a turn for a live lease only
+    store.insert_intent(conn, intent)
+    audit.record(
+        conn,
+        at=at,
+        table=table,
+        event=EventName.INTENT_OPENED,
+        lease_id=lease.id,
+        kind="maintenance",
+        holder=intent.holder,
+        token=lease.token,
+        actor=principal,
+        request_id=intent.request_id,
+        partitions=None,
+        cause="turn",
+        turn_s=seconds(intent.expires_at - at),
+    )
+    _hold_until(conn, row.name, row.holds_until, intent.expires_at)
+    return True
+
+
+def end_turn(conn: Connection, turn: IntentRow, at: datetime, *, lease_id: str, actor: str) -> None:
+    """The commit of `turn`'s lease landed (in this transaction, the table's row locked): its
+    turn of the head is over, `intent.fulfilled` by the commit's `actor`."""
+    _end_intent(
+        conn,
+        turn,
+        at,
+        EventName.INTENT_FULFILLED,
+        actor=actor,
+        kind="maintenance",
+        lease_id=lease_id,
+        open_s=seconds(at - turn.opened_at),
+    )
+    _holds_ended(conn, turn.table)
 
 
 # -- backpressure ----------------------------------------------------------------------------

@@ -37,7 +37,8 @@ class Overview:
     maintenance_by_table: list[tuple[str, float]]
     """(table, seconds) of the oldest live maintenance lease of each table that has one."""
     intents: int
-    """Open intents: drains and backpressure, holding writers or not."""
+    """Open intents: drains, backpressure and the catalog front's turns of the head, holding
+    writers or not."""
     backpressure: list[tuple[str, int]]
     """(table, partitions) of the tables whose writers a compactor's backpressure holds now."""
     paused: int

@@ -2,7 +2,7 @@
 
     TableRow      one per table: the switch, next_token, holds_until
     LeaseRow      one per grant, of any kind (a kind is a table of its own in the database)
-    IntentRow     one per open intent (writer preference of one maintenance request)
+    IntentRow     one per open intent (writer preference: a drain, backpressure, a head turn)
     Live          what is live on a table now, oldest first: leases and intents
     Caller        who asks: the token's name (the principal) and whether it is an operator
 
@@ -36,8 +36,9 @@ __all__ = [
 LeaseEnd = Literal["released", "expired", "revoked"]
 """How a lease ended: by its holder, by its TTL, by an operator."""
 
-IntentCause = Literal["drain", "backpressure"]
-"""Why an intent holds commits: a maintenance request's drain, or a compactor's backpressure."""
+IntentCause = Literal["drain", "backpressure", "turn"]
+"""Why an intent holds commits: a maintenance request's drain, a compactor's backpressure, or
+a maintenance lease's turn of the table's head at the catalog front (docs/catalog-front.md §4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,8 @@ class IntentRow:
     partitions: tuple[str, ...] | None
     opened_at: datetime
     expires_at: datetime
-    # drain (a maintenance request's) | backpressure (a compactor's, on a partition in debt)
+    # drain (a maintenance request's) | backpressure (a compactor's, on a partition in debt) |
+    # turn (a maintenance lease's turn of the head at the catalog front: rules.head_turn)
     cause: IntentCause = "drain"
     principal: str | None = None  # as a lease's
 

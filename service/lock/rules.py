@@ -9,6 +9,8 @@ Each transition asks one question here and writes what the answer says:
     decide_renew(lease, ask, at)           Extend | Refuse
     decide_release(lease, ask, at)         End | Unchanged | Refuse
     decide_withdraw(intent, ask)           Refuse | None
+    decide_turn(table, live, lease, ...)   IntentRow | None  (a turn of the head to open)
+    head_turn(table, live)                 IntentRow | None  (the turn that holds now)
     counts_refusal(lease, holder, ...)     InvalidRequest | None  (what a release reports)
 
 A function checks in the order its docstring lists, and the first refusal wins, so a reader can
@@ -61,12 +63,17 @@ __all__ = [
     "decide_release",
     "decide_renew",
     "decide_repeat",
+    "decide_turn",
     "decide_withdraw",
+    "head_turn",
     "hold_back_refusal",
     "holding",
     "other_principal",
     "other_principal_of",
     "refused",
+    "turn_lease",
+    "turn_of",
+    "turn_request",
 ]
 
 
@@ -280,7 +287,10 @@ def decide_maintenance(table: TableRow, live: Live, ask: Ask) -> Grant | Drain |
     fulfils = tuple(
         x
         for x in live.intents
-        if x.holder == ask.holder and ask.caller.owns(x) and covers(ask.scope, x.scope)
+        if x.cause != "turn"  # a turn is its lease's, and ends with it (decide_turn)
+        and x.holder == ask.holder
+        and ask.caller.owns(x)
+        and covers(ask.scope, x.scope)
     )
     return Grant(token=table.next_token, fulfils=fulfils)
 
@@ -310,6 +320,76 @@ def decide_repeat(earlier: LeaseRow, ask: Ask, at: datetime) -> Repeat | Refuse:
     if not earlier.live(at):
         return Refuse("ended", earlier)
     return Repeat(earlier)
+
+
+# -- the catalog front's turn of the head ----------------------------------------------------
+
+
+_TURN = "turn-"
+
+
+def turn_request(lease_id: str) -> str:
+    """The request id of the turn of maintenance lease `lease_id`: a lease has one turn at most."""
+    return _TURN + lease_id
+
+
+def turn_lease(turn: IntentRow) -> str:
+    """The id of the maintenance lease whose turn `turn` is."""
+    return turn.request_id.removeprefix(_TURN)
+
+
+def turn_of(live: Live, lease_id: str) -> IntentRow | None:
+    """The open turn of maintenance lease `lease_id`, or None."""
+    intent = live.intent(turn_request(lease_id))
+    return intent if intent is not None and intent.cause == "turn" else None
+
+
+def decide_turn(
+    table: TableRow,
+    live: Live,
+    lease: LeaseRow | None,
+    *,
+    token: int | None,
+    principal: str,
+    at: datetime,
+    turn: timedelta,
+) -> IntentRow | None:
+    """The turn of the table's head to open for a commit naming `lease` that lost the head
+    (docs/catalog-front.md §4), or None. Only the holder's commit gets one: `lease` a live
+    maintenance lease of the table, taken by `principal`, named with its current `token`,
+    while maintenance is enabled (else its next commit is refused anyway), and only when it
+    has no open turn: a turn runs `turn` from the first loss at most, never extended by a later
+    one, and never past the lease's expiry."""
+    if turn <= timedelta(0) or lease is None or lease.kind != "maintenance":
+        return None
+    if lease.table != table.name or not lease.live(at) or table.maintenance != "enabled":
+        return None
+    if lease.principal is None or lease.principal != principal or lease.token != token:
+        return None
+    if turn_of(live, lease.id) is not None:
+        return None
+    return IntentRow(
+        table.name,
+        turn_request(lease.id),
+        lease.holder,
+        None,  # every foreign data commit moves the head, whatever partitions it touches
+        at,
+        min(at + turn, lease.expires_at),
+        "turn",
+        principal=lease.principal,
+    )
+
+
+def head_turn(table: TableRow, live: Live) -> IntentRow | None:
+    """The turn that holds the table's foreign data commits now, or None: an open turn whose
+    maintenance lease is live, while maintenance is enabled (with maintenance off, the lease
+    cannot commit: the turn would hold writers for nothing). A turn holds no commit lease
+    (`holding` leaves it out): the gate's writers never touch a maintenance lease's
+    partitions, and their commits are paced by micro-batches."""
+    if table.maintenance != "enabled":
+        return None
+    held = {turn_request(lease.id) for lease in live.of_kind("maintenance")}
+    return next((x for x in live.intents if x.cause == "turn" and x.request_id in held), None)
 
 
 # -- renew, release, withdraw ----------------------------------------------------------------

@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from types import FrameType
 from typing import Any
 
@@ -104,6 +105,7 @@ def _serve_catalog(app: FastAPI, runtime: Runtime, settings: Settings) -> None:
             max_name_chars=settings.catalog_max_name_chars,
         ),
         trigger=runtime.trigger,
+        turn=timedelta(seconds=settings.catalog_head_turn_s),
     )
 
 

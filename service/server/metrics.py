@@ -100,7 +100,8 @@ class Metrics:
         )
         self.catalog_refusals = Counter(
             "lakelock_catalog_refusals",
-            "Commits the catalog front refused (403) or held back (429), by reason",
+            "Commits the catalog front refused (403) or held back (429, once per commit "
+            "however long it was parked), by reason",
             ["reason"],
             registry=own,
         )
@@ -152,7 +153,7 @@ class Metrics:
                 self.catalog_commits.labels(kind, writer).inc()
             elif name == EventName.CATALOG_REFUSED:
                 self.catalog_refusals.labels(detail.get("reason") or "unknown").inc()
-            elif name == EventName.INTENT_OPENED:
+            elif name == EventName.INTENT_OPENED and detail.get("cause") != "turn":
                 self.intents.labels(scope).inc()
             elif name == EventName.LEASE_RENEW_FAILED:
                 self.renew_failures.labels(detail.get("outcome", "unknown")).inc()
@@ -221,7 +222,8 @@ class StateCollector(Collector):
         )
         yield GaugeMetricFamily(
             "lakelock_open_intents",
-            "Open intents: drains of maintenance requests and backpressure",
+            "Open intents: drains of maintenance requests, backpressure, and turns of the head "
+            "at the catalog front",
             value=seen.intents,
         )
         yield _per_table(

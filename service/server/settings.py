@@ -256,10 +256,24 @@ class Settings(BaseSettings):
         ge=0,
         le=120,
         description="How long the catalog front parks a foreign commit that a maintenance lease, "
-        "a drain or backpressure holds, waiting for the hold to end, before it answers 429 with "
-        "a Retry-After of the hold's expected remaining time; well under an Iceberg client's "
-        "socket timeout (3 minutes). When the hold ends the commit is applied, or answered 409 "
-        "if its base moved (the client retries on fresh metadata). 0: answer 429 at once.",
+        "a drain, backpressure or a turn of the head holds, waiting for the hold to end, "
+        "before it answers 429 with a Retry-After of the hold's expected remaining time; well "
+        "under an Iceberg client's socket timeout (3 minutes). When the hold ends the commit "
+        "is applied, or answered 409 if its base moved (the client retries on fresh "
+        "metadata). A parked commit is one audit event: its `catalog.commit` with `held_s`, "
+        "or one `catalog.refused`. 0: answer 429 at once.",
+    )
+    catalog_head_turn_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=120,
+        description="How long a maintenance commit that lost the table's head gets the next "
+        "turn of it: when the catalog front answers 409 to a commit of a maintenance lease's "
+        "holder because another commit moved the head since its base, every foreign data "
+        "commit to the table (appends too, into any partition) is held, parked as above, until "
+        "the lease's next commit lands, the lease ends, or this passes; then they are applied, "
+        "or answered 409 if their base moved. Longer than the client's retries of the rewrite "
+        "(Iceberg's take about 1.5 s). 0: no turn.",
     )
     catalog_max_metadata_bytes: int = Field(
         default=32 * 1024 * 1024,

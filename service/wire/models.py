@@ -570,14 +570,17 @@ class Lease(_Answer):
 
 
 class Intent(_Answer):
-    """An open intent: maintenance request `request_id` is draining the commits on its scope."""
+    """An open intent: maintenance request `request_id` is draining the commits on its scope
+    (`cause` drain), a compactor holds back the writers of a partition in debt (backpressure),
+    or a maintenance lease that lost the table's head at the catalog front commits next, its
+    foreign data commits held meanwhile (turn; `request_id` is `turn-<lease id>`)."""
 
     holder: str
     request_id: str
     partitions: Partitions | None = None
     remaining_s: float
     open_s: float
-    cause: Literal["drain", "backpressure"] = "drain"
+    cause: Literal["drain", "backpressure", "turn"] = "drain"
     principal: str | None = None
 
 

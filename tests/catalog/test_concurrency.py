@@ -3,7 +3,7 @@ an operator revoking leases meanwhile, and the invariants of docs/design.md §3.
 the audit trail afterwards, inv7 among them: no maintenance commit without a live lease (its
 token, a scope covering what it touched) at the instant of its commit; and inv10: no foreign
 commit that can conflict with a rewrite (a delete here) inside a live lease's scope, while
-foreign appends pass.
+foreign appends pass, unless a rewrite that lost the head has the next turn of it.
 
 The compactors here are what a paused or careless compactor looks like: each takes a short
 lease, sometimes sleeps past its TTL or is revoked meanwhile, sometimes sends a stale token or
@@ -116,9 +116,10 @@ class Workload:
                     table.append(rows(rng.randint(1, 3), day))
                 self.count(f"{what}.passed")
             except RESTError as exc:
-                assert deleting, f"an append was held: {exc}"
                 assert "TooManyRequestsException" in str(exc), exc
-                self.count("delete.held")
+                # an append passes a maintenance lease, but not a rewrite's turn of the head
+                # (docs/catalog-front.md §4): checked on the trail below
+                self.count(f"{what}.held")
             except (CommitFailedException, ValidationException):
                 # another writer's commit came first: Iceberg's own conflict, not lakelock's
                 self.count(f"{what}.conflict")
@@ -301,10 +302,14 @@ def test_no_maintenance_commit_lands_without_a_live_lease_under_concurrency(
     replaced = {s.snapshot_id for s in read.snapshots() if s.summary.operation == Operation.REPLACE}
     assert replaced == committed
     assert len(replaced) == workload.counts["replace.passed"]
-    reasons = Counter(
-        e["detail"]["reason"] for e in history.events if e["event"] == "catalog.refused"
-    )
-    assert reasons["held"] + reasons["draining"] == workload.counts["delete.held"]
+    refused = [e for e in history.events if e["event"] == "catalog.refused"]
+    reasons = Counter(e["detail"]["reason"] for e in refused)
+    held_back = workload.counts["delete.held"] + workload.counts["append.held"]
+    assert reasons["held"] + reasons["draining"] == held_back
+    # an append is held only by a turn of the head, which the refusal names
+    appends = [e for e in refused if e["detail"]["operations"] == ["append"]]
+    assert len(appends) == workload.counts["append.held"]
+    assert all("turn" in e["detail"] for e in appends), appends
     # appends passed maintenance holds: foreign, unable to conflict, inside a live lease's scope
     assert any(
         e["detail"].get("can_conflict") is False

@@ -359,9 +359,37 @@ def test_a_held_commit_is_parked_and_applied_when_the_hold_ends(parking_front):
         ).raise_for_status()
     writer.join(HANG_GUARD_S)
     assert done == {"ok": True}
-    committed = events(front, table)[0]
+    trail = events(front, table)
+    committed = trail[0]
     assert (committed["event"], committed["detail"]["foreign"]) == ("catalog.commit", True)
     assert committed["detail"]["deleted-data-files"] >= 1
+    # one event for the commit, however often it was tried while parked: how long it waited
+    assert committed["detail"]["held_s"] > 0
+    assert [e for e in trail if e["event"] == "catalog.refused"] == []
+
+
+def test_a_parked_commit_whose_client_left_is_refused_once(parking_front):
+    """Never applied for a client that is gone, and on the trail once, as a refusal."""
+    front = parking_front
+    table = new_table(front, "gone")
+    maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    tx = table.transaction()
+    tx.delete(EqualTo("dt", "2024-06-20"))
+    body = {
+        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
+        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
+    }
+    namespace, name = table.name()
+    client = httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=1)
+    with client, pytest.raises(httpx.ReadTimeout):  # the client gives up while it is parked
+        client.post(f"/v1/namespaces/{namespace}/tables/{name}", json=body)
+    refused = wait_until(
+        lambda: [e for e in events(front, table) if e["event"] == "catalog.refused"],
+        "the refusal of the commit whose client left",
+    )
+    assert [(e["detail"]["reason"], e["actor"]) for e in refused] == [("held", "job-client")]
+    assert refused[0]["detail"]["held_s"] > 0
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
 
 
 @pytest.fixture(scope="module", params=["sqlite"])
@@ -373,10 +401,18 @@ def test_a_hold_that_outlasts_the_park_is_a_429(short_park_front):
     front = short_park_front
     table = new_table(front, "outlasts")
     maintenance_lease(front, table, partitions=["dt=2024-06-20"])
+    with service(front, "reader") as api:
+        before = metric(api, "lakelock_catalog_refusals_total", reason="held")
     with pytest.raises(RESTError, match="TooManyRequestsException"):
         table.delete(EqualTo("dt", "2024-06-20"))
-    refused = events(front, table)[0]
+    trail = events(front, table)
+    refused = trail[0]
     assert (refused["event"], refused["detail"]["reason"]) == ("catalog.refused", "held")
+    assert refused["detail"]["held_s"] > 0  # parked first
+    # tried again at each change of the table while parked, refused once
+    assert [e["event"] for e in trail].count("catalog.refused") == 1
+    with service(front, "reader") as api:
+        assert metric(api, "lakelock_catalog_refusals_total", reason="held") == before + 1
 
 
 def test_a_foreign_data_commit_into_a_partition_held_by_backpressure_waits_like_a_gated_one(

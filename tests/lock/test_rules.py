@@ -28,8 +28,14 @@ from service.lock.rules import (
     decide_release,
     decide_renew,
     decide_repeat,
+    decide_turn,
     decide_withdraw,
+    head_turn,
+    holding,
     refused,
+    turn_lease,
+    turn_of,
+    turn_request,
 )
 from service.wire.errors import (
     ClaimHeld,
@@ -207,6 +213,80 @@ def test_a_grant_fulfils_the_intents_of_its_holder_that_it_covers():
     )
     assert decide_maintenance(table(), live, ask("maintenance")) == Grant(
         token=7, fulfils=(earlier, whole, wider)
+    )
+
+
+# -- the catalog front's turn of the head ----------------------------------------------------
+
+TURN = timedelta(seconds=10)
+
+
+def opened_turn(held: LeaseRow) -> IntentRow:
+    turn = decide_turn(
+        table(), Live((held,)), held, token=held.token, principal=JOB.principal, at=AT, turn=TURN
+    )
+    assert turn is not None
+    return turn
+
+
+def test_the_holders_commit_that_lost_the_head_gets_one_bounded_turn():
+    held = lease("maintenance", P1, holder="c")
+    turn = opened_turn(held)
+    assert (turn.cause, turn.holder, turn.principal) == ("turn", "c", JOB.principal)
+    assert turn.partitions is None  # any commit moves the head
+    assert turn.request_id == turn_request(held.id) and turn_lease(turn) == held.id
+    assert turn.expires_at == AT + TURN
+    # never past the lease's expiry
+    short = lease("maintenance", P1, holder="c", expires_at=AT + timedelta(seconds=2))
+    assert opened_turn(short).expires_at == AT + timedelta(seconds=2)
+    # a second loss keeps the first turn: not extended
+    assert (
+        decide_turn(
+            table(),
+            Live((held,), (turn,)),
+            held,
+            token=3,
+            principal=JOB.principal,
+            at=AT + timedelta(seconds=5),
+            turn=TURN,
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "held", "token", "principal", "turn"),
+    [
+        (table(), lease("maintenance", P1), 4, JOB.principal, TURN),  # a stale token
+        (table(), lease("maintenance", P1), None, JOB.principal, TURN),  # no token
+        (table(), lease("maintenance", P1), 3, OTHER.principal, TURN),  # not its taker
+        (table(), lease("maintenance", P1, ended_at=AT, end="released"), 3, "job-a", TURN),
+        (table(), lease("maintenance", P1, table="lake.db.u"), 3, JOB.principal, TURN),
+        (table(maintenance="disabled"), lease("maintenance", P1), 3, JOB.principal, TURN),
+        (table(), lease("commit", P1), None, JOB.principal, TURN),  # the gate's writer
+        (table(), lease("claim"), None, JOB.principal, TURN),
+        (table(), None, 3, JOB.principal, TURN),
+        (table(), lease("maintenance", P1), 3, JOB.principal, timedelta(0)),  # turns off
+    ],
+)
+def test_no_turn_but_for_the_holders_commit(row, held, token, principal, turn):
+    live = Live(() if held is None else (held,))
+    assert decide_turn(row, live, held, token=token, principal=principal, at=AT, turn=turn) is None
+
+
+def test_a_turn_holds_while_its_lease_lives_and_maintenance_is_on_and_never_a_commit_lease():
+    held = lease("maintenance", P1, holder="c")
+    turn = opened_turn(held)
+    live = Live((held,), (turn,))
+    assert head_turn(table(), live) == turn_of(live, held.id) == turn
+    assert head_turn(table(), Live((), (turn,))) is None  # its lease ended
+    assert head_turn(table(maintenance="disabled"), live) is None
+    # the gate's commit leases keep their rules: a turn refuses none, nor is it a drain
+    assert holding(table(), live) == ()
+    assert decide_commit(table(), live, ask("commit", P2)) == Grant()
+    # nor is it fulfilled by another grant to its holder
+    assert decide_maintenance(table(), Live((), (turn,)), ask("maintenance", holder="c")) == (
+        Grant(token=7)
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any, TypeAlias, TypeVar
 
 import anyio.to_thread
@@ -25,6 +26,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
 from service.catalog.front import Front, Loaded
+from service.lock.fence import Park
 from service.server.auth import JobDep, OperatorDep, ReaderDep, check_touch, may_touch
 from service.server.routes.common import clock
 from service.server.runtime import ClientGone, Runtime
@@ -266,40 +268,52 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
         k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
     }
 
-    def commit(f: Front) -> Loaded:
-        return f.commit(identifier, requirements, updates, principal=caller.name, headers=headers)
+    def commit(f: Front, park: Park) -> Loaded:
+        return f.commit(
+            identifier, requirements, updates, principal=caller.name, headers=headers, park=park
+        )
 
     return _table(await _held_until_free(request, _front(request).table_name(identifier), commit))
 
 
 async def _held_until_free(
-    request: Request, table: str, commit: Callable[[Front], Loaded]
+    request: Request, table: str, commit: Callable[[Front, Park], Loaded]
 ) -> Loaded:
     """`commit`, parked while a hold refuses it (CommitHeld) and tried again each time the
     table changes, up to LAKELOCK_CATALOG_HOLD_WAIT_S (docs/catalog-front.md §4): held, not
     failed. A hold that ends lets it through, or answers 409 where the head moved meanwhile;
-    one that outlasts the wait is the 429, with the hold's expected remaining time. `table` is
-    lakelock's name of the table committed to."""
+    one that outlasts the wait is the 429, with the hold's expected remaining time, after one
+    last try. The tries share one `Park`, so the commit is one event whatever the number of
+    tries: the last try records the refusal, or the `catalog.commit` says how long it was held
+    (and a client that left has its refusal recorded here). `table` is lakelock's name of the
+    table committed to."""
     rt: Runtime = request.app.state.runtime
     until = clock() + rt.settings.catalog_hold_wait_s
+    park = Park()
     held_before = False
     while True:
         # once held, the version is read before each try, so a change between a try and its
         # wait is not missed; a commit that is never held reads none
         seen = await rt.version(table) if held_before else None
+        park.last = clock() >= until or rt.changes.closing.is_set()
         try:
-            return await _call(request, commit)
+            return await _call(request, lambda f: commit(f, park))
         except CommitHeld as held:
-            if clock() >= until or rt.changes.closing.is_set():
-                raise
+            if park.last:
+                raise  # recorded by the try
             held_before = True
             if seen is None:
                 continue  # no version was read before this try: read it, try once more
+            # a turn of the head ends at a known instant, which no event may announce: try
+            # again then at the latest (docs/catalog-front.md §4)
+            turn = held.extra.get("turn")
+            ends = until if turn is None else min(until, clock() + float(turn["remaining_s"]))
             try:
                 await rt.changes.wait(
-                    table, seen=seen, until=until, is_disconnected=request.is_disconnected
+                    table, seen=seen, until=ends, is_disconnected=request.is_disconnected
                 )
             except ClientGone:
+                await _call(request, partial(Front.gave_up, park=park, held=held))
                 raise held from None
 
 
