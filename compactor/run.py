@@ -124,16 +124,14 @@ def run_table(
     Raises:
         BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
     """
-    run_uid = run_uid or uuid.uuid4().hex[:12]
-    report = RunReport(
-        table=config.name,
+    return _reported(
+        config,
+        holder=holder,
         run_uid=run_uid,
-        holder=f"{holder or default_holder()}/{run_uid}",
-        started_at=now().isoformat(),
-    )
-    started = clock()
-    try:
-        _run(
+        now=now,
+        clock=clock,
+        what="run",
+        body=lambda report: _run(
             spark,
             client,
             config,
@@ -143,10 +141,36 @@ def run_table(
             before_step=before_step,
             on_stats=on_stats or _ignore,
             claim=claim,
-        )
+        ),
+    )
+
+
+def _reported(
+    config: TableConfig,
+    *,
+    holder: str | None,
+    run_uid: str | None,
+    now: Callable[[], datetime],
+    clock: Callable[[], float],
+    what: str,
+    body: Callable[[RunReport], None],
+    mode: str | None = None,
+) -> RunReport:
+    """A new run's report, filled by `body`: a fault outside the steps (a bug, Spark gone)
+    ends as a failed run that says why, never as an exception; its duration on every path."""
+    run_uid = run_uid or uuid.uuid4().hex[:12]
+    report = RunReport(
+        table=config.name,
+        run_uid=run_uid,
+        holder=f"{holder or default_holder()}/{run_uid}",
+        started_at=now().isoformat(),
+        mode=mode,
+    )
+    started = clock()
+    try:
+        body(report)
     except Exception as exc:
-        # a fault outside the steps (a bug, Spark gone): the run failed, say why
-        log.exception("run %s on %s failed", run_uid, config.name)
+        log.exception("%s %s on %s failed", what, run_uid, config.name)
         report.outcome = Outcome.FAILED
         report.error = report.error or error_message(exc)
     finally:
@@ -271,24 +295,18 @@ def follow_table(
     Raises:
         BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
     """
-    run_uid = run_uid or uuid.uuid4().hex[:12]
-    report = RunReport(
-        table=config.name,
+    return _reported(
+        config,
+        holder=holder,
         run_uid=run_uid,
-        holder=f"{holder or default_holder()}/{run_uid}",
-        started_at=now().isoformat(),
+        now=now,
+        clock=clock,
+        what="follow run",
         mode=str(Mode.FOLLOW),
+        body=lambda report: _follow(
+            spark, client, config, due, report, clock=clock, before_step=before_step
+        ),
     )
-    started = clock()
-    try:
-        _follow(spark, client, config, due, report, clock=clock, before_step=before_step)
-    except Exception as exc:
-        log.exception("follow run %s on %s failed", run_uid, config.name)
-        report.outcome = Outcome.FAILED
-        report.error = report.error or error_message(exc)
-    finally:
-        report.duration_s = clock() - started
-    return report
 
 
 def _follow(
