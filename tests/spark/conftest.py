@@ -7,6 +7,7 @@ warehouse under the module's temp folder.
     start_spark(path, app_name="other")               # for a module that needs its own settings
     table_rows(spark, "local.db.events")              # JSON-shaped rows, comparable with
                                                       # EventGenerator.expected_rows()
+    lease_intervals(operator, table, "claim")         # (start, end, process) of each lease
 
 The session is stopped at the end of the module (the JVM stays up, so the next module starts a
 new context in about a second, with its own catalog settings).
@@ -15,6 +16,7 @@ new context in about a second, with its own catalog settings).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from demo.generate import KEY_FIELDS, create_events_table
 from ingest_gate.job.config import IngestConfig, load_config
 from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
+from service.client import LeaseClient
 from tests.helpers import wait_parked
 
 
@@ -111,3 +114,21 @@ def wait_held_at_the_service(server: Any) -> None:
     whatever the batch does next, it does after the service answers."""
     with httpx.Client(base_url=server.url, headers=server.headers("reader")) as reader:
         wait_parked(reader, 1)
+
+
+def lease_intervals(operator: LeaseClient, table: str, kind: str) -> list[tuple]:
+    """(start, end, process) of each `kind` lease on `table`, from the audit trail; the
+    process is the holder up to its run uid."""
+    start: dict[str, tuple[datetime, str]] = {}
+    out = []
+    for e in reversed(operator.events(table=table, limit=1000)):
+        if e["kind"] != kind or not e["lease_id"]:
+            continue
+        at = datetime.fromisoformat(e["at"])
+        if e["event"] == "lease.acquired":
+            start[e["lease_id"]] = (at, e["holder"].split("/")[0])
+        elif e["event"] in ("lease.released", "lease.expired", "lease.revoked"):
+            began, process = start.pop(e["lease_id"])
+            out.append((began, at, process))
+    assert not start, f"leases never ended: {start}"
+    return out

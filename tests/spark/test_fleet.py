@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,8 @@ from compactor.catalog import read_summary, spark_jobs
 from compactor.config import CompactorConfig, FleetConfig
 from compactor.fleet import Fleet
 from compactor.report import Outcome
-from service.client import LeaseClient
 from tests.helpers import HANG_GUARD_S, installed, unactivated_env
+from tests.spark.conftest import lease_intervals
 
 pytestmark = pytest.mark.spark
 
@@ -172,24 +172,6 @@ def test_at_most_max_concurrent_tables_run_at_once(spark, job_client, operator):
 
 
 # -- two processes ---------------------------------------------------------------------------
-
-
-def lease_intervals(operator: LeaseClient, table: str, kind: str) -> list[tuple]:
-    """(start, end, process) of each `kind` lease on `table`, from the audit trail; the
-    process is the holder up to its run uid."""
-    start: dict[str, tuple[datetime, str]] = {}
-    out = []
-    for e in reversed(operator.events(table=table, limit=1000)):
-        if e["kind"] != kind or not e["lease_id"]:
-            continue
-        at = datetime.fromisoformat(e["at"])
-        if e["event"] == "lease.acquired":
-            start[e["lease_id"]] = (at, e["holder"].split("/")[0])
-        elif e["event"] in ("lease.released", "lease.expired", "lease.revoked"):
-            began, process = start.pop(e["lease_id"])
-            out.append((began, at, process))
-    assert not start, f"leases never ended: {start}"
-    return out
 
 
 def max_overlap(intervals: list[tuple]) -> int:

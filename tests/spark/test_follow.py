@@ -34,7 +34,7 @@ from ingest_gate.job.snapshots import (
 from service.client import LeaseClient
 from service.ops.iceberg_audit import metadata_file
 from tests.helpers import HANG_GUARD_S, installed, metric, unactivated_env, wait_until
-from tests.spark.conftest import ingest_config
+from tests.spark.conftest import ingest_config, lease_intervals
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -215,23 +215,6 @@ def create(spark: Any, table: str) -> str:
     return table
 
 
-def intervals(operator: LeaseClient, table: str, kind: str) -> list[tuple[Any, Any, str]]:
-    """(start, end, holder up to its run) of each `kind` lease on `table`, from the audit trail."""
-    start: dict[str, tuple[Any, str]] = {}
-    out = []
-    for e in reversed(operator.events(table=table, limit=1000)):
-        if e["kind"] != kind or not e["lease_id"]:
-            continue
-        at = datetime.fromisoformat(e["at"])
-        if e["event"] == "lease.acquired":
-            start[e["lease_id"]] = (at, e["holder"].split("/")[0])
-        elif e["event"] in ("lease.released", "lease.expired", "lease.revoked"):
-            began, holder = start.pop(e["lease_id"])
-            out.append((began, at, holder))
-    assert not start, f"leases never ended: {start}"
-    return out
-
-
 def test_two_followers_share_the_due_tables_by_claims(spark, lakelock_server, job_client, operator):
     tables = [create(spark, f"local.shared.t{i}") for i in range(3)]
     for table in tables:
@@ -265,8 +248,8 @@ def test_two_followers_share_the_due_tables_by_claims(spark, lakelock_server, jo
     assert sum(f.stats.compacted for f in followers) == len(tables)
     assert job_client.due(tables, holder="look", wait_s=0) == []
     for table in tables:
-        claims = intervals(operator, table, "claim")
-        leases = intervals(operator, table, "maintenance")
+        claims = lease_intervals(operator, table, "claim")
+        leases = lease_intervals(operator, table, "maintenance")
         # never two holders' claims, or maintenance leases, on one table at once
         for kind in (claims, leases):
             for i, a in enumerate(kind):
