@@ -160,7 +160,7 @@ class Bench:
             properties = (
                 {"uri": f"{service.url}/iceberg", "token": service.token("job")}
                 if catalog == "front"
-                else {**jdbc_properties(db_url), "type": "jdbc"}
+                else jdbc_properties(db_url)
             )
             self._register(name, catalog, warehouse, properties)
             result = self._run(name, catalog, compactor, folder, service, client, db_url)
@@ -179,7 +179,6 @@ class Bench:
         from jobkit.spark import CatalogConfig
 
         kind = "rest" if catalog == "front" else "jdbc"
-        properties = {k: v for k, v in properties.items() if k != "type"}
         config = CatalogConfig(
             name=name, type=kind, warehouse=warehouse.as_uri(), properties=properties
         )

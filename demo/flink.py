@@ -21,6 +21,7 @@ and every compaction committed.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import shutil
@@ -188,6 +189,7 @@ class FlinkDemo:
 
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
+        _catalog.cache_clear()  # none may hold a database this run replaces
         self.workdir.mkdir(parents=True)
         db_url = f"sqlite:///{self.workdir / 'lakelock.db'}"
         migrate.upgrade(db_url)
@@ -391,7 +393,10 @@ def front_counts(url: str, token: str) -> tuple[dict[str, int], dict[str, int]]:
     return commits, refusals
 
 
+@functools.lru_cache(maxsize=8)
 def _catalog(db_url: str, warehouse: Path | None) -> Any:
+    """pyiceberg's SQL catalog over the front's database: one per database (and warehouse),
+    kept, so a wait that polls the table every half second opens no engine per poll."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     return SqlCatalog(
