@@ -97,7 +97,7 @@ class Written:
     added_records: int = 0
     deleted_records: int = 0
     new_manifests: int = 0
-    older_sequence: bool = False  # a file added with a data sequence number before the commit's
+    older_sequence: bool = False  # a file added with a data sequence number before its manifest's
     partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
     # per partition (keyed as `partitions`): data files added, delete files added, data files
     # deleted
@@ -435,7 +435,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
                 continue  # carried into a rewritten manifest: nothing this commit wrote
             added = entry.status != ManifestEntryStatus.DELETED
             _count(written, entry, manifest.manifest_path, manifest.partition_spec_id, added)
-            _sequence(written, entry, snapshot, added)
+            _sequence(written, entry, manifest, added)
     for path, (spec_id, entry) in carried.items():
         _count(written, entry, path, spec_id, added=False)  # dropped without a word
     return written
@@ -553,11 +553,19 @@ def _referenced(file: DataFile) -> str | None:
     return lower.decode("utf-8", errors="replace")
 
 
-def _sequence(written: Written, entry: ManifestEntry, snapshot: Snapshot, added: bool) -> None:
-    """A file added with a data sequence number before the commit's: only a rewrite keeps
-    its inputs' numbers (so that older deletes still apply to the rows it wrote again)."""
-    sequence = snapshot.sequence_number or 0
-    if added and entry.sequence_number is not None and entry.sequence_number < sequence:
+def _sequence(written: Written, entry: ManifestEntry, manifest: ManifestFile, added: bool) -> None:
+    """A file added with a data sequence number before its manifest's: only a rewrite keeps
+    its inputs' numbers (so that older deletes still apply to the rows it wrote again), and it
+    writes them into each entry. An entry without one inherits its manifest's, which may be
+    older than the snapshot's: Iceberg's Java client, retrying a commit on fresh metadata
+    (after a 409), lists the new manifests with the sequence number of its first try; that is
+    an append still, not a rewrite."""
+    if (
+        added
+        and entry.sequence_number is not None
+        and manifest.sequence_number is not None
+        and entry.sequence_number < manifest.sequence_number
+    ):
         written.older_sequence = True
 
 

@@ -273,6 +273,43 @@ def test_a_file_brought_in_as_existing_counts_as_added(front):
     assert post(front, table, body).status_code == 200
 
 
+def test_a_retried_append_whose_manifest_keeps_its_first_tries_number_is_data(front):
+    """Iceberg's Java client, retrying an append after a 409, lists its new manifest with the
+    sequence number of its first try, older than the snapshot's: its files inherit that number,
+    and the commit is an append (it passes the hold on p=2, which it cannot conflict with). A
+    file whose own entry carries a number older than its manifest's is a rewrite's, and needs a
+    maintenance lease."""
+    table = held_table(front, "retried")
+    head = table.current_snapshot()
+    # its first try had the number the head (another commit) then took; the retry's snapshot
+    # has the next one, its manifest the first try's
+    first_try = table.metadata.last_sequence_number
+    snapshot_id = ids()
+    added = entry(snapshot_id, data_file(table, "2", "retried"), ManifestEntryStatus.ADDED)
+    manifests = [new_manifest(table, snapshot_id, [added]), *head.manifests(table.io)]
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, first_try, manifests)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    assert answer.status_code == 200, answer.text
+    with httpx.Client(base_url=front.url, headers=auth("reader")) as api:
+        (passed,) = api.get("/v1/events", params={"event": "catalog.commit", "limit": 1}).json()[
+            "events"
+        ]
+    assert passed["detail"]["can_conflict"] is False  # a data commit's
+    table = rest(front).load_table(table.name())
+    head = table.current_snapshot()
+    snapshot_id = ids()
+    kept = entry(snapshot_id, data_file(table, "2", "kept"), ManifestEntryStatus.ADDED, 1)
+    manifests = [new_manifest(table, snapshot_id, [kept]), *head.manifests(table.io)]
+    seq = table.metadata.last_sequence_number + 1
+    listed = manifest_list(table, snapshot_id, head.snapshot_id, seq, manifests)
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    assert answer.status_code == 403 and answer.json()["reason"] == "no-lease", answer.text
+
+
 def test_a_snapshot_is_judged_against_the_branch_head_not_the_parent_it_names(front):
     """It names the first snapshot as its parent and lists that one's manifests and a new file
     in p=9: against the head, it dropped the manifests of p=2 and p=3."""
