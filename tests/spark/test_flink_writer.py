@@ -10,6 +10,7 @@ through the front. The append job's table is read by pyiceberg.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -33,8 +34,9 @@ from demo.flink import (
     writer_args,
 )
 from jobkit.flink import FlinkWriter
-from jobkit.spark import build_session
+from jobkit.spark import build_session, error_message
 from tests.helpers import run_module
+from tests.invariants import check, load_history
 from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog, sqlite_front
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
@@ -132,9 +134,65 @@ def compactor_config(table: str) -> TableConfig:
     )
 
 
+class ForeignDeletes:
+    """Spark inserts, then deletes, a key the Flink job never writes, over and over in a thread
+    of its own through the front, naming no lease. Each delete is copy-on-write: it replaces
+    or drops the data file that holds the row, a commit that can conflict with a rewrite (held
+    while a maintenance lease covers its partition). One whose file a rewrite replaced
+    meanwhile fails in Iceberg's validation, which no hold can save (docs/flink.md): counted,
+    not an error. `present`: the value the key holds now, None when deleted."""
+
+    KEY = ("spark-k", "2024-06-20", 0)
+
+    def __init__(self, spark: Any, table: str) -> None:
+        self.spark, self.table = spark, table
+        self.committed = self.failed = 0
+        self.present: int | None = None
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="foreign-deletes", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+
+    def _loop(self) -> None:
+        event_id, dt, hr = self.KEY
+        self.spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(
+            self.spark._jsparkSession
+        )
+        n = 0
+        try:
+            while not self._stop.is_set():
+                n += 1
+                try:
+                    if self.present is None:
+                        self.spark.sql(
+                            f"INSERT INTO {self.table} VALUES ('{event_id}', '{dt}', {hr}, {n})"
+                        )
+                        self.present = n
+                    self.spark.sql(f"DELETE FROM {self.table} WHERE event_id = '{event_id}'")
+                    self.present = None
+                    self.committed += 1
+                except Exception as exc:
+                    message = error_message(exc)
+                    if "ValidationException" not in message and "CommitFailed" not in message:
+                        raise
+                    self.failed += 1
+        except BaseException as exc:  # reported by the test
+            self.failures.append(error_message(exc))
+
+
 def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     spark, front, tmp_path, job_client, operator, writers
 ):
+    """Beside it, Spark deletes a key of its own through the front (foreign commits that can
+    conflict); afterwards the audit trail is checked for the invariants of docs/design.md
+    §3.1, inv10 among them: no commit that can conflict landed inside a live maintenance
+    lease's partitions."""
     table = f"{CATALOG}.db.flink_upserts"
     feed = UpsertFeed(tmp_path / "landing")
     writer = start_writer(writers, front, tmp_path, table="db.flink_upserts", mode="upsert")
@@ -142,14 +200,19 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     exists = lambda: spark.catalog.tableExists(table)  # noqa: E731
     wait_until("the table", exists, writer=writer, deadline=deadline)
     compactor = Compactor(spark, job_client, compactor_config(table), on_progress=lambda _: None)
+    deletes = ForeignDeletes(spark, table)
+    deletes.start()
     compactor.start()
     try:
         # one file at a time, the next once the table holds the one before: counts, not time
-        while feed.files < 8 or len(compactor.runs) < 3:
+        while feed.files < 8 or len(compactor.runs) < 3 or deletes.committed < 3:
             assert not compactor.failures, compactor.failures
+            assert not deletes.failures, deletes.failures
+            assert time.monotonic() < deadline + WAIT_S, "a guard against a hang"
             land(feed, table, upserted(front, spark), writer)
     finally:
         compactor.stop(WAIT_S)
+        deletes.stop()
     result = writer.stop()
 
     # no commit failed: Flink's committer catches nothing, so a failure is a restart
@@ -163,8 +226,15 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     assert all(r.outcome == Outcome.COMPACTED for r in runs), [(r.outcome, r.error) for r in runs]
     replaced = [e for e in trail if "replace" in e["detail"].get("operations", [])]
     assert len(replaced) >= len(runs)
+    # the deletes that can conflict were among the commits the fence judged, and none landed
+    # inside a live maintenance lease
+    conflicting = [e for e in trail if e["detail"].get("can_conflict")]
+    assert len(conflicting) >= deletes.committed
+    assert check(load_history(front.db_url, [])) == []
     # exact: every key holds the last row written for it, read without lakelock
-    assert rows_of(spark, direct(front, table).metadata_location) == feed.latest
+    rows = rows_of(spark, direct(front, table).metadata_location)
+    assert rows.pop(ForeignDeletes.KEY, None) == deletes.present
+    assert rows == feed.latest
 
 
 def test_flink_restarts_from_its_checkpoint_after_expiry_and_commits_nothing_twice(
