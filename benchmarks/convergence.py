@@ -41,9 +41,9 @@ TABLE = "local.db.events"
 def demo_table_config(table: str) -> TableConfig:
     """The demo's compactor config (KB-sized files, not the 128 MiB of a real table): the
     benchmark measures what the demo runs."""
-    from demo.pipeline import Pipeline, PipelineOptions
+    from demo.pipeline import PipelineOptions
 
-    return Pipeline(PipelineOptions(table=table))._table_config()
+    return PipelineOptions(table=table).table_config()
 
 
 def upsert_batches(spark: Any, table: str, *, batches: int, rows: int = 40) -> None:

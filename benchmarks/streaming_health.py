@@ -9,6 +9,8 @@ what the compactor holds, and what readers pay, in three modes and two change fo
         --update-window-h 3 --out var/sh-few        # batches that touch few partitions
     python -m benchmarks.streaming_health --formats json --modes partitions \
         --compactor follow,timer --rate 400 --out var/sh-follow  # the follower against the timer
+    python -m benchmarks.streaming_health --writer flink      # a Flink job, 10 min per run, 2 runs
+    python -m benchmarks.streaming_health --writer flink --modes partitions --compactor follow,timer
 
 Each run is the demo's pipeline (demo.pipeline: generator, gated streaming upsert, compactor, a
 lakelock service on SQLite) for `--duration-s`, with the compactor of `--compactor`: `follow`
@@ -47,8 +49,31 @@ were met, per run. The table's partitions grow with event time (a new hour every
 run at 200 events/s), so beside the total, the files per partition are compared between the two
 thirds.
 
-Writes results.json, report.md and streaming_health.png (files over time, a panel per format, a
-line per mode) into `--out`.
+With `--writer flink` the stream is a Flink SQL upsert job instead (flink_writer, PyFlink; see
+benchmarks.flink_stream), writing through lakelock's catalog front (the service on SQLite) while
+the compactor compacts the same table through it: a file of `--rate` upserts lands every
+second, over keys that grow with event time as the click events' do (a new hour every 3,600
+upserts), and the job commits at each checkpoint (`--checkpoint-every-s`, 2 s). Its modes are
+`none` and `partitions` (`table` compares the ingest job's whole-table commit leases; the Flink
+job takes none); `--formats`, `--events` and `--update-window-h` are the ingest writer's and
+refused. The table, the compactor and the readers are measured as above (the readers' copies
+go to a Hadoop catalog of their own, so the front counts only the job's and the compactor's
+commits); instead of the ingest figures:
+
+    flink        the job's restarts and final status (it is stopped once it took every file),
+                 its commits and their gaps, read from the snapshot summaries; rows/s (rows
+                 landed over the first landing to the commit of the last); the seconds from a
+                 file's landing to the commit that took it (p50, p95, max): there is no gate,
+                 so this is what the job waits; the front's commits by kind and its refusals
+                 (the service's /metrics); the table, read by Iceberg's reader in Spark, holds
+                 the last row landed for every key
+
+and in place of the goals of no failed batch and of the ingest wait: no restart, the job
+stopped (not failed), no commit refused or held back by the front.
+
+Writes results.json (each run with its `writer`), report.md (a section per format, or for the
+Flink writer, naming the writer) and streaming_health.png (files over time, a panel per
+section, a line per mode) into `--out`.
 """
 
 from __future__ import annotations
@@ -66,23 +91,32 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult
 from benchmarks.lease_throughput import percentile
+from compactor.report import RunReport
+from demo.flink import TABLE
 from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 from jobkit.spark import error_message
 
 __all__ = [
     "COMPACTORS",
+    "FLINK_MODES",
     "FORMATS",
     "KNOWN_FORMATS",
     "MODES",
+    "Reader",
     "figures",
+    "flink_figures",
     "goals",
     "main",
+    "run_flink",
     "run_one",
 ]
 
 MODES = ("none", "table", "partitions")
+FLINK_MODES = ("none", "partitions")
+WRITER_NAMES = ("ingest", "flink")
 COMPACTORS = ("follow", "timer")
 FORMATS = ("json", "debezium")  # the default run
 KNOWN_FORMATS = (*FORMATS, "canal")
@@ -100,49 +134,42 @@ GOAL_QUERIES = ("count", "lookup")
 
 
 class Reader:
-    """A reader beside the jobs: at each fraction of the run in `points`, copies the current
-    snapshot and times the same queries on the snapshot and on the copy."""
+    """A reader beside the jobs: at each share of the stream's window in `points`, copies the
+    current snapshot and times the same queries on the snapshot and on the copy. The copies go
+    into the namespace `scratch` (a catalog of the reader's own) or, without one, beside the
+    table."""
 
-    def __init__(self, pipeline: Pipeline, points: Sequence[float]) -> None:
-        self.pipeline = pipeline
-        # a run by counts ends only once the reader is done (it needs the stream running)
-        self.done = threading.Event()
-        pipeline.waits_for.append(self.done)
+    def __init__(self, points: Sequence[float], *, scratch: str | None = None) -> None:
         self.points = points
+        self.scratch = scratch
         self.results: list[dict[str, Any]] = []
         self.errors: list[str] = []
 
-    def run(self) -> None:
-        try:
-            self._run()
-        finally:
-            self.done.set()
-
-    def _run(self) -> None:
-        # the shares are of the stream's part of the run (after the service, Spark and the
-        # table are up), not of the start-up
-        while not self.pipeline.streaming_started.wait(0.5):
-            if self.pipeline.stop.is_set():
-                return
-        assert self.pipeline.streaming is not None
-        began, until = self.pipeline.streaming
+    def read(
+        self,
+        spark: Any,
+        table: str,
+        window: tuple[float, float],
+        stop: threading.Event,
+        committed: Callable[[], bool],
+    ) -> None:
+        """Read `table` at each point of `window` (the stream's part of the run, on
+        time.monotonic(): from when the service, Spark and the table are up to the end) until
+        `stop`; a point waits for the stream's first commit (`committed`): a copy of a table
+        without a commit says nothing."""
+        began, until = window
         for n, point in enumerate(self.points):
-            if self.pipeline.stop.wait(
-                max(0.0, began + point * (until - began) - time.monotonic())
-            ):
+            if stop.wait(max(0.0, began + point * (until - began) - time.monotonic())):
                 return
-            # a copy of a table without a commit says nothing: wait for the stream's first
-            while not any(b.record.outcome != "empty" for b in self.pipeline.batches):
-                if self.pipeline.stop.wait(0.5):
+            while not committed():
+                if stop.wait(0.5):
                     return
-            spark = self.pipeline.spark
             try:
-                self.results.append({"at_share": point, **self._measure(spark, n)})
+                self.results.append({"at_share": point, **self._measure(spark, table, n)})
             except Exception as exc:  # a reader's failure is a figure, not the benchmark's end
                 self.errors.append(f"at {point:.0%}: {error_message(exc)}")
 
-    def _measure(self, spark: Any, n: int) -> dict[str, Any]:
-        table = self.pipeline.options.table
+    def _measure(self, spark: Any, table: str, n: int) -> dict[str, Any]:
         newest = spark.sql(
             f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
         ).first()
@@ -150,7 +177,8 @@ class Reader:
             return {"snapshot_id": None}
         snapshot = newest["snapshot_id"]
         at = f"{table} VERSION AS OF {snapshot}"
-        copy = f"{table}_copy_{n}"
+        namespace, name = table.rsplit(".", 1)
+        copy = f"{self.scratch or namespace}.{name}_copy_{n}"
         spark.sql(f"DROP TABLE IF EXISTS {copy}")
         spark.sql(
             f"CREATE TABLE {copy} USING iceberg PARTITIONED BY (dt, hr) AS SELECT * FROM {at}"
@@ -179,6 +207,31 @@ class Reader:
         return out
 
 
+def _read_beside(reader: Reader, pipeline: Pipeline) -> threading.Thread:
+    """`reader` in a thread beside the pipeline's jobs, from when its stream starts; a run by
+    counts ends only once the reader is done (it needs the stream running)."""
+    done = threading.Event()
+    pipeline.waits_for.append(done)
+
+    def committed() -> bool:
+        return any(b.record.outcome != "empty" for b in pipeline.batches)
+
+    def read() -> None:
+        try:
+            while not pipeline.streaming_started.wait(0.5):
+                if pipeline.stop.is_set():
+                    return
+            assert pipeline.streaming is not None
+            table = pipeline.options.table
+            reader.read(pipeline.spark, table, pipeline.streaming, pipeline.stop, committed)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
 def _median_s(query: Callable[[], object], runs: int = 3) -> float:
     query()  # warm-up: metadata loaded, code generated
     times = []
@@ -194,32 +247,19 @@ def run_one(
 ) -> dict[str, Any]:
     """One run of the pipeline in `mode` for `fmt` with `compactor`; its figures."""
     length = f"{args.events} events" if args.events else f"{args.duration_s:g}s"
-    label = mode if mode == "none" else f"{mode} / {compactor}"
-    print(f"== {fmt} / {label}: {length}", flush=True)
-    options = PipelineOptions(
-        duration_s=args.duration_s,
-        events=args.events,
-        compactions=args.compactions if mode != "none" else 0,
-        workdir=args.out / (f"{fmt}-{mode}" if mode == "none" else f"{fmt}-{mode}-{compactor}"),
-        rate=args.rate,
-        compactor=compactor,
-        compact_every_s=args.compact_every_s,
-        full_plan_every_s=args.full_plan_every_s,
-        seed=args.seed,
+    print(f"== {fmt} / {_label(mode, compactor)}: {length}", flush=True)
+    window = args.update_window_h
+    options = _options(
+        args,
+        mode,
+        compactor,
+        f"{fmt}-{mode}",
         format=fmt,
-        lease_scope="table" if mode == "table" else "partitions",
-        compactions_on=mode != "none",
-        health_every_s=args.sample_every_s,
-        max_hold_s=300.0,
-        plan=dict(args.plan),
-        update_window=(
-            timedelta(hours=args.update_window_h) if args.update_window_h is not None else None
-        ),
+        update_window=timedelta(hours=window) if window is not None else None,
     )
-    pipeline = Pipeline(options, on_progress=lambda line: print("  " + line, flush=True))
-    reader = Reader(pipeline, QUERY_POINTS if args.queries else ())
-    thread = threading.Thread(target=reader.run, daemon=True)
-    thread.start()
+    pipeline = Pipeline(options, on_progress=_progress)
+    reader = Reader(QUERY_POINTS if args.queries else ())
+    thread = _read_beside(reader, pipeline)
     result = pipeline.run()
     thread.join(timeout=60)
     return {
@@ -227,6 +267,59 @@ def run_one(
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
     }
+
+
+def run_flink(args: argparse.Namespace, mode: str, compactor: str = "follow") -> dict[str, Any]:
+    """One run of the Flink upsert job through the catalog front in `mode` with `compactor`
+    (benchmarks.flink_stream); its figures."""
+    print(f"== flink / {_label(mode, compactor)}: {args.duration_s:g}s", flush=True)
+    options = _options(args, mode, compactor, f"flink-{mode}", table=TABLE)
+    reader = Reader(QUERY_POINTS if args.queries else (), scratch=COPIES)
+    stream = FlinkStream(
+        options,
+        checkpoint_every_s=args.checkpoint_every_s,
+        readers=[reader.read],
+        on_progress=_progress,
+    )
+    result = stream.run()
+    return {
+        **flink_figures(mode, result, reader, compactor=None if mode == "none" else compactor),
+        "plan": dict(args.plan),
+        "checkpoint_every_s": args.checkpoint_every_s,
+    }
+
+
+def _options(
+    args: argparse.Namespace, mode: str, compactor: str, folder: str, **extra: Any
+) -> PipelineOptions:
+    """The run's options from the command line, `extra` over them: the pipeline's, of which
+    the Flink writer takes the stream's and the compactor's (benchmarks.flink_stream); the
+    run's folder `folder` in `--out` (the compactor added, with one)."""
+    return PipelineOptions(
+        duration_s=args.duration_s,
+        events=args.events,
+        compactions=args.compactions if mode != "none" else 0,
+        workdir=args.out / (folder if mode == "none" else f"{folder}-{compactor}"),
+        rate=args.rate,
+        compactor=compactor,
+        compact_every_s=args.compact_every_s,
+        full_plan_every_s=args.full_plan_every_s,
+        seed=args.seed,
+        lease_scope="table" if mode == "table" else "partitions",
+        compactions_on=mode != "none",
+        health_every_s=args.sample_every_s,
+        max_hold_s=300.0,
+        plan=dict(args.plan),
+        **extra,
+    )
+
+
+def _label(mode: str, compactor: str) -> str:
+    return mode if mode == "none" else f"{mode} / {compactor}"
+
+
+def _progress(line: str) -> None:
+    print("  " + line, flush=True)
 
 
 def figures(
@@ -237,42 +330,101 @@ def figures(
     *,
     compactor: str | None = "follow",
 ) -> dict[str, Any]:
-    """What the run measured (see the module docstring)."""
-    samples = result.health
-    origin = samples[0].at if samples else 0.0
-    warm = result.warm()
+    """What the ingest writer's run measured (see the module docstring)."""
     batches = [b for b in result.batches if b.record.outcome != "empty"]
     merges = [b.record.commit_s for b in batches]
     ends = sorted(b.ended_at for b in batches)
-    gaps = [b - a for a, b in itertools.pairwise(ends)]
-    holds = [v for r in result.compactions for v in r.partition_hold_s.values()]
     held = result.ingest_held()
-    follow = [r for r in result.compactions if r.mode == "follow"]
-    follow_s = [r.duration_s or 0.0 for r in follow if r.outcome == "compacted"]
     out: dict[str, Any] = {
-        "format": fmt,
-        "mode": mode,
-        "compactor": compactor,
-        "ran_s": round(result.duration_s, 1),
+        **_run("ingest", fmt, mode, compactor, result.duration_s),
         "batches": len(result.batches),
         "failed_batches": len(result.failed_batches),
         **held,
         "held_share": round(held["ingest_wait_share"], 4),
         "merge_p50_s": _p(merges, 0.5),
         "merge_p95_s": _p(merges, 0.95),
+        **_gaps([b - a for a, b in itertools.pairwise(ends)]),
+        **_table_figures(result.health, result.warm(), result.compactions, reader),
+        "rows_correct": not result.verify(),
+    }
+    out["goals_missed"] = goals(out)
+    return out
+
+
+def flink_figures(
+    mode: str,
+    result: FlinkStreamResult,
+    reader: Reader,
+    *,
+    compactor: str | None = "follow",
+) -> dict[str, Any]:
+    """What the Flink writer's run measured (see the module docstring): the table's, the
+    compactor's and the readers' figures as the ingest writer's; the job's own instead of
+    the ingest job's."""
+    lags = result.lags()
+    out: dict[str, Any] = {
+        **_run("flink", None, mode, compactor, result.duration_s),
+        "files_landed": len(result.landed),
+        "rows_landed": result.rows,
+        "rows_per_s": result.rows_per_s(),
+        "flink_commits": len(result.commits),
+        "flink_restarts": int(result.job["restarts"]),
+        "flink_status": result.job["status"],
+        "commit_lag_p50_s": _p(lags, 0.5),
+        "commit_lag_p95_s": _p(lags, 0.95),
+        "commit_lag_max_s": round(max(lags), 2) if lags else None,
+        **_gaps(result.gaps()),
+        "front_commits": result.front_commits,
+        "front_refusals": result.front_refusals,
+        **_table_figures(result.health, result.warm(), result.compactions, reader),
+        "rows_correct": not result.table_problems,
+        "table_problems": result.table_problems,
+    }
+    out["goals_missed"] = goals(out)
+    return out
+
+
+def _run(
+    writer: str, fmt: str | None, mode: str, compactor: str | None, seconds: float
+) -> dict[str, Any]:
+    """Which run: the writer, its format (the ingest writer's), the mode, the compactor; how
+    long it ran."""
+    return {
+        "writer": writer,
+        "format": fmt,
+        "mode": mode,
+        "compactor": compactor,
+        "ran_s": round(seconds, 1),
+    }
+
+
+def _gaps(gaps: list[float]) -> dict[str, Any]:
+    """The seconds between the writer's commits: median and longest."""
+    return {
         "commit_gap_p50_s": _p(gaps, 0.5),
         "commit_gap_max_s": round(max(gaps), 2) if gaps else None,
-        "compactor_runs": len(result.compactions),
-        "compactor_outcomes": _counts(str(r.outcome) for r in result.compactions),
-        "compactor_hold_s": [round(r.hold_s or 0.0, 2) for r in result.compactions],
+    }
+
+
+def _table_figures(
+    samples: list[Health], warm: list[Health], compactions: list[RunReport], reader: Reader
+) -> dict[str, Any]:
+    """The figures of the table, the compactor and the readers, whichever writer wrote."""
+    origin = samples[0].at if samples else 0.0
+    holds = [v for r in compactions for v in r.partition_hold_s.values()]
+    follow = [r for r in compactions if r.mode == "follow"]
+    follow_s = [r.duration_s or 0.0 for r in follow if r.outcome == "compacted"]
+    return {
+        "compactor_runs": len(compactions),
+        "compactor_outcomes": _counts(str(r.outcome) for r in compactions),
+        "compactor_hold_s": [round(r.hold_s or 0.0, 2) for r in compactions],
         "follow_runs": len(follow),
         "follow_run_p50_s": _p(follow_s, 0.5),
         "follow_run_p95_s": _p(follow_s, 0.95),
         "partition_hold_max_s": round(max(holds), 2) if holds else None,
-        "backpressure_runs": sum(bool(r.backpressure) for r in result.compactions),
+        "backpressure_runs": sum(bool(r.backpressure) for r in compactions),
         **_partition_figures(warm),
         **_growth(samples),
-        "rows_correct": not result.verify(),
         "queries": reader.results,
         "query_errors": reader.errors,
         "query_ratio_max": max(
@@ -288,8 +440,6 @@ def figures(
             for h in samples
         ],
     }
-    out["goals_missed"] = goals(out)
-    return out
 
 
 def _p(values: list[float], q: float) -> float | None:
@@ -364,12 +514,7 @@ def _growth(samples: list[Health]) -> dict[str, Any]:
 def goals(f: dict[str, Any]) -> list[str]:
     """The goals of the module docstring this run missed (none for the `none` mode's
     partition and query goals: it is the baseline)."""
-    missed: list[str] = []
-    if f["failed_batches"]:
-        missed.append(f"{f['failed_batches']} failed batches")
-    share = f["ingest_wait_share"]
-    if share > GOALS["held_share"]:
-        missed.append(f"ingest wait {share:.1%} of the run (goal <= 5%)")
+    missed = _flink_goals(f) if f.get("writer") == "flink" else _ingest_goals(f)
     if f["mode"] == "none":
         return missed
     checks = (
@@ -389,62 +534,141 @@ def goals(f: dict[str, Any]) -> list[str]:
     return missed
 
 
+def _ingest_goals(f: dict[str, Any]) -> list[str]:
+    """The ingest writer's goals missed: no failed batch, its wait a small share of the run."""
+    missed: list[str] = []
+    if f["failed_batches"]:
+        missed.append(f"{f['failed_batches']} failed batches")
+    share = f["ingest_wait_share"]
+    if share > GOALS["held_share"]:
+        missed.append(f"ingest wait {share:.1%} of the run (goal <= 5%)")
+    return missed
+
+
+def _flink_goals(f: dict[str, Any]) -> list[str]:
+    """The Flink writer's goals missed: the job never restarted (a refused commit restarts
+    it: its failed batch) and ran until stopped, the front refused none of its commits."""
+    missed: list[str] = []
+    if f["flink_restarts"]:
+        missed.append(f"{f['flink_restarts']} Flink job restarts")
+    if f["flink_status"] != "CANCELED":
+        missed.append(f"the Flink job ended {f['flink_status']}, not stopped")
+    refused = sum(f["front_refusals"].values())
+    if refused:
+        missed.append(f"{refused} commits refused or held back by the front")
+    return missed
+
+
+Row = tuple[str, Callable[[dict[str, Any]], str]]
+
+INGEST_ROWS: tuple[Row, ...] = (
+    ("batches (failed)", lambda r: f"{r['batches']} ({r['failed_batches']})"),
+    (
+        "ingest wait, share of run",
+        lambda r: f"{r['ingest_wait_s']} s, {r['ingest_wait_share']:.1%}",
+    ),
+    ("of it backpressure", lambda r: f"{r['backpressure_s']} s, {r['backpressure_share']:.1%}"),
+    ("MERGE p50 / p95", lambda r: f"{r['merge_p50_s']} / {r['merge_p95_s']} s"),
+    ("commit gap p50 / max", lambda r: f"{r['commit_gap_p50_s']} / {r['commit_gap_max_s']} s"),
+)
+"""The report's rows of the ingest writer's own figures."""
+
+FLINK_ROWS: tuple[Row, ...] = (
+    ("Flink job restarts (status)", lambda r: f"{r['flink_restarts']} ({r['flink_status']})"),
+    (
+        "files landed (rows), rows/s taken",
+        lambda r: f"{r['files_landed']} ({r['rows_landed']}), {r['rows_per_s']}",
+    ),
+    ("Flink commits", lambda r: str(r["flink_commits"])),
+    (
+        "front commits / refusals",
+        lambda r: f"{_kinds(r['front_commits'])} / {_kinds(r['front_refusals'])}",
+    ),
+    (
+        "file landed to its commit p50 / p95 / max",
+        lambda r: f"{r['commit_lag_p50_s']} / {r['commit_lag_p95_s']} / {r['commit_lag_max_s']} s",
+    ),
+    ("commit gap p50 / max", lambda r: f"{r['commit_gap_p50_s']} / {r['commit_gap_max_s']} s"),
+)
+"""The report's rows of the Flink writer's own figures (no gate: no ingest wait)."""
+
+TABLE_ROWS: tuple[Row, ...] = (
+    ("compactor runs", lambda r: _outcomes(r)),
+    (
+        "follow runs, p50 / p95",
+        lambda r: (
+            f"{r.get('follow_runs', 0)}, {r.get('follow_run_p50_s')} / "
+            f"{r.get('follow_run_p95_s')} s"
+        ),
+    ),
+    ("longest hold of a partition", lambda r: _s(r.get("partition_hold_max_s"))),
+    (
+        "partition data files, worst mean / peak",
+        lambda r: f"{r.get('partition_mean_data_max')} / {r.get('partition_peak_data')}",
+    ),
+    (
+        "partition delete files, worst mean / peak",
+        lambda r: f"{r.get('partition_mean_deletes_max')} / {r.get('partition_peak_deletes')}",
+    ),
+    ("table files, peak after warm-up", lambda r: str(r.get("table_files_peak"))),
+    (
+        "table files, middle -> last third",
+        lambda r: f"{r['files_middle_third']} -> {r['files_last_third']}",
+    ),
+    (
+        "files per partition, middle -> last third",
+        lambda r: f"{r['per_partition_middle_third']} -> {r['per_partition_last_third']}",
+    ),
+    ("count, x compacted copy", lambda r: _ratios(r, "count")),
+    ("distinct keys (a scan), x compacted copy", lambda r: _ratios(r, "scan")),
+    ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
+    ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
+    ("goals missed", lambda r: _missed(r)),
+)
+"""The report's rows of the table, the compactor and the readers, whichever writer wrote."""
+
+WRITERS = {
+    "ingest": "lakelock's streaming upsert (PySpark, gated by commit leases)",
+    "flink": "a Flink SQL upsert job (PyFlink) through lakelock's catalog front",
+}
+
+
 def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
-    rows = (
-        ("batches (failed)", lambda r: f"{r['batches']} ({r['failed_batches']})"),
-        (
-            "ingest wait, share of run",
-            lambda r: f"{r['ingest_wait_s']} s, {r['ingest_wait_share']:.1%}",
-        ),
-        ("of it backpressure", lambda r: f"{r['backpressure_s']} s, {r['backpressure_share']:.1%}"),
-        ("MERGE p50 / p95", lambda r: f"{r['merge_p50_s']} / {r['merge_p95_s']} s"),
-        ("commit gap p50 / max", lambda r: f"{r['commit_gap_p50_s']} / {r['commit_gap_max_s']} s"),
-        ("compactor runs", lambda r: _outcomes(r)),
-        (
-            "follow runs, p50 / p95",
-            lambda r: (
-                f"{r.get('follow_runs', 0)}, {r.get('follow_run_p50_s')} / "
-                f"{r.get('follow_run_p95_s')} s"
-            ),
-        ),
-        ("longest hold of a partition", lambda r: _s(r.get("partition_hold_max_s"))),
-        (
-            "partition data files, worst mean / peak",
-            lambda r: f"{r.get('partition_mean_data_max')} / {r.get('partition_peak_data')}",
-        ),
-        (
-            "partition delete files, worst mean / peak",
-            lambda r: f"{r.get('partition_mean_deletes_max')} / {r.get('partition_peak_deletes')}",
-        ),
-        ("table files, peak after warm-up", lambda r: str(r.get("table_files_peak"))),
-        (
-            "table files, middle -> last third",
-            lambda r: f"{r['files_middle_third']} -> {r['files_last_third']}",
-        ),
-        (
-            "files per partition, middle -> last third",
-            lambda r: f"{r['per_partition_middle_third']} -> {r['per_partition_last_third']}",
-        ),
-        ("count, x compacted copy", lambda r: _ratios(r, "count")),
-        ("distinct keys (a scan), x compacted copy", lambda r: _ratios(r, "scan")),
-        ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
-        ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
-        ("goals missed", _missed),
-    )
+    """The report: a table per section (a format of the ingest writer, or the Flink writer),
+    a column per run."""
     lines = ["# Streaming health", "", f"`{command}`", ""]
-    for fmt in dict.fromkeys(r["format"] for r in runs):
-        of = [r for r in runs if r["format"] == fmt]
+    for section in dict.fromkeys(_section(r) for r in runs):
+        of = [r for r in runs if _section(r) == section]
+        writer = of[0].get("writer", "ingest")
         lines += [
-            f"## {fmt}",
+            f"## {section}",
+            "",
+            f"Writer: {writer}, {WRITERS[writer]}.",
             "",
             "| | " + " | ".join(_column(r) for r in of) + " |",
             "| --- |" + " ---: |" * len(of),
         ]
+        rows = (FLINK_ROWS if writer == "flink" else INGEST_ROWS) + TABLE_ROWS
         lines += [f"| {label} | " + " | ".join(get(r) for r in of) + " |" for label, get in rows]
         lines.append("")
         for r in of:
             lines += [f"- {_column(r)}: query error {e}" for e in r["query_errors"]]
+            lines += [f"- {_column(r)}: table {p}" for p in r.get("table_problems", [])]
     return "\n".join(lines) + "\n"
+
+
+def _section(r: dict[str, Any]) -> str:
+    """The run's section of the report and panel of the chart: its format (ingest), or the
+    Flink writer's."""
+    return "flink upsert" if r.get("writer") == "flink" else str(r["format"])
+
+
+def _kinds(counts: dict[str, int]) -> str:
+    """`{"data": 30, "maintenance": 4}` as `34 (30 data, 4 maintenance)`; `0` when empty."""
+    if not counts:
+        return "0"
+    each = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return f"{sum(counts.values())} ({each})"
 
 
 def _column(r: dict[str, Any]) -> str:
@@ -484,8 +708,8 @@ def render_chart(runs: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    formats = list(dict.fromkeys(r["format"] for r in runs))
-    fig, axes = plt.subplots(1, len(formats), figsize=(7 * len(formats), 4), squeeze=False)
+    sections = list(dict.fromkeys(_section(r) for r in runs))
+    fig, axes = plt.subplots(1, len(sections), figsize=(7 * len(sections), 4), squeeze=False)
     colors = {
         "none": "tab:red",
         "table (follow)": "tab:orange",
@@ -493,13 +717,13 @@ def render_chart(runs: list[dict[str, Any]], path: Path) -> None:
         "table (timer)": "tab:brown",
         "partitions (timer)": "tab:blue",
     }
-    for ax, fmt in zip(axes[0], formats, strict=True):
-        for r in (r for r in runs if r["format"] == fmt):
+    for ax, section in zip(axes[0], sections, strict=True):
+        for r in (r for r in runs if _section(r) == section):
             t = [s[0] for s in r["samples"]]
             color = colors.get(_column(r), "tab:gray")
             ax.plot(t, [s[1] + s[2] for s in r["samples"]], color=color, label=_column(r))
             ax.plot(t, [s[2] for s in r["samples"]], color=color, ls=":", lw=1)
-        ax.set_title(f"{fmt}: live files (solid: data + delete; dotted: delete)")
+        ax.set_title(f"{section}: live files (solid: data + delete; dotted: delete)")
         ax.set_xlabel("seconds")
         ax.set_ylabel("files")
         ax.legend()
@@ -513,6 +737,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks.streaming_health",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--writer",
+        choices=WRITER_NAMES,
+        default="ingest",
+        help="what streams into the table: ingest, the demo's PySpark pipeline (the default); "
+        "flink, a Flink SQL upsert job through the catalog front",
     )
     parser.add_argument("--duration-s", type=float, default=600.0, help="per run")
     parser.add_argument("--rate", type=float, default=200.0, help="events per second")
@@ -532,14 +763,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sample-every-s", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--formats", default=",".join(FORMATS))
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument(
+        "--formats",
+        help=f"ingest only: the change formats, one run each (default {','.join(FORMATS)}); "
+        "the Flink writer's are JSON-lines upserts, no format to choose",
+    )
+    parser.add_argument(
+        "--modes",
+        help=f"default {','.join(MODES)}; with --writer flink {','.join(FLINK_MODES)} (table "
+        "compares the ingest job's whole-table commit leases: the Flink job takes none)",
+    )
+    parser.add_argument(
+        "--checkpoint-every-s",
+        type=float,
+        help="flink only: the job's checkpoints, each a commit (default 2, the ingest "
+        "trigger's interval)",
+    )
     parser.add_argument("--no-queries", dest="queries", action="store_false")
     parser.add_argument(
         "--events",
         type=int,
-        help="run by counts instead (the test's small run): this many events, all ingested; "
-        "the readers still come at shares of --duration-s",
+        help="ingest only: run by counts instead (the test's small run): this many events, "
+        "all ingested; the readers still come at shares of --duration-s",
     )
     parser.add_argument(
         "--compactions", type=int, default=1, help="with --events: compactor runs to wait for"
@@ -589,21 +834,48 @@ def _check_plan(parser: argparse.ArgumentParser, settings: Sequence[tuple[str, s
         parser.error(f"--plan: {exc.errors()[0]['msg']}")
 
 
+def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit when an option of the ingest writer is given with --writer flink; its
+    checkpoints at their default."""
+    for flag, given in (
+        ("--formats", args.formats),
+        ("--events", args.events),
+        ("--update-window-h", args.update_window_h),
+    ):
+        if given is not None:
+            parser.error(
+                f"{flag} is for --writer ingest: the Flink writer lands JSON-lines upserts "
+                "for --duration-s"
+            )
+    if args.checkpoint_every_s is None:
+        args.checkpoint_every_s = 2.0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _check_plan(parser, args.plan)
+    flink = args.writer == "flink"
+    if flink:
+        _check_flink(parser, args)
+    elif args.checkpoint_every_s is not None:
+        parser.error("--checkpoint-every-s is for --writer flink (its job's checkpoints)")
     if args.update_window_h is not None and args.formats != "json":
         parser.error("--update-window-h is for --formats json (the click events' updates)")
-    formats, modes = args.formats.split(","), args.modes.split(",")
+    formats = ["flink"] if flink else (args.formats or ",".join(FORMATS)).split(",")
+    modes = (args.modes or ",".join(FLINK_MODES if flink else MODES)).split(",")
     compactors = args.compactor.split(",")
-    for asked, known in ((formats, KNOWN_FORMATS), (modes, MODES), (compactors, COMPACTORS)):
+    for asked, known in (
+        (formats, ["flink"] if flink else KNOWN_FORMATS),
+        (modes, FLINK_MODES if flink else MODES),
+        (compactors, COMPACTORS),
+    ):
         unknown = [x for x in asked if x not in known]
         if unknown:
             raise SystemExit(f"unknown {unknown[0]!r}: use {', '.join(known)}")
     args.out.mkdir(parents=True, exist_ok=True)
     runs = [
-        run_one(args, fmt, mode, compactor)
+        run_flink(args, mode, compactor) if flink else run_one(args, fmt, mode, compactor)
         for fmt in formats
         for mode in modes
         for compactor in (compactors if mode != "none" else compactors[:1])

@@ -14,8 +14,15 @@ and every compaction committed.
 
     feed = UpsertFeed(folder)            # JSON-lines files of upserts, and the answer
     feed.write(rows=400)                 # one file; feed.latest: the row each key ends with
+    GrowingFeed(folder).write(rows=200)  # keys that grow with event time: new partitions
     writer_args(...)                     # flink_writer's options for a table at a catalog
     marker(spark, metadata, feed)        # the newest file the table holds
+
+    with front_service(workdir) as service:            # the service, its front on SQLite
+        spark = front_session(service, workdir)        # Spark with the front as `lakelock`
+        writer = start_writer(service, feed, workdir)  # the Flink upsert job on the feed
+        current_metadata(service.db_url, TABLE)        # the table's metadata file, or None
+        flink_commits(metadata)                        # the job's commits: when, rows added
 """
 
 from __future__ import annotations
@@ -28,21 +35,30 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "COLUMNS",
+    "TABLE",
     "Compactor",
     "FlinkDemo",
+    "GrowingFeed",
     "UpsertFeed",
     "committed",
+    "current_metadata",
+    "flink_commits",
+    "front_service",
+    "front_session",
     "main",
     "marker",
     "snapshot_read",
+    "start_writer",
+    "table_problems",
     "wait_until",
     "writer_args",
 ]
@@ -56,6 +72,9 @@ MARKER = "marker"
 files the table holds. Other values start at 1,000,000 and never collide with it."""
 
 Key = tuple[str, str, int]
+
+TABLE = "lakelock.db.events"
+"""The demo's table, as Spark and the service name it: the front's catalog `lakelock`."""
 
 
 class UpsertFeed:
@@ -82,13 +101,8 @@ class UpsertFeed:
         of keys drawn at random (None: every key once, or twice when `repeat`: an upsert that
         replaces a row of its own checkpoint), then the marker row."""
         n = self.files
-        if rows is None:
-            keys = [k for k in range(self.keys) for _ in range(2 if repeat else 1)]
-        else:
-            keys = [self.random.randrange(self.keys) for _ in range(rows)]
         lines = []
-        for i, k in enumerate(keys):
-            key = self.key(k)
+        for i, key in enumerate(self._draw(rows, repeat)):
             value = 1_000_000 + n * 100_000 + i
             lines.append({"event_id": key[0], "dt": key[1], "hr": key[2], "v": value})
             self.latest[key] = value
@@ -100,6 +114,49 @@ class UpsertFeed:
         self.files += 1
         self.rows += len(lines)
         return n
+
+    def _draw(self, rows: int | None, repeat: bool) -> list[Key]:
+        """The keys of one file's upserts, in order (see write)."""
+        if rows is None:
+            return [self.key(k) for k in range(self.keys) for _ in range(2 if repeat else 1)]
+        return [self.key(self.random.randrange(self.keys)) for _ in range(rows)]
+
+
+class GrowingFeed(UpsertFeed):
+    """An UpsertFeed whose keys grow with event time, as a stream's do: each upsert is a second
+    of event time from `start`, either a new key in the partition (dt, hr) of its moment or, at
+    `update_ratio`, an update of any key written before. A new partition opens every 3,600
+    upserts (at 200 a second, every 18 s) and the older ones keep taking updates: the ingest
+    pipeline's click events, in the upsert job's columns."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        update_ratio: float = 0.3,
+        start: datetime = datetime(2024, 6, 20),
+        seed: int = 1,
+    ) -> None:
+        super().__init__(folder, seed=seed)
+        if not 0.0 <= update_ratio < 1.0:
+            raise ValueError(f"update_ratio must be within [0, 1), got {update_ratio}")
+        self.update_ratio = update_ratio
+        self.start = start
+        self.born: list[Key] = []
+
+    def _draw(self, rows: int | None, repeat: bool) -> list[Key]:
+        if rows is None:
+            raise ValueError("a growing feed writes a number of rows: its keys have no end")
+        keys = []
+        for _ in range(rows):
+            if self.born and self.random.random() < self.update_ratio:
+                keys.append(self.random.choice(self.born))
+                continue
+            moment = self.start + timedelta(seconds=self.rows + len(keys))
+            key = (f"e{len(self.born)}", moment.strftime("%Y-%m-%d"), moment.hour)
+            self.born.append(key)
+            keys.append(key)
+        return keys
 
 
 def writer_args(
@@ -162,6 +219,16 @@ def rows_of(spark: Any, metadata_location: str) -> dict[Key, int]:
     }
 
 
+def table_problems(rows: dict[Key, int], feed: UpsertFeed) -> list[str]:
+    """How the table's `rows` (rows_of) differ from what `feed` wrote: [] when each key holds
+    its last row and no other row is there."""
+    if rows == feed.latest:
+        return []
+    wrong = sum(1 for k, v in feed.latest.items() if rows.get(k) != v)
+    extra = len(rows.keys() - feed.latest.keys())
+    return [f"{wrong} keys do not hold their last row, {extra} rows of no key ({len(rows)} rows)"]
+
+
 @dataclass
 class FlinkDemo:
     """One run: options, and what it saw."""
@@ -181,58 +248,15 @@ class FlinkDemo:
     def run(self) -> list[str]:
         """Run it; answer the problems found (none: the check passed)."""
         from compactor.config import LeaseConfig, PlanConfig, TableConfig
-        from demo.service import LocalService
-        from jobkit.flink import FlinkWriter
-        from jobkit.spark import CatalogConfig, build_session
         from service.client import LeaseClient
-        from service.lock import migrate
 
-        if self.workdir.exists():
-            shutil.rmtree(self.workdir)
-        _catalog.cache_clear()  # none may hold a database this run replaces
-        self.workdir.mkdir(parents=True)
-        db_url = f"sqlite:///{self.workdir / 'lakelock.db'}"
-        migrate.upgrade(db_url)
-        warehouse = self.workdir / "warehouse"
-        table = "lakelock.db.events"
-        feed = UpsertFeed(self.workdir / "landing", keys=self.keys, seed=self.seed)
-        with LocalService.start(
-            db_url=db_url,
-            log_path=self.workdir / "service.log",
-            LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(),
-        ) as service:
+        table = TABLE
+        with front_service(self.workdir) as service:
             self.on_progress(f"lakelock service at {service.url}, its catalog at /iceberg")
+            feed = UpsertFeed(self.workdir / "landing", keys=self.keys, seed=self.seed)
             client = LeaseClient(service.url, token=service.token("job"))
-            catalog = CatalogConfig(
-                name="lakelock",
-                type="rest",
-                warehouse=warehouse.as_uri(),
-                properties={"uri": f"{service.url}/iceberg", "token": service.token("job")},
-            )
-            spark = build_session(
-                catalog,
-                app_name="lakelock-flink-demo",
-                master="local[2]",
-                extra_conf={
-                    "spark.sql.shuffle.partitions": "2",
-                    **PATH_READS,
-                    "spark.sql.catalog.default_iceberg.warehouse": (
-                        self.workdir / "paths"
-                    ).as_uri(),
-                },
-            )
-            spark.sparkContext.setLogLevel("ERROR")
-            writer = FlinkWriter.start(
-                args=writer_args(
-                    catalog_uri=f"{service.url}/iceberg",
-                    table="db.events",
-                    landing=feed.folder,
-                    checkpoints=self.workdir / "checkpoints",
-                    checkpoint_every_s=self.checkpoint_every_s,
-                ),
-                token=service.token("job"),
-                log_path=self.workdir / "flink.log",
-            )
+            spark = front_session(service, self.workdir, app_name="lakelock-flink-demo")
+            writer = start_writer(service, feed, self.workdir, self.checkpoint_every_s)
             try:
                 job_id = writer.job_id(timeout_s=self.timeout_s)
                 self.on_progress(f"Flink upsert job {job_id} running (PyFlink MiniCluster)")
@@ -246,7 +270,7 @@ class FlinkDemo:
                 elapsed = time.monotonic() - started
             finally:
                 report = writer.stop()
-            metadata = _metadata(service.db_url, warehouse, table)
+            metadata = _metadata(service.db_url, self.workdir / "warehouse", table)
             rows = rows_of(spark, metadata)
             commits, refused = front_counts(service.url, service.token("reader"))
             spark.stop()
@@ -273,10 +297,7 @@ class FlinkDemo:
             problems.append(f"{len(failed)} compactions did not commit: {failed[0].error}")
         if self.compactor and len(compacted) < self.compactions:
             problems.append(f"{len(compacted)} compactions, fewer than {self.compactions}")
-        if rows != feed.latest:
-            wrong = sum(1 for k, v in feed.latest.items() if rows.get(k) != v)
-            problems.append(f"{wrong} keys do not hold their last row ({len(rows)} rows)")
-        return problems
+        return problems + table_problems(rows, feed)
 
     def _stream(
         self, spark: Any, client: Any, config: Any, feed: UpsertFeed, writer: Any, db_url: str
@@ -302,6 +323,78 @@ class FlinkDemo:
         finally:
             compactor.stop(self.timeout_s)
         return compactor.runs
+
+
+@contextmanager
+def front_service(workdir: Path) -> Iterator[Any]:
+    """The lakelock service with its catalog front on a new SQLite database in `workdir`
+    (emptied first), its warehouse `workdir/warehouse`: a demo.service.LocalService, stopped
+    on leaving."""
+    from demo.service import LocalService
+    from service.lock import migrate
+
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    _catalog.cache_clear()  # none may hold a database this run replaces
+    workdir.mkdir(parents=True)
+    db_url = f"sqlite:///{workdir / 'lakelock.db'}"
+    migrate.upgrade(db_url)
+    with LocalService.start(
+        db_url=db_url,
+        log_path=workdir / "service.log",
+        LAKELOCK_CATALOG_WAREHOUSE=(workdir / "warehouse").as_uri(),
+    ) as service:
+        yield service
+
+
+def front_session(
+    service: Any,
+    workdir: Path,
+    *,
+    app_name: str = "lakelock-flink",
+    extra_conf: dict[str, str] | None = None,
+) -> Any:
+    """A local Spark session (two cores) with the front as its catalog `lakelock` (the job
+    token) and PATH_READS (their folder `workdir/paths`); `extra_conf` over them."""
+    from jobkit.spark import CatalogConfig, build_session
+
+    catalog = CatalogConfig(
+        name="lakelock",
+        type="rest",
+        warehouse=(workdir / "warehouse").as_uri(),
+        properties={"uri": f"{service.url}/iceberg", "token": service.token("job")},
+    )
+    spark = build_session(
+        catalog,
+        app_name=app_name,
+        master="local[2]",
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            **PATH_READS,
+            "spark.sql.catalog.default_iceberg.warehouse": (workdir / "paths").as_uri(),
+            **(extra_conf or {}),
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def start_writer(service: Any, feed: UpsertFeed, workdir: Path, checkpoint_every_s: float) -> Any:
+    """The Flink upsert job (jobkit.flink.FlinkWriter) on `feed`'s folder, into TABLE through
+    the front, its checkpoints and log in `workdir`."""
+    from jobkit.flink import FlinkWriter
+
+    return FlinkWriter.start(
+        args=writer_args(
+            catalog_uri=f"{service.url}/iceberg",
+            table=TABLE.split(".", 1)[1],
+            landing=feed.folder,
+            checkpoints=workdir / "checkpoints",
+            checkpoint_every_s=checkpoint_every_s,
+        ),
+        token=service.token("job"),
+        log_path=workdir / "flink.log",
+    )
 
 
 class Compactor:
@@ -364,13 +457,34 @@ def wait_until(
         time.sleep(0.5)
 
 
-def committed(spark: Any, db_url: str, table: str = "lakelock.db.events") -> int:
+def committed(spark: Any, db_url: str, table: str = TABLE) -> int:
     """The newest file number `table` holds (-1: none, or no table yet), read from its
     metadata file as the front's database names it."""
-    name = table.split(".", 1)[1]
-    if not _catalog(db_url, None).table_exists(name):
-        return -1
-    return marker(spark, _metadata(db_url, None, table))
+    metadata = current_metadata(db_url, table)
+    return -1 if metadata is None else marker(spark, metadata)
+
+
+def current_metadata(db_url: str, table: str = TABLE) -> str | None:
+    """The current metadata file of `table` as the front's database names it (None: no table
+    yet)."""
+    if not _catalog(db_url, None).table_exists(table.split(".", 1)[1]):
+        return None
+    return _metadata(db_url, None, table)
+
+
+def flink_commits(metadata_location: str) -> list[tuple[float, int]]:
+    """The Flink job's commits the table's metadata lists (its snapshots: those whose summary
+    carries `flink.job-id`), in commit order: (when, on time.time(); rows it added). An upsert
+    adds each row it takes as a data row (beside its equality delete), so the rows added sum
+    to the rows the job took. Read with pyiceberg; no scan."""
+    from demo.health import static_table
+
+    snapshots = static_table(metadata_location).metadata.snapshots
+    return [
+        (s.timestamp_ms / 1000, int(s.summary["added-records"] or 0))
+        for s in sorted(snapshots, key=lambda s: s.sequence_number or 0)
+        if s.summary is not None and s.summary["flink.job-id"] is not None
+    ]
 
 
 def front_counts(url: str, token: str) -> tuple[dict[str, int], dict[str, int]]:

@@ -2,6 +2,7 @@
 pyiceberg from the current metadata file (no Spark, no lakelock code in the way).
 
     h = sample(warehouse, "local.db.events")
+    h = sample_at(metadata_location)        # a catalog's table: its current metadata file
     h.data_files, h.delete_files, h.bytes   # the whole table
     h.worst                                 # ("dt=2024-06-20/hr=13", Files(data=9, deletes=7))
     h.line()                                # "files 45 data + 31 delete, worst dt=.../hr=13 9+7"
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Files", "Health", "sample"]
+__all__ = ["Files", "Health", "sample", "sample_at", "static_table"]
 
 
 @dataclass(frozen=True)
@@ -101,22 +102,24 @@ class Health:
 
 
 def sample(warehouse: Path, table: str) -> Health:
-    """The table's live files now, per partition path (Iceberg's `dt=.../hr=...`).
+    """The live files now, per partition path (Iceberg's `dt=.../hr=...`), of a Hadoop-catalog
+    table under `warehouse`.
 
     Raises:
         FileNotFoundError: the table has no metadata yet.
     """
-    from pyiceberg.manifest import ManifestContent
-    from pyiceberg.table import StaticTable
-
     from service.ops.iceberg_audit import metadata_file
 
+    return sample_at(str(metadata_file(warehouse, table)))
+
+
+def sample_at(metadata_location: str) -> Health:
+    """The live files now, per partition path, of the table whose current metadata file is
+    `metadata_location`: a table of any catalog, its metadata file as the catalog names it."""
+    from pyiceberg.manifest import ManifestContent
+
     at = time.time()
-    # fsspec's file IO: the demo's install has no pyarrow (metadata and manifests only)
-    iceberg = StaticTable.from_metadata(
-        str(metadata_file(warehouse, table)),
-        properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
-    )
+    iceberg = static_table(metadata_location)
     snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return Health(at, None)
@@ -132,3 +135,13 @@ def sample(warehouse: Path, table: str) -> Health:
             files = Files(deletes=1, bytes=size) if deletes else Files(data=1, bytes=size)
             partitions[name] = partitions.get(name, Files()).plus(files)
     return Health(at, snapshot.snapshot_id, partitions)
+
+
+def static_table(metadata_location: str) -> Any:
+    """pyiceberg's read-only table at `metadata_location` (a StaticTable), through fsspec's file
+    IO: the demo's install has no pyarrow (metadata and manifests only)."""
+    from pyiceberg.table import StaticTable
+
+    return StaticTable.from_metadata(
+        metadata_location, properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    )

@@ -96,6 +96,10 @@ __all__ = [
     "PipelineOptions",
     "PipelineResult",
     "UncoordinatedClient",
+    "compact",
+    "compact_once",
+    "run_line",
+    "warm_samples",
 ]
 
 log = logging.getLogger("demo")
@@ -103,6 +107,7 @@ log = logging.getLogger("demo")
 TOPIC = "events"  # the demo's topic with `source="kafka"`
 COMPACTORS = ("follow", "timer")
 """How the demo compacts: following the stream (the default), or every `compact_every_s`."""
+HOLDER = "demo-compactor"
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,34 @@ class PipelineOptions:
         """The compactor follows the stream (it needs the service: uncoordinated, the timer)."""
         return self.compactor == "follow" and self.coordinated
 
+    def table_config(self) -> TableConfig:
+        """The compactor's config of `table`: demo-sized thresholds (the files here are KBs,
+        not the 128 MiB of a real table), `plan` over them."""
+        return TableConfig(
+            name=self.table,
+            lease=LeaseConfig(
+                ttl=timedelta(seconds=self.lease_ttl_s),
+                max_wait=timedelta(seconds=60),
+                scope=self.lease_scope,
+            ),
+            plan=PlanConfig(
+                **{
+                    "min_small_files": 8,
+                    "min_delete_files": 8,
+                    "hot_window": self.hot_window,
+                    **self.plan,
+                }
+            ),
+            rewrite_data_files=RewriteDataFilesConfig(
+                options={
+                    "target-file-size-bytes": str(8 * 1024 * 1024),
+                    "min-input-files": "2",
+                    "max-concurrent-file-group-rewrites": "2",
+                    "partial-progress.enabled": "false",
+                }
+            ),
+        )
+
 
 @dataclass(frozen=True)
 class FileWritten:
@@ -232,13 +265,10 @@ class PipelineResult:
         return max((b.record.gate_wait_s for b in self.batches), default=0.0)
 
     def warm(self) -> list[Health]:
-        """The samples after the second compactor run ended (all of them without a compactor
-        or before a second run): what the compaction cycle holds the table to."""
-        ends = [r.started_at for r in self.compactions if r.started_at is not None]
-        if not self.options.compactions_on or len(ends) < 2:
-            return list(self.health)
-        after = datetime.fromisoformat(ends[1]).timestamp() + (self.compactions[1].duration_s or 0)
-        return [h for h in self.health if h.at >= after]
+        """The samples after the compactor's warm-up (see warm_samples)."""
+        return warm_samples(
+            self.health, self.compactions, compactions_on=self.options.compactions_on
+        )
 
     def ingest_held(self) -> dict[str, float]:
         """Seconds the gate held batches (all waits, and of them backpressure), and their share
@@ -308,6 +338,102 @@ class PipelineResult:
                 else {"landing": str((self.options.workdir / "landing").resolve())}
             ),
         }
+
+
+def warm_samples(
+    health: list[Health], compactions: list[RunReport], *, compactions_on: bool
+) -> list[Health]:
+    """The samples after the second compactor run ended (all of them without a compactor or
+    before a second run): what the compaction cycle holds the table to."""
+    starts = [r.started_at for r in compactions if r.started_at is not None]
+    if not compactions_on or len(starts) < 2:
+        return list(health)
+    after = datetime.fromisoformat(starts[1]).timestamp() + (compactions[1].duration_s or 0)
+    return [h for h in health if h.at >= after]
+
+
+def compact(
+    spark: Any,
+    client: Any,
+    options: PipelineOptions,
+    *,
+    stop: threading.Event,
+    on_run: Callable[[RunReport], None],
+) -> None:
+    """lakelock's compactor on `options.table` until `stop`: following the stream
+    (`options.follows`), else a run every `compact_every_s`; each run published, then handed
+    to `on_run`. Whatever writes the table: the demo's ingest job, or a Flink job through the
+    catalog front (whose commits count the due partitions as the gate's releases do)."""
+    config = options.table_config()
+    if options.follows:
+        _follow(spark, client, config, options, stop=stop, on_run=on_run)
+        return
+    while not stop.wait(options.compact_every_s):
+        report = compact_once(spark, client, config)
+        publish(report, client=client)
+        on_run(report)
+
+
+def _follow(
+    spark: Any,
+    client: LeaseClient,
+    config: TableConfig,
+    options: PipelineOptions,
+    *,
+    stop: threading.Event,
+    on_run: Callable[[RunReport], None],
+) -> None:
+    """Follow the stream until `stop` (compactor.follow): the demo's table only, one table run
+    at a time, the full plan every `full_plan_every_s`."""
+    fleet = Fleet(
+        spark,
+        client=client,
+        config=CompactorConfig(
+            tables=(config,),
+            fleet=FleetConfig(max_concurrent=1, claim_ttl=timedelta(seconds=60)),
+        ),
+        selection=[config.name],
+        holder=HOLDER,
+    )
+    follower = Follower(
+        fleet, every_s=options.full_plan_every_s, poll_s=options.follow_poll_s, on_run=on_run
+    )
+    follower.run(stop)
+
+
+def compact_once(spark: Any, client: Any, config: TableConfig) -> RunReport:
+    """One run, under a claim on the table as the fleet takes it (so the run may hold back
+    writers of partitions past the hard bound); uncoordinated, without one."""
+    if isinstance(client, UncoordinatedClient):
+        return run_table(spark, client=client, config=config, holder=HOLDER)
+    got = take(client, config.name, holder=HOLDER, ttl_s=60)
+    if isinstance(got, Held):  # no other compactor runs here; said if one ever does
+        raise RuntimeError(f"the demo's table is claimed by {got.holder}")
+    with got:
+        return run_table(
+            spark,
+            client=client,
+            config=config,
+            holder=HOLDER,
+            claim=got.lease,
+            before_step=got.check,
+        )
+
+
+def run_line(number: int, report: RunReport) -> str:
+    """A progress line for the compactor's run `number`: its outcome, what it did, its waits."""
+    error = f" ({report.error.splitlines()[0][:120]})" if report.error else ""
+    if report.mode == "follow":
+        what = f"followed {', '.join(report.compacted) or 'nothing'}"
+    else:
+        what = (
+            f"data files {(report.before or {}).get('data_files')} -> "
+            f"{(report.after or {}).get('data_files')}"
+        )
+    return (
+        f"compaction {number}: {report.outcome}{error}, {what}, "
+        f"lease wait {report.lease_wait_s or 0:.1f}s, {report.duration_s or 0:.1f}s"
+    )
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -486,33 +612,6 @@ class Pipeline:
             ),
         )
 
-    def _table_config(self) -> TableConfig:
-        # demo-sized thresholds: the files here are KBs, not the 128 MiB of a real table
-        return TableConfig(
-            name=self.options.table,
-            lease=LeaseConfig(
-                ttl=timedelta(seconds=self.options.lease_ttl_s),
-                max_wait=timedelta(seconds=60),
-                scope=self.options.lease_scope,
-            ),
-            plan=PlanConfig(
-                **{
-                    "min_small_files": 8,
-                    "min_delete_files": 8,
-                    "hot_window": self.options.hot_window,
-                    **self.options.plan,
-                }
-            ),
-            rewrite_data_files=RewriteDataFilesConfig(
-                options={
-                    "target-file-size-bytes": str(8 * 1024 * 1024),
-                    "min-input-files": "2",
-                    "max-concurrent-file-group-rewrites": "2",
-                    "partial-progress.enabled": "false",
-                }
-            ),
-        )
-
     # -- the parts -----------------------------------------------------------------------------
 
     def _generate(self) -> None:
@@ -620,35 +719,7 @@ class Pipeline:
         ]
 
     def _compact(self, spark: Any, client: Any) -> None:
-        config = self._table_config()
-        if self.options.follows:
-            self._follow(spark, client, config)
-            return
-        while not self.stop.wait(self.options.compact_every_s):
-            report = self._compact_once(spark, client, config)
-            publish(report, client=client)
-            self._ran(report)
-
-    def _follow(self, spark: Any, client: LeaseClient, config: TableConfig) -> None:
-        """Follow the stream until the run stops (compactor.follow): the demo's table only,
-        one table run at a time, the full plan every `full_plan_every_s`."""
-        fleet = Fleet(
-            spark,
-            client=client,
-            config=CompactorConfig(
-                tables=(config,),
-                fleet=FleetConfig(max_concurrent=1, claim_ttl=timedelta(seconds=60)),
-            ),
-            selection=[config.name],
-            holder="demo-compactor",
-        )
-        follower = Follower(
-            fleet,
-            every_s=self.options.full_plan_every_s,
-            poll_s=self.options.follow_poll_s,
-            on_run=self._ran,
-        )
-        follower.run(self.stop)
+        compact(spark, client, self.options, stop=self.stop, on_run=self._ran)
 
     def _ran(self, report: RunReport) -> None:
         """A compactor run ended (published already): count it and say what it did."""
@@ -658,36 +729,7 @@ class Pipeline:
         if report.outcome not in ("skipped",):
             ended = time.time()
             self.windows.append((ended - (report.duration_s or 0.0), ended))
-        error = f" ({report.error.splitlines()[0][:120]})" if report.error else ""
-        if report.mode == "follow":
-            what = f"followed {', '.join(report.compacted) or 'nothing'}"
-        else:
-            what = (
-                f"data files {(report.before or {}).get('data_files')} -> "
-                f"{(report.after or {}).get('data_files')}"
-            )
-        self.on_progress(
-            f"compaction {number}: {report.outcome}{error}, {what}, "
-            f"lease wait {report.lease_wait_s or 0:.1f}s, {report.duration_s or 0:.1f}s"
-        )
-
-    def _compact_once(self, spark: Any, client: Any, config: TableConfig) -> RunReport:
-        """One run, under a claim on the table as the fleet takes it (so the run may hold
-        back writers of partitions past the hard bound); uncoordinated, without one."""
-        if isinstance(client, UncoordinatedClient):
-            return run_table(spark, client=client, config=config, holder="demo-compactor")
-        got = take(client, config.name, holder="demo-compactor", ttl_s=60)
-        if isinstance(got, Held):  # no other compactor runs here; said if one ever does
-            raise RuntimeError(f"the demo's table is claimed by {got.holder}")
-        with got:
-            return run_table(
-                spark,
-                client=client,
-                config=config,
-                holder="demo-compactor",
-                claim=got.lease,
-                before_step=got.check,
-            )
+        self.on_progress(run_line(number, report))
 
     def _progress(self, started: float) -> None:
         while not self.stop.wait(self.options.progress_every_s):

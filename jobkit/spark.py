@@ -380,9 +380,12 @@ def load_table(spark: SparkSession, table: str) -> Any:
     Raises:
         py4j.protocol.Py4JJavaError: the table cannot be loaded.
     """
-    return jvm(spark).org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession, table
-    )
+    view = jvm(spark)
+    # Spark finds a catalog it has not loaded yet through the JVM thread's active session: a
+    # thread of its own (the follower's full plan) has none, and the name would fall to
+    # spark_catalog; `spark` is made active here, as a query makes it active for its run
+    view.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    return view.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
 
 
 def jvm(spark: SparkSession) -> Any:

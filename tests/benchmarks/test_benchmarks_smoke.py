@@ -130,3 +130,20 @@ def test_streaming_health_counts_files_per_partition_as_the_partitions_grow() ->
     grown = _growth([at(n, 3 * (n + 1)) for n in range(9)])
     assert grown["growth_last_third"] > 1.5
     assert grown["per_partition_middle_third"] == grown["per_partition_last_third"] == 3.0
+
+
+def test_streaming_health_refuses_options_of_the_other_writer(capsys):
+    from benchmarks.streaming_health import main
+
+    for asked, said in (
+        (["--formats", "json"], "--formats is for --writer ingest"),
+        (["--events", "100"], "--events is for --writer ingest"),
+        (["--modes", "table"], "unknown 'table'"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(["--writer", "flink", *asked])
+        assert exited.value.code != 0, asked
+        assert said in capsys.readouterr().err + str(exited.value.code), asked
+    with pytest.raises(SystemExit):
+        main(["--checkpoint-every-s", "3"])
+    assert "--checkpoint-every-s is for --writer flink" in capsys.readouterr().err
