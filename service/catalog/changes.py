@@ -251,12 +251,12 @@ def _kind(snapshots: list[Snapshot], written: list[Written], removes: bool) -> C
 
 
 def _snapshot_kind(snapshot: Snapshot, w: Written) -> ChangeKind:
-    """Maintenance: labelled `replace`; a file added with an older data sequence number (only
-    a rewrite keeps its inputs' numbers); delete files removed and nothing else; data files
-    replaced by others holding as many records, with no delete file added (a rewrite,
-    whatever its label); new manifests that add and delete nothing (their rewrite). Data:
-    any other file added or removed, or an append, overwrite or delete of nothing. Else the
-    table only."""
+    """Maintenance: labelled `replace`; a file added with a data sequence number older than
+    its manifest's (only a rewrite keeps its inputs' numbers: `_sequence`); delete files
+    removed and nothing else; data files replaced by others holding as many records, with no
+    delete file added (a rewrite, whatever its label); new manifests that add and delete
+    nothing (their rewrite). Data: any other file added or removed, or an append, overwrite or
+    delete of nothing. Else the table only."""
     if _operation(snapshot) == "replace" or w.older_sequence:
         return "maintenance"
     if w.removed_deletes and not (w.added_data or w.deleted_data or w.added_deletes):
