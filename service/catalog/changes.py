@@ -39,6 +39,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
@@ -413,6 +414,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
     kept = _listed.manifests(before, io) if before is not None else {}
     carried = _live_files([m for path, m in kept.items() if path not in listed], io)
     written = Written()
+    new: list[tuple[ManifestFile, list[ManifestEntry]]] = []
     for manifest in manifests:
         if manifest.manifest_path in kept:
             continue
@@ -429,16 +431,58 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
             manifest.manifest_path,
             io,
         )
+        new.append((manifest, entries))
+    floor = _data_floor(snapshot, kept, listed, new)
+    for manifest, entries in new:
         for entry in entries:
             was = carried.pop(entry.data_file.file_path, None)
             if entry.status == ManifestEntryStatus.EXISTING and was is not None:
                 continue  # carried into a rewritten manifest: nothing this commit wrote
             added = entry.status != ManifestEntryStatus.DELETED
+            if not added and _applies_to_nothing(entry, floor):
+                continue
             _count(written, entry, manifest.manifest_path, manifest.partition_spec_id, added)
             _sequence(written, entry, manifest, added)
     for path, (spec_id, entry) in carried.items():
-        _count(written, entry, path, spec_id, added=False)  # dropped without a word
+        if not _applies_to_nothing(entry, floor):
+            _count(written, entry, path, spec_id, added=False)  # dropped without a word
     return written
+
+
+def _data_floor(
+    snapshot: Snapshot,
+    kept: Mapping[str, ManifestFile],
+    listed: Mapping[str, ManifestFile],
+    new: list[tuple[ManifestFile, list[ManifestEntry]]],
+) -> int:
+    """The oldest data sequence number of a live data file in `snapshot`: of the data
+    manifests it keeps, as the list the table held said (`kept`, not what the commit's own list
+    claims); of its new data manifests, read from their live entries. A delete file older than
+    that applies to no live row, and Iceberg drops such files from any partition with any
+    commit (`MergingSnapshotProducer.apply`), so a rewrite of one partition may carry them."""
+    floor = (snapshot.sequence_number or 0) - 1  # no live data: all older deletes are moot
+    for path, manifest in kept.items():
+        oldest = manifest.min_sequence_number
+        if path in listed and manifest.content == ManifestContent.DATA and (oldest or 0) >= 0:
+            floor = min(floor, oldest or 0)
+    for _, entries in new:
+        for entry in entries:
+            if (
+                entry.status != ManifestEntryStatus.DELETED
+                and entry.data_file.content == DataFileContent.DATA
+            ):
+                floor = min(floor, entry.sequence_number or 0)
+    return floor
+
+
+def _applies_to_nothing(entry: ManifestEntry, floor: int) -> bool:
+    """A delete file whose data sequence number is older than every live data file's (`floor`):
+    its removal changes no row and touches no partition (docs/catalog-front.md §3)."""
+    return (
+        entry.data_file.content != DataFileContent.DATA
+        and entry.sequence_number is not None
+        and entry.sequence_number < floor
+    )
 
 
 def _live_files(dropped: list[ManifestFile], io: FileIO) -> dict[str, tuple[int, ManifestEntry]]:

@@ -27,9 +27,11 @@ from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     FileFormat,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriterV2,
     write_manifest,
     write_manifest_list,
 )
@@ -308,6 +310,125 @@ def test_a_retried_append_whose_manifest_keeps_its_first_tries_number_is_data(fr
         front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
     )
     assert answer.status_code == 403 and answer.json()["reason"] == "no-lease", answer.text
+
+
+class DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg writes data manifests only; Iceberg keeps delete files in manifests of their
+    own."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def delete_manifest(table: Any, snapshot_id: int, entries: list[ManifestEntry]) -> ManifestFile:
+    path = f"{table.location()}/metadata/{uuid.uuid4()}-d0.avro"
+    with DeleteManifestWriter(
+        table.spec(), table.schema(), table.io.new_output(path), snapshot_id, "null"
+    ) as writer:
+        for e in entries:
+            writer.add_entry(e)
+    return writer.to_manifest_file()
+
+
+def position_deletes(table: Any, partition: str, name: str) -> DataFile:
+    path = f"{table.location()}/data/p={partition}/{name}-deletes.parquet"
+    return DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(partition),
+        record_count=1,
+        file_size_in_bytes=100,
+        _table_format_version=2,
+    )
+
+
+def test_delete_files_older_than_every_live_data_file_are_no_partitions_business(front):
+    """Iceberg drops, with any commit, the delete files older than every live data file, from
+    any partition: they apply to no row. A rewrite under a lease on p=2 that drops such a file
+    of p=3 passes; one that drops a delete file of p=3 still in force is out of its scope."""
+    catalog = rest(front)
+    catalog.create_namespace("stale")
+    table = catalog.create_table("stale.t", SCHEMA, partition_spec=SPEC)
+    for n, p in enumerate(("1", "2", "3")):
+        table.append(pa.table({"id": pa.array([n], pa.int64()), "p": [p]}))
+
+    def commit(build: Any, operation: str, **summary: str) -> httpx.Response:
+        nonlocal table
+        table = catalog.load_table("stale.t")
+        head = table.current_snapshot()
+        snapshot_id, seq = ids(), table.metadata.last_sequence_number + 1
+        listed = manifest_list(table, snapshot_id, head.snapshot_id, seq, build(snapshot_id, head))
+        body = snapshot_commit(table, snapshot_id, head.snapshot_id, listed, operation, **summary)
+        return post(front, table, body)
+
+    # a position delete file in p=3 (sequence number 4)
+    moot = position_deletes(table, "3", "moot")
+    answer = commit(
+        lambda sid, head: [
+            *head.manifests(table.io),
+            delete_manifest(table, sid, [entry(sid, moot, ManifestEntryStatus.ADDED)]),
+        ],
+        "delete",
+    )
+    assert answer.status_code == 200, answer.text
+    table = catalog.load_table("stale.t")
+    (first_deletes,) = [
+        m
+        for m in table.current_snapshot().manifests(table.io)
+        if m.content == ManifestContent.DELETES
+    ]
+    # every data file replaced by newer ones (4 for 3: an overwrite, not a rewrite), and a
+    # delete file of p=3 that applies to them: the first one now applies to no row
+    live = position_deletes(table, "3", "live")
+
+    def overwrite(sid: int, head: Any) -> list[ManifestFile]:
+        files = [data_file(table, p, f"new{i}") for i, p in enumerate(("1", "2", "3", "3"))]
+        data = new_manifest(table, sid, [entry(sid, f, ManifestEntryStatus.ADDED) for f in files])
+        kept = [m for m in head.manifests(table.io) if m.content == ManifestContent.DELETES]
+        added = delete_manifest(table, sid, [entry(sid, live, ManifestEntryStatus.ADDED)])
+        return [data, *kept, added]
+
+    answer = commit(overwrite, "overwrite")
+    assert answer.status_code == 200, answer.text
+    table = catalog.load_table("stale.t")
+    floor = table.metadata.last_sequence_number  # the new data files' and the live deletes'
+    with httpx.Client(base_url=front.url, headers=auth("job"), timeout=30) as api:
+        granted = api.post(
+            f"/v1/tables/{CATALOG}.stale.t/maintenance-lease",
+            json={"holder": "compactor-1", "ttl_s": 120, "partitions": ["p=2"]},
+        )
+    assert granted.status_code == 201, granted.text
+    lease = {"lakelock.lease-id": granted.json()["lease_id"]}
+    lease["lakelock.token"] = str(granted.json()["token"])
+
+    def dropping(file: DataFile, seq: int) -> Any:
+        def build(sid: int, head: Any) -> list[ManifestFile]:
+            manifests = head.manifests(table.io)
+            held = next(
+                m
+                for m in manifests
+                if any(
+                    e.data_file.file_path == file.file_path
+                    for e in m.fetch_manifest_entry(table.io)
+                )
+            )
+            gone = delete_manifest(table, sid, [entry(sid, file, ManifestEntryStatus.DELETED, seq)])
+            return [*(m for m in manifests if m.manifest_path != held.manifest_path), gone]
+
+        return build
+
+    # the delete file still in force, of p=3: outside the lease's p=2
+    answer = commit(dropping(live, floor), "replace", **lease)
+    assert answer.status_code == 403 and answer.json()["reason"] == "out-of-scope", answer.text
+    # the one that applies to no row: no partition's business
+    assert first_deletes.sequence_number < floor
+    answer = commit(dropping(moot, first_deletes.sequence_number), "replace", **lease)
+    assert answer.status_code == 200, answer.text
 
 
 def test_a_snapshot_is_judged_against_the_branch_head_not_the_parent_it_names(front):
