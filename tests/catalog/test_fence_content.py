@@ -90,10 +90,12 @@ def manifest_of(table: Any, partition: str) -> ManifestFile:
     raise AssertionError(f"no manifest holds p={partition}")
 
 
-def data_file(table: Any, partition: str, name: str) -> DataFile:
+def data_file(
+    table: Any, partition: str, name: str, content: DataFileContent = DataFileContent.DATA
+) -> DataFile:
     path = f"{table.location()}/data/p={partition}/{name}.parquet"
     return DataFile.from_args(
-        content=DataFileContent.DATA,
+        content=content,
         file_path=path,
         file_format=FileFormat.PARQUET,
         partition=Record(partition),
@@ -334,19 +336,6 @@ def delete_manifest(table: Any, snapshot_id: int, entries: list[ManifestEntry]) 
     return writer.to_manifest_file()
 
 
-def position_deletes(table: Any, partition: str, name: str) -> DataFile:
-    path = f"{table.location()}/data/p={partition}/{name}-deletes.parquet"
-    return DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=Record(partition),
-        record_count=1,
-        file_size_in_bytes=100,
-        _table_format_version=2,
-    )
-
-
 def test_delete_files_older_than_every_live_data_file_are_no_partitions_business(front):
     """Iceberg drops, with any commit, the delete files older than every live data file, from
     any partition: they apply to no row. A rewrite under a lease on p=2 that drops such a file
@@ -367,7 +356,7 @@ def test_delete_files_older_than_every_live_data_file_are_no_partitions_business
         return post(front, table, body)
 
     # a position delete file in p=3 (sequence number 4)
-    moot = position_deletes(table, "3", "moot")
+    moot = data_file(table, "3", "moot-deletes", DataFileContent.POSITION_DELETES)
     answer = commit(
         lambda sid, head: [
             *head.manifests(table.io),
@@ -384,7 +373,7 @@ def test_delete_files_older_than_every_live_data_file_are_no_partitions_business
     ]
     # every data file replaced by newer ones (4 for 3: an overwrite, not a rewrite), and a
     # delete file of p=3 that applies to them: the first one now applies to no row
-    live = position_deletes(table, "3", "live")
+    live = data_file(table, "3", "live-deletes", DataFileContent.POSITION_DELETES)
 
     def overwrite(sid: int, head: Any) -> list[ManifestFile]:
         files = [data_file(table, p, f"new{i}") for i, p in enumerate(("1", "2", "3", "3"))]
