@@ -187,6 +187,14 @@ def assert_held(front: Any, table: Any, answer: httpx.Response) -> None:
     assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
 
 
+def last_commit(front: Any) -> dict[str, Any]:
+    """The newest `catalog.commit` event."""
+    with httpx.Client(base_url=front.url, headers=auth("reader")) as api:
+        answer = api.get("/v1/events", params={"event": "catalog.commit", "limit": 1})
+    (event,) = answer.json()["events"]
+    return event
+
+
 def ids() -> int:
     return random.randrange(1, 2**62)
 
@@ -259,10 +267,7 @@ def test_a_file_brought_in_as_existing_counts_as_added(front):
         front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
     )
     assert answer.status_code == 200, answer.text
-    with httpx.Client(base_url=front.url, headers=auth("reader")) as api:
-        (passed,) = api.get("/v1/events", params={"event": "catalog.commit", "limit": 1}).json()[
-            "events"
-        ]
+    passed = last_commit(front)
     assert passed["detail"]["added-data-files"] == 1 and passed["detail"]["partitions"] == ["p=2"]
     assert passed["detail"]["can_conflict"] is False
     # the honest file alone, outside the held partition, passes
@@ -296,10 +301,7 @@ def test_a_retried_append_whose_manifest_keeps_its_first_tries_number_is_data(fr
         front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
     )
     assert answer.status_code == 200, answer.text
-    with httpx.Client(base_url=front.url, headers=auth("reader")) as api:
-        (passed,) = api.get("/v1/events", params={"event": "catalog.commit", "limit": 1}).json()[
-            "events"
-        ]
+    passed = last_commit(front)
     assert passed["detail"]["can_conflict"] is False  # a data commit's
     table = rest(front).load_table(table.name())
     head = table.current_snapshot()
