@@ -16,7 +16,8 @@ Iceberg 1.9.x, and how each is labelled:
                             the option is always sent as false, and the plan runs that action as
                             a step of its own (remove_dangling_deletes), with the properties
     remove_dangling_deletes one commit, removing only delete files that apply to no live data
-                            file; Iceberg's action reads the whole table (it takes no filter)
+                            file; Iceberg's action reads the whole table (it takes no filter),
+                            so a step limited to partitions applies its rule to theirs alone
     rewrite_position_delete_files  one commit (or one per partial-progress batch) through its
                             commit manager, with the properties
     rewrite_manifests       one commit, with the properties
@@ -123,9 +124,72 @@ def _rewrite_data_files(
 def _remove_dangling_deletes(
     spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
 ) -> dict[str, Any]:
+    if step.partition_values:
+        removed = _remove_dangling_in(spark, table, jtable, step.partition_values, properties)
+        return {"removed_delete_files": removed}
     action = _with(_actions(spark).removeDanglingDeleteFiles(jtable), step.options, properties)
     result = action.execute()
     return {"removed_delete_files": _size(spark, result.removedDeleteFiles())}
+
+
+def _remove_dangling_in(
+    spark: SparkSession,
+    table: str,
+    jtable: Any,
+    partitions: Iterable[Mapping[str, Any]],
+    properties: Mapping[str, str],
+) -> int:
+    """Iceberg's RemoveDanglingDeleteFiles within `partitions` only (Iceberg's action reads
+    the whole table, so it may remove files of partitions a lease does not cover): the same
+    rule, per partition, over the `entries` metadata table: a delete file with no live data
+    file in its partition, a position delete older than its partition's oldest data file, an
+    equality delete no newer than it. One commit, with `properties`; the count removed."""
+    from pyspark.sql import functions as F
+
+    fields = [f.name for f in spec_of(jtable).fields]
+    partition = F.col("data_file")["partition"]
+    chosen = F.lit(False)
+    for values in partitions:
+        match = F.lit(True)
+        for name in fields:
+            value = values[name]
+            match &= partition[name].isNull() if value is None else partition[name] == value
+        chosen |= match
+    entries = spark.table(f"{table}.entries").where("status < 2").where(chosen)
+    floors = (
+        entries.where("data_file.content = 0")
+        .groupBy(F.col("data_file.spec_id").alias("floor_spec"), partition.alias("floor_part"))
+        .agg(F.min("sequence_number").alias("floor"))
+    )
+    deletes = entries.where("data_file.content != 0")
+    joined = deletes.join(
+        floors,
+        (F.col("data_file.spec_id") == F.col("floor_spec"))
+        & (F.col("data_file.partition") == F.col("floor_part")),
+        "left",
+    )
+    content, sequence, floor = F.col("data_file.content"), F.col("sequence_number"), F.col("floor")
+    dangling = joined.where(
+        floor.isNull()
+        | ((content == 1) & (sequence < floor))
+        | ((content == 2) & (sequence <= floor))
+    ).select("data_file.*")
+    rows = dangling._jdf.collectAsList()
+    if rows.isEmpty():
+        return 0
+    iceberg = spark._jvm.org.apache.iceberg
+    combined = iceberg.DataFile.getType(iceberg.Partitioning.partitionType(jtable))
+    schema = dangling._jdf.schema()
+    rewrite = jtable.newRewrite()
+    for row in rows:
+        spec = jtable.specs().get(row.getInt(row.fieldIndex("spec_id")))
+        projection = iceberg.DataFile.getType(spec.partitionType())
+        wrapper = spark._jvm.org.apache.iceberg.spark.SparkDeleteFile(combined, projection, schema)
+        rewrite = rewrite.deleteFile(wrapper.wrap(row))
+    for key, value in properties.items():
+        rewrite = rewrite.set(key, str(value))
+    rewrite.commit()
+    return int(rows.size())
 
 
 def _rewrite_position_delete_files(

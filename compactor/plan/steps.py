@@ -81,9 +81,11 @@ def data_steps(
             steps.append(
                 Step(
                     "remove_dangling_deletes",
-                    "drop the delete files that apply to no live data file any more (Iceberg "
-                    "reads the whole table for them; it removes only such files, which no "
-                    "writer relies on)",
+                    "drop the delete files that apply to no live data file any more (in the "
+                    "partitions of the scope when it has them, else the whole table; only "
+                    "such files, which no writer relies on)",
+                    partitions=names,
+                    partition_values=values,
                 )
             )
     rpd = config.rewrite_position_delete_files
@@ -122,8 +124,9 @@ def follow_steps(
     a file of the plan's small size or more never selected for its size, no partial progress,
     binpack whatever the table's strategy (its sort waits for the full plan); then, with
     `deletes` (the
-    service counted delete files added), rewrite_position_delete_files over the same
-    partitions, which drops the deletes the first step left applying to nothing.
+    service counted delete files added), remove_dangling_deletes and
+    rewrite_position_delete_files over the same partitions, which drop the deletes the first
+    step left applying to nothing (equality deletes, and position deletes).
 
     Raises:
         ValueError: no partitions, or not one value mapping per partition.
@@ -154,6 +157,17 @@ def follow_steps(
                 partition_values=mappings,
             )
         )
+        if deletes:
+            # the equality deletes (a Flink upsert's) the rewrite left applying to nothing:
+            # rewrite_position_delete_files drops only position deletes
+            steps.append(
+                Step(
+                    "remove_dangling_deletes",
+                    "follow the stream: drop the delete files that apply to no live data file",
+                    partitions=names,
+                    partition_values=mappings,
+                )
+            )
     rpd = config.rewrite_position_delete_files
     if deletes and rpd.enabled:
         steps.append(

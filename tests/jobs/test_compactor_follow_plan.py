@@ -22,7 +22,7 @@ def table(**values):
 def test_a_due_partition_is_rewritten_sized_to_the_stream():
     config = table(rewrite_data_files={"strategy": "sort", "sort_order": "id"})
 
-    data, deletes = follow_steps(config, [HOT], [VALUES], deletes=True)
+    data, dangling, deletes = follow_steps(config, [HOT], [VALUES], deletes=True)
 
     assert data.procedure == "rewrite_data_files" and data.partitions == (HOT,)
     assert data.partition_values == (VALUES,)
@@ -35,6 +35,9 @@ def test_a_due_partition_is_rewritten_sized_to_the_stream():
     # the target stays the table's; binpack, whatever the table sorts by in its full plan
     assert data.options["target-file-size-bytes"] == "134217728"
     assert data.strategy == "binpack" and data.sort_order is None
+    # the equality deletes the rewrite left applying to nothing, in that partition only
+    assert dangling.procedure == "remove_dangling_deletes"
+    assert dangling.partitions == (HOT,) and dangling.partition_values == (VALUES,)
     # the position deletes of the partition, dropped where they apply to nothing
     assert deletes.procedure == "rewrite_position_delete_files"
     assert deletes.options == {"rewrite-all": "true"} and deletes.partitions == (HOT,)

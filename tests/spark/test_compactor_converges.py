@@ -219,6 +219,53 @@ def test_equality_deletes_are_applied_dropped_and_the_table_then_planned_healthy
     assert not plan(stats_of(spark, config), config, now()).run
 
 
+def test_dangling_deletes_are_removed_in_the_steps_partitions_only(spark):
+    """The follower's step: Iceberg's action reads the whole table, and would remove delete
+    files of partitions its lease does not cover; limited to partitions, it removes theirs."""
+    table = "local.db.dangling_scoped"
+    spark.sql(
+        f"""
+        CREATE TABLE {table} (event_id INT, part INT, payload STRING)
+        USING iceberg PARTITIONED BY (part)
+        TBLPROPERTIES ('format-version' = '2', 'write.distribution-mode' = 'none')
+        """
+    )
+    spark.sql(
+        f"INSERT INTO {table} SELECT CAST(id AS INT), CAST(id % 2 AS INT), 'v' FROM range(40)"
+    )
+    write_equality_deletes(spark, table, part=0, keys=[0, 2])
+    write_equality_deletes(spark, table, part=1, keys=[1, 3])
+    spark.sql(f"INSERT INTO {table} VALUES (100, 0, 'late'), (101, 1, 'late')")
+    expected = rows(spark, table)
+    both = ({"part": 0}, {"part": 1})
+    # the rewrite applies both partitions' deletes; its files keep its starting sequence number,
+    # which is the deletes' or later: they apply to nothing now, and stay
+    options = {"delete-file-threshold": "1", "min-input-files": "1", "rewrite-all": "true"}
+    rewrite = Step("rewrite_data_files", "test", options=options, partition_values=both)
+    run_step(spark, table=table, step=rewrite, properties={})
+
+    def deletes_by_part() -> dict[int, int]:
+        counted = spark.sql(
+            f"SELECT partition.part AS part, count(*) AS n FROM {table}.delete_files GROUP BY 1"
+        ).collect()
+        return {r["part"]: r["n"] for r in counted}
+
+    assert deletes_by_part() == {0: 1, 1: 1}
+    drop = Step(
+        "remove_dangling_deletes", "test", partitions=("part=1",), partition_values=both[1:]
+    )
+    out = run_step(spark, table=table, step=drop, properties={"lakelock.run-uid": "scoped"})
+
+    assert out == {"removed_delete_files": 1}
+    assert deletes_by_part() == {0: 1}
+    assert rows(spark, table) == expected
+    assert read_with_pyiceberg(spark, table) == expected
+    summary = spark.sql(
+        f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()["summary"]
+    assert summary["lakelock.run-uid"] == "scoped"
+
+
 # -- every compactor commit carries its lease --------------------------------------------------
 
 
