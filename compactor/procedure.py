@@ -146,6 +146,11 @@ def _remove_dangling_in(
     equality delete no newer than it. One commit, with `properties`; the count removed."""
     from pyspark.sql import functions as F
 
+    current = jtable.currentSnapshot()
+    if current is None or current.summary().get("total-equality-deletes") == "0":
+        # no equality delete in the table: its position deletes are the next step's
+        # (rewrite_position_delete_files), and no Spark job is spent here
+        return 0
     fields = [f.name for f in spec_of(jtable).fields]
     partition = F.col("data_file")["partition"]
     chosen = F.lit(False)
