@@ -467,9 +467,12 @@ def committed(spark: Any, db_url: str, table: str = TABLE) -> int:
 def current_metadata(db_url: str, table: str = TABLE) -> str | None:
     """The current metadata file of `table` as the front's database names it (None: no table
     yet)."""
-    if not _catalog(db_url, None).table_exists(table.split(".", 1)[1]):
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return _metadata(db_url, None, table)
+    except NoSuchTableError:
         return None
-    return _metadata(db_url, None, table)
 
 
 def flink_commits(metadata_location: str) -> list[tuple[float, int]]:
