@@ -3,13 +3,16 @@
     jars("spark-kafka")        # Spark's Kafka source, for a job that Python starts (local master)
     jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
     jars("flink-iceberg")      # Iceberg's Flink runtime and Hadoop's client (jobkit.flink)
+    jars("s3-server")          # S3Proxy, the S3-compatible server on loopback (demo.s3)
+    jars("spark-s3")           # Iceberg's S3FileIO and Hadoop's s3a, for jobs on S3
     SETS["spark-kafka"]        # what a set holds, every version named
 
-A set is its artifacts and their dependencies as Maven resolves them (`dependency:copy-
-dependencies` over a small pom made for the purpose), minus what its user already has on the
-classpath (pyspark's own jars, for the Spark set). Each set goes into its own folder under
-`~/.cache/lakelock/jars` (`LAKELOCK_JARS_CACHE` moves it), named by the set and its versions, so
-another version is another folder; a complete set is marked by a list of its jars and read from
+A set is its artifacts (`group:artifact:version`, or `...:version:classifier`) and their
+dependencies as Maven resolves them (`dependency:copy-dependencies` over a small pom made for
+the purpose), minus what its user already has on the classpath (pyspark's own jars, for the
+Spark sets). Each set goes into its own folder under `~/.cache/lakelock/jars`
+(`LAKELOCK_JARS_CACHE` moves it), named by the set and its versions, so another version is
+another folder; a complete set is marked by a list of its jars and read from
 there without asking Maven again. Nothing fetched is committed. On a cluster the site's usual
 `--packages` line does the same (docs/spark-submit.md).
 """
@@ -32,17 +35,23 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class JarSet:
-    """Artifacts (`group:artifact:version`) fetched together; `skip_present_in` names a folder
-    of jars already on the user's classpath, left out by artifact name; `probe_class` is a
-    class the set provides, to tell whether a driver already has it."""
+    """Artifacts (`group:artifact:version[:classifier]`) fetched together; `skip_present_in`
+    names a folder of jars already on the user's classpath, left out by artifact name;
+    `probe_class` is a class the set provides, to tell whether a driver already has it."""
 
     artifacts: tuple[str, ...]
     skip_present_in: str | None = None
     probe_class: str | None = None
+    transitive: bool = True  # False: the artifacts alone (a jar that carries its dependencies)
 
     @property
     def folder_name(self) -> str:
         return "+".join(a.split(":", 1)[1].replace(":", "-") for a in self.artifacts)
+
+    @property
+    def packages(self) -> str:
+        """The artifacts as `spark.jars.packages` / `--packages` names them (no classifier)."""
+        return ",".join(":".join(a.split(":")[:3]) for a in self.artifacts)
 
 
 SPARK_KAFKA_VERSION = "3.5.7"
@@ -60,6 +69,18 @@ HADOOP_VERSION = "3.3.6"
 """Hadoop's shaded client: Iceberg's Flink catalog needs Hadoop's `Configuration` even for a
 REST catalog over local files; Flink ships no Hadoop."""
 
+ICEBERG_AWS = "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
+"""Iceberg's AWS bundle of the jobs' Iceberg (1.9.2): `S3FileIO` (what `s3://` tables are read
+and written with, `io-impl` chosen by Iceberg's ResolvingFileIO) and the AWS SDK v2 it needs,
+shaded. The same jar serves Spark and Flink."""
+
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.3.4"
+"""Hadoop's `s3a://` file system for pyspark 3.5's Hadoop (3.3.4): a streaming query's
+checkpoints and a landing folder on S3. It brings the AWS SDK v1 bundle it was built with."""
+
+S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
+"""S3Proxy (Apache-2.0): an S3-compatible server over a local folder, one jar, Java 17."""
+
 SETS = {
     "spark-kafka": JarSet(
         (f"org.apache.spark:spark-sql-kafka-0-10_2.12:{SPARK_KAFKA_VERSION}",),
@@ -74,6 +95,13 @@ SETS = {
             f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
         )
     ),
+    "spark-s3": JarSet(
+        (ICEBERG_AWS, HADOOP_AWS),
+        skip_present_in="pyspark",
+        probe_class="org.apache.iceberg.aws.s3.S3FileIO",
+    ),
+    "flink-s3": JarSet((ICEBERG_AWS,)),
+    "s3-server": JarSet((S3PROXY,), transitive=False),
 }
 
 
@@ -88,7 +116,7 @@ def cache_root() -> Path:
 
 def spark_packages(name: str) -> str:
     """The set's artifacts for `spark.jars.packages` / `--packages` (a cluster's own way)."""
-    return ",".join(SETS[name].artifacts)
+    return SETS[name].packages
 
 
 def jars(name: str) -> list[Path]:
@@ -126,6 +154,7 @@ def _fetch(jar_set: JarSet, folder: Path) -> None:
                 "-B",
                 "dependency:copy-dependencies",
                 "-DincludeScope=runtime",
+                f"-DexcludeTransitive={str(not jar_set.transitive).lower()}",
                 f"-DoutputDirectory={work / 'jars'}",
             ],
             cwd=work,
@@ -165,15 +194,19 @@ def _artifact_name(jar: str) -> str:
 
 
 def _pom(artifacts: tuple[str, ...]) -> str:
-    dependencies = "".join(
-        f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-        f"<version>{v}</version></dependency>"
-        for g, a, v in (artifact.split(":") for artifact in artifacts)
-    )
+    dependencies = "".join(_dependency(*artifact.split(":")) for artifact in artifacts)
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
         "<groupId>lakelock</groupId><artifactId>jar-set</artifactId><version>1</version>"
         f"<packaging>pom</packaging><dependencies>{dependencies}</dependencies></project>"
+    )
+
+
+def _dependency(group: str, artifact: str, version: str, classifier: str = "") -> str:
+    tagged = f"<classifier>{classifier}</classifier>" if classifier else ""
+    return (
+        f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"<version>{version}</version>{tagged}</dependency>"
     )
 
 

@@ -19,6 +19,7 @@ import hypothesis
 import pytest
 from sqlalchemy import create_engine, text
 
+from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
 from testkit import LocalService, free_port, fresh_database
 
@@ -162,11 +163,14 @@ def start_front(
     name: str,
     **env: str,
 ) -> LocalService:
-    """A service process with the catalog front on, over the database `request.param` names
-    (`sqlite`: a new file; `mariadb`: the session's database, emptied), its warehouse a new
-    folder. The process carries `db_url`, `warehouse` and `folder` for the test's own reads."""
+    """A service process with the catalog front on, over the database and storage
+    `request.param` names (`sqlite`: a new file; `mariadb`: the session's database, emptied;
+    `sqlite-s3`: a new file, the warehouse on the session's S3 server), its warehouse a new
+    folder or prefix. The process carries `db_url`, `store` (a Warehouse), `warehouse` (the
+    local folder; None on S3) and `folder` for the test's own reads."""
     folder = tmp_path_factory.mktemp(f"{name}-{request.param}")
-    if request.param == "sqlite":
+    database, _, storage = str(request.param).partition("-")
+    if database == "sqlite":
         from service.lock import migrate
 
         db_url = f"sqlite:///{folder / 'lakelock.db'}"
@@ -174,18 +178,82 @@ def start_front(
     else:
         db_url = request.getfixturevalue("mariadb_session_url")
         _empty_mariadb(db_url)
-    warehouse = folder / "warehouse"
+    if storage == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        store = Warehouse(s3.warehouse(folder.name), s3)
+        env = {**s3_settings(s3), **env}
+    else:
+        store = Warehouse((folder / "warehouse").as_uri())
     # a held commit answers 429 at once, unless the test parks it (tests/catalog/test_front.py)
     env.setdefault("LAKELOCK_CATALOG_HOLD_WAIT_S", "0")
-    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=warehouse.as_uri(), **env)
+    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=store.uri, **env)
     server.db_url = db_url  # type: ignore[misc]
-    server.warehouse = warehouse  # type: ignore[attr-defined]
+    server.store = store  # type: ignore[attr-defined]
+    server.warehouse = store.path  # type: ignore[attr-defined]
     server.folder = folder  # type: ignore[attr-defined]
     return server
 
 
 BOTH_DATABASES = ["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
 """The params of a module-scoped fixture that runs its tests on both databases."""
+
+FRONTS = [*BOTH_DATABASES, "sqlite-s3"]
+"""Both databases with a warehouse of local files, and SQLite with one on S3 (the project's
+S3 server): the catalog front's tests that hold for any storage."""
+
+
+# -- object storage --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
+    """The project's S3 server (demo.s3: S3Proxy) on loopback, one per session. Its keys and
+    region go into this process's environment, the standard AWS chain, where the service,
+    Spark and pyiceberg read them as they would on AWS."""
+    s3 = LocalS3.start(tmp_path_factory.mktemp("s3"))
+    os.environ.update(s3.env)
+    yield s3
+    s3.stop()
+
+
+def s3_settings(s3: LocalS3) -> dict[str, str]:
+    """The service's settings for a warehouse on `s3` (its keys come from the environment)."""
+    return {
+        "LAKELOCK_CATALOG_S3_ENDPOINT": s3.endpoint,
+        "LAKELOCK_CATALOG_S3_REGION": REGION,
+        "LAKELOCK_CATALOG_S3_PATH_STYLE": "true",
+    }
+
+
+class Warehouse:
+    """A warehouse as the tests read it, whatever its storage: `uri`, and every object in it."""
+
+    def __init__(self, uri: str, s3: LocalS3 | None = None) -> None:
+        self.uri, self.s3 = uri, s3
+        self.path = None if s3 is not None else Path(uri.removeprefix("file://"))
+
+    def objects(self, under: str = "") -> set[str]:
+        """The URIs of the objects (files; on S3 marker objects too) under `under` (a URI in
+        the warehouse, or a path relative to it), read from the storage itself: the S3
+        server's folder, or the local one."""
+        root = under if "://" in under else f"{self.uri}/{under}".rstrip("/")
+        if self.s3 is None:
+            folder = Path(root.removeprefix("file://"))
+            found = folder.rglob("*") if folder.is_dir() else []
+            return {p.as_uri() for p in found if p.is_file()}
+        bucket, _, prefix = root.split("://", 1)[1].partition("/")
+        return {f"s3://{bucket}/{key}" for key in self.s3.objects(prefix + "/", bucket=bucket)}
+
+    def client_properties(self) -> dict[str, str]:
+        """What a pyiceberg catalog of the warehouse is given besides its URI (its keys come
+        from the environment)."""
+        if self.s3 is None:
+            return {}
+        return {
+            "s3.endpoint": self.s3.endpoint,
+            "s3.region": REGION,
+            "s3.path-style-access": "true",
+        }
 
 
 @pytest.fixture(scope="module")

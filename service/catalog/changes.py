@@ -24,8 +24,6 @@ mapped back here.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 import threading
 import uuid
 from collections import OrderedDict
@@ -33,7 +31,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
-from urllib.parse import urlparse
 
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
@@ -57,9 +54,10 @@ from pyiceberg.table.update import (
 from pyiceberg.typedef import Record
 
 from service.catalog.locations import inside
+from service.catalog.storage import TooLarge
 from service.lock.fence import Change, ChangeKind
 from service.wire import MAX_TOKEN
-from service.wire.errors import InvalidRequest
+from service.wire.errors import InvalidRequest, StorageFault
 from service.wire.scope import Scope
 
 __all__ = [
@@ -80,9 +78,6 @@ _DATA_OPS = {"append", "overwrite", "delete"}
 # DELETE_FILE_PATH): equal lower and upper bounds name the one data file its deletes point at
 DELETE_FILE_PATH_ID = 2147483546
 LISTED_KEPT = 64  # manifest lists remembered (their manifests): a branch head is read once
-# the largest manifest list or manifest the service reads for a commit (Iceberg writes
-# manifests of 8 MiB by default; a list names a few hundred bytes per manifest)
-MAX_FILE_BYTES = 256 * 1024 * 1024
 
 log = logging.getLogger("lakelock.catalog")
 
@@ -409,7 +404,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
             a file with a negative record count.
     """
     _own(snapshot.manifest_list, location, f"snapshot {snapshot.snapshot_id}'s manifest list")
-    manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list, io)
+    manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list)
     listed = _listed.remember(snapshot.manifest_list, manifests)
     kept = _listed.manifests(before, io) if before is not None else {}
     carried = _live_files([m for path, m in kept.items() if path not in listed], io)
@@ -429,7 +424,6 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
         entries = _readable(
             partial(manifest.fetch_manifest_entry, io, discard_deleted=False),
             manifest.manifest_path,
-            io,
         )
         new.append((manifest, entries))
     floor = _data_floor(snapshot, kept, listed, new)
@@ -508,21 +502,28 @@ def _own(path: str, location: str, what: str) -> None:
 T = TypeVar("T")
 
 
-def _readable(read: Callable[[], T], path: str, io: FileIO) -> T:
-    """`read()` of a file a client named, once it is known to be a file of a bounded size; a
-    file that is missing, too large, or no Iceberg file is the client's mistake (400).
+def _readable(read: Callable[[], T], path: str) -> T:
+    """`read()` of a file a client named, through the commit reader (service.catalog.storage:
+    one bounded read of a regular file); a file that is missing, too large, or no Iceberg file
+    is the client's mistake (400), a storage fault is not.
 
     Raises:
         InvalidRequest: as above; the message names the cause.
+        StorageFault: the storage failed.
     """
-    size = _size(path, io)
-    if size > MAX_FILE_BYTES:
-        raise InvalidRequest(
-            f"{path[:300]} has {size} bytes, more than the {MAX_FILE_BYTES} a commit's "
-            "manifest list or manifest may have here; split it"
-        )
     try:
         return read()
+    except StorageFault:
+        raise
+    except TooLarge as exc:
+        raise InvalidRequest(
+            f"{path[:300]} has more than the {exc.limit} bytes a commit's manifest list or "
+            "manifest may have here; split it"
+        ) from exc
+    except FileNotFoundError as exc:
+        raise InvalidRequest(
+            f"{path[:300]} does not exist or is not a regular file; write it before committing"
+        ) from exc
     except Exception as exc:
         # what a client wrote decides what the Avro reader raises (Cython's SystemError among
         # them): logged for the operator, answered as the client's to fix
@@ -531,24 +532,6 @@ def _readable(read: Callable[[], T], path: str, io: FileIO) -> T:
             f"{path[:300]} cannot be read as an Iceberg file ({type(exc).__name__}); commit "
             "the files Iceberg wrote"
         ) from exc
-
-
-def _size(path: str, io: FileIO) -> int:
-    """The size of the file at `path`; on local storage only a regular file (a FIFO would
-    never answer, a device never end).
-
-    Raises:
-        InvalidRequest: no file there, or none of the regular kind.
-    """
-    try:
-        if path.startswith("file:"):
-            found = os.stat(urlparse(path).path)
-            if not stat.S_ISREG(found.st_mode):
-                raise InvalidRequest(f"{path[:300]} is not a regular file; commit Iceberg files")
-            return found.st_size
-        return len(io.new_input(path))
-    except FileNotFoundError as exc:
-        raise InvalidRequest(f"{path[:300]} does not exist; write it before committing") from exc
 
 
 def _count(

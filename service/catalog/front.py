@@ -27,7 +27,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.exceptions import (
@@ -38,7 +38,6 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.io import FileIO
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
@@ -56,7 +55,7 @@ from sqlalchemy.engine import Connection
 from service.catalog import limits, locations
 from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
-from service.catalog.pointers import Pointers
+from service.catalog.pointers import Pointers, Purge
 from service.lock import due, fence
 from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
@@ -69,6 +68,7 @@ from service.wire.errors import (
     NoSuchNamespace,
     NoSuchTable,
     NotEmpty,
+    StorageFault,
 )
 
 __all__ = ["Front", "Loaded"]
@@ -234,17 +234,16 @@ class Front:
         if request.stage_create:
             return _answered(None, metadata, text)
         new = locations.metadata_file(location, 0)
-        io = self.pointers._load_file_io(location=new)
-        self._write(identifier, metadata, io, new, text, raw)
+        self._write(identifier, metadata, new, text, raw)
         try:
             created = self._transact(
                 lambda conn: self.pointers.swap(conn, identifier, None, new, moved=location)
             )
         except LakelockError:
-            self._delete(io, new)
+            self._delete(new)
             raise
         if not created:
-            self._delete(io, new)
+            self._delete(new)
             raise AlreadyExists(f"table {'.'.join(identifier)} exists")
         log.info("table created", extra={"table": self.table_name(identifier), "actor": principal})
         return _answered(new, metadata, text)
@@ -299,16 +298,10 @@ class Front:
         return text, raw
 
     def _write(
-        self,
-        identifier: Identifier,
-        metadata: TableMetadata,
-        io: FileIO,
-        location: str,
-        text: str,
-        raw: bytes,
+        self, identifier: Identifier, metadata: TableMetadata, location: str, text: str, raw: bytes
     ) -> None:
         try:
-            self.pointers.write_metadata(metadata, io, location, text, raw)
+            self.pointers.write_metadata(metadata, location, text, raw)
         except FileExistsError as exc:
             raise CommitConflict(
                 f"{'.'.join(identifier)}: {location} exists; commit again"
@@ -362,11 +355,11 @@ class Front:
             current.metadata if current is not None else None,
             metadata,
             updates,
-            staged.io,
+            self.pointers.storage.reader,
             principal=principal,
             headers=headers,
         )
-        self._write(identifier, metadata, staged.io, new, text, raw)
+        self._write(identifier, metadata, new, text, raw)
         try:
             self._transact(
                 lambda conn: fence.commit(
@@ -380,7 +373,7 @@ class Front:
             )
         except LakelockError:
             # refused or lost: the transaction did not swap; the file is no one's
-            self._delete(staged.io, new)
+            self._delete(new)
             raise
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
         # the pointer may name the file, so it stays (an orphan at worst)
@@ -465,20 +458,26 @@ class Front:
             )
         return metadata, new, moved
 
-    def drop(self, identifier: Identifier, *, purge: bool) -> None:
-        """Forget the table's pointer; with `purge`, the files in its own location too (those
-        elsewhere, another table's above all, are left and logged)."""
+    def drop(self, identifier: Identifier, *, purge: bool) -> Purge | None:
+        """Forget the table's pointer; with `purge`, what to delete of its files, listed
+        first (Pointers.purge_plan: those in its own location; another table's are never on
+        it), for `purged` to delete after the drop is answered.
+
+        Raises:
+            NoSuchTable: no such table.
+            StorageFault: purging, its files could not be listed: nothing was dropped.
+        """
         try:
-            table = self.pointers.load_table(identifier) if purge else None
+            plan = self.pointers.purge_plan(self.pointers.load_table(identifier)) if purge else None
             self.pointers.drop_table(identifier)
         except NoSuchTableError as exc:
             raise self._no_table(identifier) from exc
-        if table is not None:
-            deleted, left = self.pointers.purge_files(table)
-            log.info(
-                "table purged",
-                extra={"table": self.table_name(identifier), "deleted": deleted, "left": len(left)},
-            )
+        return plan
+
+    def purged(self, plan: Purge) -> None:
+        """Delete what `plan` lists (after the drop was answered: a large table's files take
+        longer than a client waits); what is left is logged (Pointers.purge)."""
+        self.pointers.purge(plan)
 
     def rename(self, source: Identifier, destination: Identifier) -> None:
         """A new name; the table keeps its location (and a later table of the old name gets
@@ -499,13 +498,10 @@ class Front:
     def _no_table(self, identifier: Identifier) -> NoSuchTable:
         return NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}")
 
-    @staticmethod
-    def _delete(io: Any, location: str) -> None:
+    def _delete(self, location: str) -> None:
         try:
-            io.delete(location)
-        except FileNotFoundError:
-            pass
-        except OSError:
+            self.pointers.storage.delete_file(location)
+        except StorageFault:
             log.exception("could not delete the unused metadata file %s", location)
 
 

@@ -22,16 +22,18 @@ from its pointer and no table property chooses a class or a folder here
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
@@ -52,14 +54,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from service.catalog import locations
+from service.catalog.storage import Storage, TooLarge
 from service.lock.db import iceberg_namespaces_t, iceberg_tables_t
-from service.wire.errors import AlreadyExists, CommitConflict, InvalidRequest
+from service.wire.errors import AlreadyExists, CommitConflict, InvalidRequest, StorageFault
 
-__all__ = ["CACHED_METADATA", "Pointers", "applied"]
+__all__ = ["CACHED_METADATA", "Pointers", "Purge", "applied"]
 
 log = logging.getLogger("lakelock.catalog")
 PURGE_SAMPLE = 5  # file names a purge's log line shows of those it left
 
+# the largest metadata file the catalog reads (its own are capped when written, at
+# LAKELOCK_CATALOG_MAX_METADATA_BYTES; a table made by another catalog may be larger)
+METADATA_READ_BYTES = 1024 * 1024 * 1024
 CACHED_METADATA = 256  # metadata files kept parsed, the latest used
 CACHED_CHARS = (
     64 * 1024 * 1024
@@ -67,11 +73,14 @@ CACHED_CHARS = (
 
 
 class Pointers(SqlCatalog):
-    def __init__(self, name: str, engine: Engine, *, warehouse: str) -> None:
+    def __init__(
+        self, name: str, engine: Engine, *, warehouse: str, storage: Storage | None = None
+    ) -> None:
         Catalog.__init__(
             self, name, warehouse=warehouse.rstrip("/")
         )  # not SqlCatalog's: no engine of its own
         self.engine = engine
+        self.storage = storage or Storage(self.warehouse)
         self._schema_version = "v1"  # migration 0011 made the tables with `iceberg_type`
         self._cache: OrderedDict[str, tuple[TableMetadata, str]] = OrderedDict()
         self._cached_chars = 0
@@ -89,37 +98,45 @@ class Pointers(SqlCatalog):
     def _load_file_io(
         self, properties: Properties = EMPTY_DICT, location: str | None = None
     ) -> FileIO:
-        """The catalog's own file access: a table's properties never reach it (they would
-        choose its class, endpoints and credentials)."""
-        return load_file_io(properties=self.properties, location=location)
+        """The catalog's own file access (service.catalog.storage): a table's properties
+        never reach it (they would choose its class, endpoints and credentials)."""
+        return self.storage.io
 
     def read_metadata(self, location: str) -> tuple[TableMetadata, str]:
-        """The metadata file at `location`, parsed and as its JSON text; read once."""
+        """The metadata file at `location`, parsed and as its JSON text; read once.
+
+        Raises:
+            FileNotFoundError: no file there.
+            StorageFault: the storage failed.
+        """
         with self._lock:
             found = self._cache.get(location)
             if found is not None:
                 self._cache.move_to_end(location)
                 return found
-        io = self._load_file_io(location=location)
-        with io.new_input(location).open() as stream:
-            raw = Compressor.get_compressor(location).stream_decompressor(stream).read()
+        try:
+            data = self.storage.read(location, limit=METADATA_READ_BYTES)
+        except TooLarge as exc:
+            raise StorageFault(
+                f"{location} has more than {METADATA_READ_BYTES} bytes, more than the catalog "
+                "reads as a table's metadata"
+            ) from exc
+        raw = Compressor.get_compressor(location).stream_decompressor(io.BytesIO(data)).read()
         text = raw.decode("utf-8")
         metadata = TableMetadataUtil.parse_raw(text)
         self._remember(location, metadata, text)
         return metadata, text
 
-    def write_metadata(
-        self, metadata: TableMetadata, io: FileIO, location: str, text: str, raw: bytes
-    ) -> None:
+    def write_metadata(self, metadata: TableMetadata, location: str, text: str, raw: bytes) -> None:
         """Write `metadata` to a new file at `location`: `raw`, its JSON `text` encoded, as
         serialized once for the size check, the file and the client's answer.
 
         Raises:
             FileExistsError: a file is at `location` already.
+            StorageFault: the storage failed.
         """
         data = Compressor.get_compressor(location).bytes_compressor()(raw)
-        with io.new_output(location).create(overwrite=False) as stream:
-            stream.write(data)
+        self.storage.create(location, data)
         self._remember(location, metadata, text)
 
     def _remember(self, location: str, metadata: TableMetadata, text: str) -> None:
@@ -348,19 +365,24 @@ class Pointers(SqlCatalog):
 
     # -- purge ---------------------------------------------------------------------------------
 
-    def purge_files(self, table: Table) -> tuple[int, list[str]]:
-        """Delete the files of dropped `table` that lie in its own location: data and delete
-        files, manifests, manifest lists, metadata files. Files elsewhere (another table's,
-        added by `add_files`) are left and logged. On `file:` storage only regular files are
-        deleted, never a symbolic link or a folder, and a table whose location goes through a
-        link (`locations.through_link`, made after it was created) has nothing deleted: its
-        files are another folder's. A file that cannot be deleted is logged and left, the
-        others are still deleted: the pointer is gone already, so stopping would orphan them.
-        The number deleted, and those left."""
-        io = self._load_file_io(location=table.metadata_location)
+    def purge_plan(self, table: Table) -> Purge:
+        """What a purge of `table` deletes, read before its pointer is dropped (so a storage
+        fault changes nothing, and nothing written later, by a new table in the same folder
+        above all, is on the list): on S3 every object under its location, markers included;
+        on local storage the files its metadata names that lie in its location and are
+        regular files. Files elsewhere (another table's, added by `add_files`) are left. A
+        local table whose location goes through a symbolic link (`locations.through_link`,
+        made after it was created) has nothing deleted: its files are another folder's.
+
+        Raises:
+            StorageFault: the storage failed.
+        """
         own = table.metadata.location
         name = ".".join(table.name())
-        deleted, left = 0, []
+        if self.storage.on_s3:
+            listed = self.storage.listing(own)
+            return Purge(name, own, [k for k in listed if locations.inside(k, own)], [])
+        files, left = [], []
         linked = locations.through_link(own, self.warehouse)
         if linked:
             log.warning(
@@ -368,30 +390,62 @@ class Pointers(SqlCatalog):
                 name,
                 own,
             )
-        for path in sorted(set(_files_of(table.metadata, table.metadata_location, io))):
+        with self.storage.faults(table.metadata_location, "read"):
+            named = sorted(set(_files_of(table.metadata, table.metadata_location, self.storage.io)))
+        for path in named:
             if linked or not locations.inside(path, own) or not _plain_file(path):
                 left.append(path)
-                continue
-            try:
-                io.delete(path)
-            except FileNotFoundError:
-                continue  # removed before (an expired snapshot's file, a failed write)
-            except OSError as exc:
-                log.warning("purge of %s could not delete %s: %s", name, path, exc)
-                left.append(path)
-                continue
-            deleted += 1
+            else:
+                files.append(path)
+        return Purge(name, own, files, left)
+
+    def purge(self, plan: Purge) -> tuple[int, list[str]]:
+        """Delete the files of `plan`, after the drop was answered: on S3 in batches of 1,000
+        keys a request; locally one by one, each checked again to be a regular file. A file
+        that cannot be deleted is logged and left, the others are still deleted: the pointer
+        is gone already, so stopping would orphan them. The number deleted, and those left
+        (the plan's and the refused)."""
+        left = list(plan.left)
+        if self.storage.on_s3:
+            deleted, refused = self.storage.delete(plan.files)
+            left.extend(refused)
+        else:
+            deleted = 0
+            for path in plan.files:
+                if not _plain_file(path):
+                    left.append(path)
+                    continue
+                try:
+                    deleted += self.storage.delete_file(path)
+                except StorageFault as exc:
+                    log.warning("purge of %s could not delete %s: %s", plan.table, path, exc)
+                    left.append(path)
         if left:
             log.warning(
                 "purge of %s left %d files outside its location %s, not regular files or not "
                 "deletable, e.g. %s",
-                name,
+                plan.table,
                 len(left),
-                own,
+                plan.location,
                 ", ".join(left[:PURGE_SAMPLE]),
                 extra={"deleted": deleted, "left": len(left)},
             )
+        log.info(
+            "table purged",
+            extra={"table": plan.table, "deleted": deleted, "left": len(left)},
+        )
         return deleted, left
+
+
+@dataclass(frozen=True)
+class Purge:
+    """The files a purge deletes (`files`) and leaves (`left`), of the table named `table`
+    (its identifier, dotted) at `location`."""
+
+    table: str
+    location: str
+    files: list[str]
+    left: list[str]
 
 
 def _plain_file(uri: str) -> bool:

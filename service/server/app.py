@@ -83,14 +83,40 @@ def _wake_long_polls_on_exit_signal(notifier: Changes) -> Callable[[], None]:
     return restore
 
 
+class StartupError(RuntimeError):
+    """The service cannot serve as configured (its message says why); it does not start."""
+
+
 def _serve_catalog(app: FastAPI, runtime: Runtime, settings: Settings) -> None:
     """The catalog front over the lock database (docs/catalog-front.md): pyiceberg is imported
     only where it is served."""
     from service.catalog.front import Front
     from service.catalog.limits import Limits
     from service.catalog.pointers import Pointers
+    from service.catalog.storage import S3Access, Storage
+    from service.wire.errors import StorageFault
 
-    pointers = Pointers(settings.catalog_name, runtime.engine, warehouse=settings.catalog_warehouse)
+    storage = Storage(
+        settings.catalog_warehouse,
+        S3Access(
+            endpoint=settings.catalog_s3_endpoint or None,
+            region=settings.catalog_s3_region or None,
+            path_style=settings.catalog_s3_path_style,
+        ),
+    )
+    try:
+        storage.check()
+    except StorageFault as exc:
+        # a catalog that cannot reach its warehouse answers nothing right: do not start
+        log.error("not started: LAKELOCK_CATALOG_WAREHOUSE: %s", exc.detail)
+        raise StartupError(f"LAKELOCK_CATALOG_WAREHOUSE: {exc.detail}") from exc
+    app.state.storage = storage
+    pointers = Pointers(
+        settings.catalog_name,
+        runtime.engine,
+        warehouse=settings.catalog_warehouse,
+        storage=storage,
+    )
     # its own worker threads: metadata and manifest reads on object storage must not take the
     # slots the lease calls run in
     app.state.catalog_limiter = anyio.CapacityLimiter(settings.db_pool_size)

@@ -64,6 +64,7 @@ _ICEBERG_TYPES = {
     "commit-held": "TooManyRequestsException",
     "invalid-request": "BadRequestException",
     "unavailable": "ServiceUnavailableException",
+    "storage-unavailable": "ServiceUnavailableException",
 }
 
 

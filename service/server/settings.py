@@ -250,6 +250,26 @@ class Settings(BaseSettings):
         "and the first part of its tables' names in leases and events "
         "(`<name>.<namespace>.<table>`). Name the jobs' Spark catalog the same.",
     )
+    catalog_s3_endpoint: str = Field(
+        default="",
+        description="The S3 endpoint the catalog front reaches an `s3://` warehouse at "
+        "(`https://s3.eu-west-1.amazonaws.com`, `http://127.0.0.1:9000` for an S3-compatible "
+        "store); empty: AWS's own for the region. Its keys come from the standard AWS chain "
+        "(environment, profile, web identity, the ECS task role), never from a setting. Handed "
+        "to clients in `/iceberg/v1/config` as `s3.endpoint`.",
+    )
+    catalog_s3_region: str = Field(
+        default="",
+        description="The region of the warehouse's bucket (`eu-west-1`); empty: the AWS chain's "
+        "(`AWS_REGION`, the profile). Handed to clients as `client.region` and `s3.region`: "
+        "without one, pyiceberg asks AWS where the bucket is and Iceberg's S3FileIO fails.",
+    )
+    catalog_s3_path_style: bool = Field(
+        default=False,
+        description="Address the bucket in the path (`http://host/bucket/key`), as most "
+        "S3-compatible stores need, instead of the host name (AWS's own). Handed to clients "
+        "as `s3.path-style-access`.",
+    )
 
     catalog_hold_wait_s: float = Field(
         default=30.0,
@@ -315,6 +335,25 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("catalog_s3_endpoint")
+    @classmethod
+    def _check_endpoint(cls, value: str) -> str:
+        value = value.strip().rstrip("/")
+        if value and not _ENDPOINT.match(value):
+            raise ValueError(
+                "must be an http:// or https:// URL of a host and an optional port, with no "
+                "path, user or query: https://s3.eu-west-1.amazonaws.com, http://127.0.0.1:9000"
+            )
+        return value
+
+    @field_validator("catalog_s3_region")
+    @classmethod
+    def _check_region(cls, value: str) -> str:
+        value = value.strip()
+        if value and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", value):
+            raise ValueError("must be a region name: eu-west-1, us-east-1, ...")
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _normalise_url(cls, value: str) -> str:
@@ -351,6 +390,33 @@ class Settings(BaseSettings):
     def _check_token_tables(cls, value: str) -> str:
         parse_token_tables(value)
         return value
+
+    @model_validator(mode="after")
+    def _check_storage(self) -> Settings:
+        scheme = self.catalog_warehouse.partition("://")[0].lower()
+        if not self.catalog_warehouse:
+            return self
+        if scheme not in ("file", "s3", "s3a", "s3n"):
+            raise ValueError(
+                f"LAKELOCK_CATALOG_WAREHOUSE is on {scheme}://, which the catalog front cannot "
+                "reach: use s3://bucket/prefix (s3a://, s3n://: the same storage) or "
+                "file:///abs/path"
+            )
+        s3 = [
+            name
+            for name, value in (
+                ("LAKELOCK_CATALOG_S3_ENDPOINT", self.catalog_s3_endpoint),
+                ("LAKELOCK_CATALOG_S3_REGION", self.catalog_s3_region),
+                ("LAKELOCK_CATALOG_S3_PATH_STYLE", self.catalog_s3_path_style),
+            )
+            if value
+        ]
+        if scheme == "file" and s3:
+            raise ValueError(
+                f"{', '.join(s3)} set, but LAKELOCK_CATALOG_WAREHOUSE is on local files: point "
+                "the warehouse at s3://bucket/prefix, or unset them"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_bounds(self) -> Settings:
@@ -438,6 +504,8 @@ def parse_proxies(value: str) -> list[str]:
     return found
 
 
+# an endpoint: a scheme, a host name or address (IPv6 in brackets), an optional port
+_ENDPOINT = re.compile(r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:\d{1,5})?$")
 _GLOB = re.compile(r"^[A-Za-z0-9_.*?]+$")
 
 

@@ -211,6 +211,13 @@ class Unavailable(LakelockError):
     status, slug, title = 503, "unavailable", "Service unavailable"
 
 
+class StorageFault(Unavailable):
+    """The catalog's warehouse storage failed or could not be reached: nothing was applied;
+    retry after `retry_after_s`."""
+
+    slug, title = "storage-unavailable", "Warehouse storage unavailable"
+
+
 class ServerError(LakelockError):
     """A fault in the service; it is logged there. Retry later or report it."""
 

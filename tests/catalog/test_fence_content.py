@@ -41,7 +41,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
-from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+from tests.conftest import FRONTS, TOKENS, auth, start_front
 
 CATALOG = "lakelock"
 SCHEMA = Schema(
@@ -51,7 +51,7 @@ SCHEMA = Schema(
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
 
 
-@pytest.fixture(scope="module", params=BOTH_DATABASES)
+@pytest.fixture(scope="module", params=FRONTS)
 def front(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
@@ -439,19 +439,21 @@ def test_a_snapshot_is_judged_against_the_branch_head_not_the_parent_it_names(fr
 
 @pytest.mark.parametrize("what", ["fifo", "garbage", "token"])
 def test_what_the_service_must_not_read_or_store_is_the_clients_400(front, what):
+    if what == "fifo" and front.warehouse is None:
+        pytest.skip("object storage has no FIFOs")
     table = held_table(front, f"bad_{what}")
     head = table.current_snapshot()
-    folder = table.location().removeprefix("file://") + "/metadata"
+    folder = table.location() + "/metadata"
     snapshot_id = ids()
     listed = manifest_list(table, snapshot_id, head.snapshot_id, 9, head.manifests(table.io))
     summary: dict[str, str] = {}
     if what == "fifo":
-        listed = f"file://{folder}/fifo.avro"
+        listed = f"{folder}/fifo.avro"
         os.mkfifo(listed.removeprefix("file://"))
         words = "not a regular file"
     elif what == "garbage":
-        listed = f"file://{folder}/garbage.avro"
-        with open(listed.removeprefix("file://"), "wb") as out:
+        listed = f"{folder}/garbage.avro"
+        with table.io.new_output(listed).create() as out:
             out.write(random.Random(7).randbytes(1000))
         words = "cannot be read as an Iceberg file"
     else:

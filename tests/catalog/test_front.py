@@ -32,7 +32,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+from tests.conftest import BOTH_DATABASES, FRONTS, TOKENS, auth, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 
@@ -45,7 +45,7 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
 CATALOG = "lakelock"
 
 
-@pytest.fixture(scope="module", params=BOTH_DATABASES)
+@pytest.fixture(scope="module", params=FRONTS)
 def front(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
@@ -148,16 +148,17 @@ def maintenance_lease(front: Any, table: Any, **body: Any) -> dict[str, Any]:
 
 def metadata_files(front: Any, table: Any) -> set[str]:
     namespace, name = table.name()
-    return {
-        p.name for p in (front.warehouse / namespace / name / "metadata").glob("*.metadata.json")
-    }
+    found = front.store.objects(f"{namespace}/{name}/metadata")
+    return {uri.rsplit("/", 1)[1] for uri in found if uri.endswith(".metadata.json")}
 
 
 def test_tables_written_through_the_front_are_the_jdbc_catalogs_rows(front):
     table = new_table(front, "rows")
     table.overwrite(rows(2, date(2024, 6, 20), start=100), snapshot_properties={"app": "backfill"})
     # an independent reader: pyiceberg's SQL catalog over the same database, no service
-    direct = SqlCatalog(CATALOG, uri=front.db_url, warehouse=front.warehouse.as_uri())
+    direct = SqlCatalog(
+        CATALOG, uri=front.db_url, warehouse=front.store.uri, **front.store.client_properties()
+    )
     read = direct.load_table(table.name())
     assert (
         read.metadata_location == rest(front, "reader").load_table(table.name()).metadata_location

@@ -31,7 +31,7 @@ from tests.catalog.test_front import (
     rows,
     service,
 )
-from tests.conftest import BOTH_DATABASES, auth, start_front
+from tests.conftest import FRONTS, auth, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import Rewritten, rewrite_body, rewrite_files
 from tests.invariants import check, load_history
@@ -43,7 +43,7 @@ OTHER = date(2024, 6, 21)
 BACKOFF_S = (0.1, 0.2, 0.4, 0.8)
 
 
-@pytest.fixture(scope="module", params=BOTH_DATABASES)
+@pytest.fixture(scope="module", params=FRONTS)
 def front(request: Any, tmp_path_factory: Any) -> Iterator[Any]:
     # a park and a turn far longer than any step here: a bound against a hang, so the turn
     # ends by the lease's commit or its end in every test of this front, never by its bound

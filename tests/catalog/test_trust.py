@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import (
     DataFile,
@@ -46,6 +47,7 @@ from service.lock.db import iceberg_tables_t
 from service.wire.errors import InvalidRequest
 from tests.catalog.test_front import SCHEMA, SPEC, maintenance_lease, rows
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
+from tests.helpers import wait_until
 from tests.iceberg_commits import rewrite_body
 
 CATALOG = "lakelock"
@@ -329,14 +331,12 @@ def test_ordinary_table_properties_pass(front):
 
 
 def test_file_access_is_built_from_the_catalogs_properties_only(tmp_path):
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
     pointers = Pointers(CATALOG, create_engine("sqlite://"), warehouse=tmp_path.as_uri())
     io = pointers._load_file_io(
         {"py-io-impl": MODULE, "s3.endpoint": "http://attacker.example", "s3.access-key-id": "k"},
         (tmp_path / "x").as_uri(),
     )
-    assert isinstance(io, PyArrowFileIO)
+    assert isinstance(io, FsspecFileIO) and io is pointers.storage.io
     assert "s3.endpoint" not in io.properties and "s3.access-key-id" not in io.properties
 
 
@@ -471,6 +471,7 @@ def test_a_purge_deletes_only_the_tables_own_files(front, caplog):
     with api(front, "operator") as c:
         dropped = c.delete("/v1/namespaces/bait_ns/tables/bait", params={"purgeRequested": "true"})
     assert dropped.status_code == 204, dropped.text
+    purged(front, "bait_ns.bait", "left 1 files outside its location")  # after the answer
     assert all(Path(p.removeprefix("file://")).exists() for p in theirs)
     assert not [p for p in bait_folder.rglob("*") if p.is_file()]
     assert sorted(rest(front).load_table("bait_ns.events").scan().to_arrow()["id"].to_pylist()) == [
@@ -481,8 +482,12 @@ def test_a_purge_deletes_only_the_tables_own_files(front, caplog):
         11,
         12,
     ]
-    log = (front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log").read_text()
-    assert "purge of bait_ns.bait left 1 files outside its location" in log
+
+
+def purged(front: Any, table: str, said: str) -> None:
+    """Wait until the purge of `table` (run after its drop was answered) logged `said`."""
+    log = front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log"
+    wait_until(lambda: f"purge of {table} {said}" in log.read_text(), f"the purge of {table}")
 
 
 def test_a_symbolic_link_in_the_warehouse_is_no_tables_folder(front):
@@ -540,6 +545,7 @@ def test_a_purge_follows_no_symbolic_link_and_goes_on_past_what_it_cannot_delete
             "/v1/namespaces/purge_links/tables/alias", params={"purgeRequested": "true"}
         )
     assert dropped.status_code == 204, dropped.text
+    purged(front, "purge_links.alias", "left")
     assert theirs < copied == all_files(folder / "victim")
     ids = rest(front).load_table("purge_links.victim").scan().to_arrow()["id"].to_pylist()
     assert sorted(ids) == [0, 1, 2, 10, 11, 12]
@@ -558,29 +564,27 @@ def test_a_purge_follows_no_symbolic_link_and_goes_on_past_what_it_cannot_delete
     with api(front, "operator") as c:
         dropped = c.delete("/v1/namespaces/purge_odd/tables/t", params={"purgeRequested": "true"})
     assert dropped.status_code == 204, dropped.text
+    purged(front, "purge_odd.t", "left 2 files")
     assert data[0].is_dir() and data[1].is_symlink() and keep.exists()
     left = {p for p in all_files(front.warehouse / "purge_odd") if not p.is_symlink()}
     assert not left, left  # every metadata file and manifest was deleted all the same
     log = (front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log").read_text()
     assert "purge of purge_links.alias deletes nothing" in log
-    assert "purge of purge_odd.t left 2 files" in log
 
 
 def test_a_purge_logs_and_leaves_a_file_it_cannot_delete(front, monkeypatch):
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
     table = new_table(front, "purge_fail")
     stuck = table.metadata.current_snapshot().manifest_list
-    real_delete = PyArrowFileIO.delete
+    real_delete = FsspecFileIO.delete
 
-    def delete(io: PyArrowFileIO, location: str) -> None:
+    def delete(io: FsspecFileIO, location: str) -> None:
         if location == stuck:
             raise PermissionError(13, "Permission denied", location)
         real_delete(io, location)
 
-    monkeypatch.setattr(PyArrowFileIO, "delete", delete)
+    monkeypatch.setattr(FsspecFileIO, "delete", delete)
     pointers = Pointers(CATALOG, create_engine("sqlite://"), warehouse=front.warehouse.as_uri())
-    deleted, left = pointers.purge_files(table)
+    deleted, left = pointers.purge(pointers.purge_plan(table))
     assert left == [stuck] and deleted > 0
     assert {p.as_uri() for p in all_files(front.warehouse / "purge_fail")} == {stuck}
 

@@ -24,6 +24,7 @@ from pydantic import TypeAdapter, ValidationError
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
+from starlette.background import BackgroundTask
 
 from service.catalog.front import Front, Loaded
 from service.lock.fence import Park
@@ -154,8 +155,22 @@ def _table(loaded: Loaded) -> Response:
 
 @router.get("/v1/config")
 async def config(request: Request, caller: Reader, warehouse: str | None = None) -> dict[str, Any]:
-    """The catalog's configuration: no overrides, and the endpoints served."""
-    return {"defaults": {}, "overrides": {}, "endpoints": ENDPOINTS}
+    """The catalog's configuration: the endpoints served, and as defaults (a client's own
+    catalog properties win) where its S3 warehouse is, never a key (docs/catalogs.md)."""
+    return {"defaults": _storage_defaults(request), "overrides": {}, "endpoints": ENDPOINTS}
+
+
+def _storage_defaults(request: Request) -> dict[str, str]:
+    """The non-secret S3 settings in the names Iceberg's S3FileIO and pyiceberg read."""
+    s3 = _front(request).pointers.storage
+    if not s3.on_s3:
+        return {}
+    found: dict[str, str] = {"s3.path-style-access": str(s3.s3.path_style).lower()}
+    if s3.s3.endpoint:
+        found["s3.endpoint"] = s3.s3.endpoint
+    if s3.s3.region:
+        found["client.region"] = found["s3.region"] = s3.s3.region
+    return found
 
 
 @router.get("/v1/namespaces")
@@ -326,8 +341,14 @@ async def drop_table(
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
 ) -> Response:
     identifier = (*_namespace(namespace), table)
-    await _call(request, lambda f: f.drop(identifier, purge=purge))
-    return Response(status_code=204)
+    plan = await _call(request, lambda f: f.drop(identifier, purge=purge))
+    if plan is None:
+        return Response(status_code=204)
+    # the files go after the answer, in the catalog's worker threads (Front.purged)
+    return Response(
+        status_code=204,
+        background=BackgroundTask(_call, request, lambda f: f.purged(plan)),
+    )
 
 
 @router.post("/v1/tables/rename", status_code=204)

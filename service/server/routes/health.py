@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio.to_thread
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from service.lock import migrate
@@ -25,8 +25,9 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses=problems(503))
-async def readyz(rt: RuntimeDep) -> dict[str, Any]:
-    """The database answers and its schema is at the migration head (readiness)."""
+async def readyz(request: Request, rt: RuntimeDep) -> dict[str, Any]:
+    """The database answers and its schema is at the migration head; where the catalog is
+    served, its warehouse can be listed too (readiness)."""
     if rt.changes.closing.is_set():
         raise Unavailable("shutting down", retry_after_s=rt.settings.retry_after_s)
 
@@ -43,7 +44,12 @@ async def readyz(rt: RuntimeDep) -> dict[str, Any]:
             "run `python -m service migrate`",
             retry_after_s=rt.settings.retry_after_s,
         )
-    return {"status": "ready", "migration": revision}
+    storage = getattr(request.app.state, "storage", None)
+    if storage is None:
+        return {"status": "ready", "migration": revision}
+    # one LIST of the warehouse (S3) or a look at its folder, in the catalog's own threads
+    await anyio.to_thread.run_sync(storage.check, limiter=request.app.state.catalog_limiter)
+    return {"status": "ready", "migration": revision, "warehouse": storage.warehouse}
 
 
 @router.get(

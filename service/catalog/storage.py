@@ -1,0 +1,401 @@
+"""The catalog front's own access to the warehouse: local files or S3 (docs/catalogs.md, "Object
+storage").
+
+    storage = Storage("s3://lake/wh", S3Access(endpoint="http://127.0.0.1:9000", path_style=True))
+    storage.check()                    # the warehouse answers: start-up and /readyz
+    storage.io                         # the FileIO of pyiceberg's reads and writes
+    storage.reader                     # the FileIO of the files a commit names: bounded, cached
+    storage.create(uri, data)          # a new file, never over another: one conditional PUT
+    keys = storage.listing(folder)     # every object under a folder, markers included
+    storage.delete(keys)               # in batches of 1,000 on S3
+
+One FileIO for every scheme, pyiceberg's fsspec one (the library the service image carries, so
+the tests run what the image runs): s3fs for `s3://`, `s3a://` and `s3n://` (one storage, as in
+service.catalog.locations), fsspec's local file system for `file://`. S3 is reached with the
+service's settings only (LAKELOCK_CATALOG_S3_ENDPOINT, _REGION, _PATH_STYLE) and the standard
+AWS credential chain (environment, profile, web identity, the ECS task role): no key is a
+setting, and nothing a client or a table property says reaches it (service.catalog.limits).
+
+A storage fault (the endpoint down, access denied, a timeout) is a `StorageFault` naming the
+URI: answered 503 with Retry-After, with nothing applied (every read and write of a call comes
+before its swap of the pointer).
+
+Manifest lists and manifests are never rewritten, so `reader` keeps the bytes it read (bounded),
+and a commit tried again (a 409 then its retry, a parked commit) reads nothing twice. A client
+that overwrites its own file between two commits gains nothing by it: it can as well overwrite
+it after the commit, and the front judges a commit by what it read once.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import logging
+import os
+import stat
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from pyiceberg.io import FileIO, InputFile, InputStream, OutputFile
+from pyiceberg.io.fsspec import FsspecFileIO
+
+from service.catalog import locations
+from service.wire.errors import StorageFault
+
+__all__ = ["CACHED_BYTES", "DELETE_BATCH", "S3_SCHEMES", "S3Access", "Storage", "TooLarge"]
+
+log = logging.getLogger("lakelock.catalog")
+
+S3_SCHEMES = ("s3", "s3a", "s3n")
+SCHEMES = ("file", *S3_SCHEMES)
+DELETE_BATCH = 1000  # keys in one S3 DeleteObjects, its limit
+CACHED_BYTES = 64 * 1024 * 1024  # manifest lists and manifests kept, the latest used
+TIMEOUTS_S = (5.0, 60.0)  # S3: to connect, and to read an answer
+
+
+class TooLarge(ValueError):
+    """A file is larger than the reader's bound."""
+
+    def __init__(self, uri: str, limit: int) -> None:
+        super().__init__(f"{uri} has more than {limit} bytes")
+        self.uri, self.limit = uri, limit
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How the service reaches S3: the settings LAKELOCK_CATALOG_S3_*; keys from the AWS chain."""
+
+    endpoint: str | None = None  # None: AWS's own for the region
+    region: str | None = None  # None: the AWS chain's (AWS_REGION, the profile)
+    path_style: bool = False  # bucket in the path, not the host name (S3-compatible stores)
+
+    def filesystem(self) -> Any:
+        """The s3fs file system (imported here: only an S3 warehouse needs it).
+
+        Raises:
+            ModuleNotFoundError: s3fs is not installed; the message says which extra has it.
+        """
+        try:
+            from s3fs import S3FileSystem
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                "an s3:// warehouse needs s3fs, which `lakelock[service]` installs: reinstall "
+                "the service with that extra (the image has it)"
+            ) from exc
+        fs = S3FileSystem(
+            client_kwargs={"endpoint_url": self.endpoint, "region_name": self.region},
+            config_kwargs={
+                "s3": {"addressing_style": "path" if self.path_style else "auto"},
+                "connect_timeout": TIMEOUTS_S[0],
+                "read_timeout": TIMEOUTS_S[1],
+                "retries": {"max_attempts": 3, "mode": "standard"},
+            },
+            use_listings_cache=False,  # a purge's listing must be the store's, not a memory
+            skip_instance_cache=True,
+        )
+        fs.retries = 1  # s3fs's own tries come on top of botocore's three: one is enough
+        return fs
+
+
+class _IO(FsspecFileIO):
+    """pyiceberg's fsspec FileIO with the service's S3 file system for the S3 schemes."""
+
+    def __init__(self, s3: Callable[[], Any]) -> None:
+        super().__init__(properties={})
+        for scheme in S3_SCHEMES:
+            self._scheme_to_fs[scheme] = lambda _properties: s3()
+
+
+class Storage:
+    def __init__(self, warehouse: str, s3: S3Access | None = None) -> None:
+        """Access to `warehouse` and the tables in it.
+
+        Raises:
+            ValueError: the warehouse's scheme has no file access here (the message names the
+                schemes that have).
+        """
+        scheme = urlparse(warehouse).scheme.lower()
+        if scheme not in SCHEMES:
+            raise ValueError(
+                f"the warehouse {warehouse} is on {scheme}://, which the catalog front cannot "
+                f"reach: use one of {', '.join(s + '://' for s in SCHEMES)}"
+            )
+        self.warehouse = warehouse
+        self.on_s3 = scheme in S3_SCHEMES
+        self.s3 = s3 or S3Access()
+        self._fs: Any = None
+        self._fs_lock = threading.Lock()
+        self.io: FileIO = _IO(self._s3)
+        self.reader: FileIO = _Reader(self)
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cached = 0
+        self._cache_lock = threading.Lock()
+
+    def _s3(self) -> Any:
+        with self._fs_lock:
+            if self._fs is None:
+                self._fs = self.s3.filesystem()
+            return self._fs
+
+    # -- faults ---------------------------------------------------------------------------
+
+    @contextmanager
+    def faults(self, uri: str, action: str) -> Iterator[None]:
+        """Storage errors inside as `StorageFault` naming `uri` and `action` (what the service
+        was doing). FileNotFoundError and FileExistsError pass: they are answers, not faults.
+
+        Raises:
+            StorageFault: as above.
+        """
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError, TooLarge):
+            raise
+        except Exception as exc:
+            if not _is_storage_error(exc):
+                raise
+            log.warning("storage fault: %s %s: %r", action, uri, exc)
+            raise StorageFault(
+                f"the warehouse's storage failed to {action} {uri[:300]}: {_said(exc)}; nothing "
+                "was applied, try again"
+            ) from exc
+
+    def check(self) -> None:
+        """The warehouse can be reached and listed (its bucket exists and the service's
+        credentials may list it; a local folder exists or can be made).
+
+        Raises:
+            StorageFault: it cannot; the message names why.
+        """
+        with self.faults(self.warehouse, "list the warehouse"):
+            if self.on_s3:
+                bucket, prefix = _bucket_key(self.warehouse)
+                self._s3().call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
+                return
+            path = _local(self.warehouse)
+            os.makedirs(path, exist_ok=True)
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "the service may not write there", path)
+
+    # -- reads and writes -----------------------------------------------------------------
+
+    def read(self, uri: str, *, limit: int, cache: bool = False) -> bytes:
+        """The bytes of the file at `uri`, in one read (one GET on S3), at most `limit` of them;
+        kept when `cache` (a file never rewritten). On local storage only a regular file is
+        read (a FIFO would never answer, a device never end).
+
+        Raises:
+            FileNotFoundError: no file there (or, locally, none of the regular kind).
+            TooLarge: more than `limit` bytes.
+            StorageFault: the storage failed.
+        """
+        if cache:
+            with self._cache_lock:
+                found = self._cache.get(uri)
+                if found is not None:
+                    self._cache.move_to_end(uri)
+                    return found
+        with self.faults(uri, "read"):
+            data = self._read(uri, limit + 1)
+        if len(data) > limit:
+            raise TooLarge(uri, limit)
+        if cache:
+            self._remember(uri, data)
+        return data
+
+    def _read(self, uri: str, most: int) -> bytes:
+        if self.on_s3 and _is_s3(uri):
+            data: bytes = self._s3().cat_file(_path(uri), start=0, end=most)
+            return data
+        path = _local(uri)
+        found = os.stat(path)
+        if not stat.S_ISREG(found.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "not a regular file", path)
+        with open(path, "rb") as stream:
+            return stream.read(most)
+
+    def _remember(self, uri: str, data: bytes) -> None:
+        with self._cache_lock:
+            if uri not in self._cache:
+                self._cached += len(data)
+            self._cache[uri] = data
+            while len(self._cache) > 1 and self._cached > CACHED_BYTES:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached -= len(dropped)
+
+    def create(self, uri: str, data: bytes) -> None:
+        """Write a new file at `uri`, never over another: one conditional PUT on S3
+        (`If-None-Match: *`), an exclusive create locally.
+
+        Raises:
+            FileExistsError: a file is there already.
+            StorageFault: the storage failed.
+        """
+        with self.faults(uri, "write"):
+            if self.on_s3 and _is_s3(uri):
+                try:
+                    self._s3().pipe_file(_path(uri), data, mode="create")
+                except OSError as exc:
+                    if _precondition_failed(exc):
+                        raise FileExistsError(errno.EEXIST, "a file is there", uri) from exc
+                    raise
+                return
+            path = _local(uri)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "xb") as stream:
+                stream.write(data)
+
+    def delete_file(self, uri: str) -> bool:
+        """Delete one file: whether it was there (a file already gone is no fault).
+
+        Raises:
+            StorageFault: the storage failed.
+        """
+        with self.faults(uri, "delete"):
+            try:
+                self.io.delete(uri)
+            except FileNotFoundError:
+                return False
+        return True
+
+    # -- a folder's objects ---------------------------------------------------------------
+
+    def listing(self, folder: str) -> list[str]:
+        """Every object under `folder` (S3 only), as URIs of `folder`'s scheme: files and the
+        zero-byte `name/` markers other tools leave. Read from the store, not a cache.
+
+        Raises:
+            StorageFault: the storage failed.
+        """
+        bucket, prefix = _bucket_key(folder)
+        scheme = urlparse(folder).scheme
+        keys: list[str] = []
+        with self.faults(folder, "list"):
+            fs = self._s3()
+            more: dict[str, str] = {}
+            while True:
+                page = fs.call_s3(
+                    "list_objects_v2", Bucket=bucket, Prefix=prefix.rstrip("/") + "/", **more
+                )
+                keys.extend(f"{scheme}://{bucket}/{o['Key']}" for o in page.get("Contents", []))
+                if not page.get("IsTruncated"):
+                    return keys
+                more = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def delete(self, uris: Sequence[str]) -> tuple[int, list[str]]:
+        """Delete the objects `uris` (S3), in batches of DELETE_BATCH keys per request: the
+        number deleted, and those the store refused (each logged).
+
+        Raises:
+            StorageFault: the storage failed; the batches before it are deleted.
+        """
+        deleted, refused = 0, []
+        by_bucket: dict[str, list[str]] = {}
+        for uri in uris:
+            bucket, key = _bucket_key(uri)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), DELETE_BATCH):
+                batch = keys[start : start + DELETE_BATCH]
+                with self.faults(f"s3://{bucket}/{batch[0]}", "delete"):
+                    answer = self._s3().call_s3(
+                        "delete_objects",
+                        Bucket=bucket,
+                        Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                    )
+                errors = answer.get("Errors", [])
+                for error in errors:
+                    log.warning(
+                        "could not delete s3://%s/%s: %s %s",
+                        bucket,
+                        error.get("Key"),
+                        error.get("Code"),
+                        error.get("Message"),
+                    )
+                    refused.append(f"s3://{bucket}/{error.get('Key')}")
+                deleted += len(batch) - len(errors)
+        return deleted, refused
+
+
+class _Reader(FileIO):
+    """The FileIO pyiceberg reads a commit's manifest lists and manifests with: each file
+    read once, whole, through `Storage.read` (bounded by the caller's `limit`, cached)."""
+
+    limit = 256 * 1024 * 1024
+
+    def __init__(self, storage: Storage) -> None:
+        super().__init__(properties={})
+        self.storage = storage
+
+    def new_input(self, location: str) -> InputFile:
+        return _Bytes(location, lambda: self.storage.read(location, limit=self.limit, cache=True))
+
+    def new_output(self, location: str) -> OutputFile:
+        raise PermissionError(f"{location}: the commit reader writes nothing")
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise PermissionError(f"{location}: the commit reader deletes nothing")
+
+
+class _Bytes(InputFile):
+    def __init__(self, location: str, read: Callable[[], bytes]) -> None:
+        super().__init__(location)
+        self._read = read
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def exists(self) -> bool:
+        try:
+            self._read()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def open(self, seekable: bool = True) -> InputStream:
+        return io.BytesIO(self._read())
+
+
+def _is_s3(uri: str) -> bool:
+    return urlparse(uri).scheme.lower() in S3_SCHEMES
+
+
+def _path(uri: str) -> str:
+    """`s3://bucket/key` as s3fs names it: `bucket/key`."""
+    return uri.split("://", 1)[1]
+
+
+def _bucket_key(uri: str) -> tuple[str, str]:
+    bucket, _, key = _path(uri).partition("/")
+    return bucket, key
+
+
+def _local(uri: str) -> str:
+    path = locations.local_path(uri)
+    if path is None:
+        raise FileNotFoundError(errno.ENOENT, "not a local file URI", uri)
+    return path
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    code = getattr(cause, "response", {}).get("Error", {}).get("Code") if cause else None
+    return code in ("PreconditionFailed", "412") or "precondition" in str(exc).lower()
+
+
+def _is_storage_error(exc: BaseException) -> bool:
+    """An error of the storage or the way to it: the OS's, botocore's, aiohttp's."""
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    module = type(exc).__module__
+    return module.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs"))
+
+
+def _said(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text[:300]
