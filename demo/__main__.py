@@ -26,6 +26,7 @@ from typing import Any
 from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
+    from demo.lake import STORAGES
     from demo.pipeline import COMPACTORS, Pipeline, PipelineOptions, PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
 
@@ -116,6 +117,21 @@ def _parser() -> argparse.ArgumentParser:
             defaults.lease_scope,
             "partitions | table: what each commit lease of the ingest job covers",
         ),
+        (
+            "--storage",
+            str,
+            defaults.storage,
+            "file | s3: the table in a local folder, or in an S3 warehouse behind the "
+            "service's catalog front (the project's S3 server unless --s3-endpoint)",
+        ),
+        (
+            "--s3-endpoint",
+            str,
+            None,
+            "with --storage s3: any S3 endpoint (keys from AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, region from AWS_REGION)",
+        ),
+        ("--s3-bucket", str, defaults.s3_bucket, "with --storage s3: the bucket"),
         ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
     ):
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
@@ -146,10 +162,18 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     ):
         if value not in known:
             parser.error(f"{flag} must be one of {', '.join(known)}")
+    _storage(parser, args)
     if args.partitions < 1:
         parser.error("--partitions must be >= 1")
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
+
+
+def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.storage not in STORAGES:
+        parser.error(f"--storage must be one of {', '.join(STORAGES)}")
+    if args.storage != "s3" and args.s3_endpoint:
+        parser.error("--s3-endpoint goes with --storage s3")
 
 
 def look_around(summary: dict[str, object], workdir: Path) -> str:
@@ -160,11 +184,21 @@ def look_around(summary: dict[str, object], workdir: Path) -> str:
     table = summary["table"]
     warehouse = workdir / "warehouse"
     database = workdir / "lakelock.db"
+    if summary.get("storage") == "s3":
+        where = [
+            "  # the table's objects, in the S3 server's folder (bin/s3-local --dir "
+            f"{workdir / 's3'} serves them again)",
+            f"  find {workdir / 's3' / 'data'} -type f | head",
+        ]
+    else:
+        where = [
+            "  # the table's files and what a compaction would do now",
+            f"  .venv/bin/python -m compactor plan --table {table} --warehouse {warehouse}",
+        ]
     return "\n".join(
         [
             f"look at what the run left in {workdir}:",
-            "  # the table's files and what a compaction would do now",
-            f"  .venv/bin/python -m compactor plan --table {table} --warehouse {warehouse}",
+            *where,
             "  # the lock service on the run's lock database (auth off: a local look only), then",
             "  # its state and audit trail; stop it with: kill %1",
             f"  LAKELOCK_AUTH=off LAKELOCK_DATABASE_URL=sqlite:///{database} "
@@ -178,13 +212,13 @@ def look_around(summary: dict[str, object], workdir: Path) -> str:
 
 
 def _audit(result: PipelineResult) -> dict[str, Any]:
-    """`lakelock audit` of the demo table: its snapshot history against the service's events
-    (collected by the pipeline before it stopped the service)."""
-    from service.ops.iceberg_audit import audit, metadata_file, read_snapshots
+    """`lakelock audit` of the demo table: its snapshot history, read from its metadata file
+    on local files or S3, against the service's events (both collected by the pipeline before
+    it stopped the service)."""
+    from service.ops.iceberg_audit import audit, read_snapshots
 
-    table = result.options.table
-    snapshots = read_snapshots(metadata_file(result.options.workdir / "warehouse", table))
-    return audit(snapshots, result.events, table=table, limit=1000).as_dict()
+    snapshots = read_snapshots(result.metadata_location, result.storage_properties)
+    return audit(snapshots, result.events, table=result.options.table, limit=1000).as_dict()
 
 
 def _writer(argv: Sequence[str]) -> tuple[str, list[str]]:
@@ -230,6 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format=args.format,
         source=args.source,
         kafka_partitions=args.partitions,
+        storage=args.storage,
+        s3_endpoint=args.s3_endpoint,
+        s3_bucket=args.s3_bucket,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

@@ -113,13 +113,18 @@ def sample(warehouse: Path, table: str) -> Health:
     return sample_at(str(metadata_file(warehouse, table)))
 
 
-def sample_at(metadata_location: str) -> Health:
+def sample_at(metadata_location: str, properties: Mapping[str, str] | None = None) -> Health:
     """The live files now, per partition path, of the table whose current metadata file is
-    `metadata_location`: a table of any catalog, its metadata file as the catalog names it."""
+    `metadata_location`: a table of any catalog, its metadata file as the catalog names it (on
+    S3 with pyiceberg's `properties`: `s3.endpoint`, ...)."""
+    return sample_table(static_table(metadata_location, properties))
+
+
+def sample_table(iceberg: Any) -> Health:
+    """The live files now, per partition path, of a pyiceberg table as loaded."""
     from pyiceberg.manifest import ManifestContent
 
     at = time.time()
-    iceberg = static_table(metadata_location)
     snapshot = iceberg.current_snapshot()
     if snapshot is None:
         return Health(at, None)
@@ -137,11 +142,12 @@ def sample_at(metadata_location: str) -> Health:
     return Health(at, snapshot.snapshot_id, partitions)
 
 
-def static_table(metadata_location: str) -> Any:
+def static_table(metadata_location: str, properties: Mapping[str, str] | None = None) -> Any:
     """pyiceberg's read-only table at `metadata_location` (a StaticTable), through fsspec's file
     IO: the demo's install has no pyarrow (metadata and manifests only)."""
     from pyiceberg.table import StaticTable
 
     return StaticTable.from_metadata(
-        metadata_location, properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+        metadata_location,
+        properties={**(properties or {}), "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
     )

@@ -79,13 +79,15 @@ from compactor.follow import Follower
 from compactor.report import Outcome, RunReport, publish
 from compactor.run import run_table
 from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_events_table
-from demo.health import Health, sample
+from demo.health import Health
 from demo.kafka import LocalKafka, as_messages
+from demo.lake import Lake
+from demo.s3 import BUCKET
 from demo.service import LocalService
 from ingest_gate.job.config import IngestConfig
 from ingest_gate.job.run import BatchHooks, BatchRecord, run
 from ingest_gate.job.table import read_rows
-from jobkit.spark import CatalogConfig, build_session
+from jobkit.spark import build_session
 from service.client import Lease, LeaseClient
 
 __all__ = [
@@ -163,6 +165,12 @@ class PipelineOptions:
     # the compactor's plan settings over the demo's (compactor.config.PlanConfig field names,
     # e.g. {"trigger_small_files": 8}): what benchmarks.streaming_health --plan sweeps
     plan: dict[str, Any] = field(default_factory=dict)
+    # file: a Hadoop catalog in the workdir; s3: the service's catalog front on an S3
+    # warehouse, the checkpoints beside it (demo.lake): the project's S3 server, or
+    # `s3_endpoint`'s bucket `s3_bucket` (keys from the AWS environment)
+    storage: str = "file"
+    s3_endpoint: str | None = None
+    s3_bucket: str = BUCKET
 
     @property
     def by_counts(self) -> bool:
@@ -232,6 +240,10 @@ class PipelineResult:
     rows: list[dict[str, Any]]
     data_files_now: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    # the table's metadata file at the end, and what pyiceberg needs to read it there (S3's
+    # endpoint and region): the audit reads the history from it
+    metadata_location: str = ""
+    storage_properties: dict[str, str] = field(default_factory=dict)
     # the table read with pyiceberg every `health_every_s` while the stream ran (demo.health)
     health: list[Health] = field(default_factory=list)
     duration_s: float = 0.0
@@ -294,6 +306,7 @@ class PipelineResult:
             "compactor": "follow" if self.options.follows else "timer",
             "format": self.options.format,
             "source": self.options.source,
+            "storage": self.options.storage,
             "duration_s": round(self.duration_s, 1),
             "events_generated": sum(self.generator.by_kind.values()),
             "distinct_keys_generated": len(self.generator.expected_rows()),
@@ -572,6 +585,7 @@ class Pipeline:
         self._generated = threading.Event()
         self.crashed: list[tuple[str, BaseException]] = []
         self.kafka: LocalKafka | None = None
+        self.lake: Lake  # where the table lives, opened by `run`
         self.interrupted = False
         self._lock = threading.Lock()
 
@@ -584,10 +598,10 @@ class Pipeline:
         o = self.options
         return IngestConfig(
             table=o.table,
-            catalog=CatalogConfig(warehouse=str(self._path("warehouse"))),
+            catalog=self.lake.catalog(service),
             landing_path=str(self._path("landing")),
             dead_letter_path=str(self._path("dead-letter")),
-            checkpoint_path=str(self._path("checkpoints/ingest")),
+            checkpoint_path=self.lake.checkpoint("ingest"),
             trigger_interval_s=o.trigger_interval_s,
             gate_enabled=service is not None,
             lakelock_url=service.url if service else "http://127.0.0.1:8737",
@@ -746,12 +760,11 @@ class Pipeline:
                 + files
             )
 
-    def _sample_health(self) -> None:
+    def _sample_health(self, service: LocalService | None) -> None:
         """The table as a reader finds it, every `health_every_s` (demo.health)."""
-        warehouse = self.options.workdir / "warehouse"
         while not self.stop.wait(self.options.health_every_s):
             try:
-                self.health.append(sample(warehouse, self.options.table))
+                self.health.append(self.lake.sample(self.options.table, service))
             except FileNotFoundError:
                 continue  # the table is being created
 
@@ -824,8 +837,23 @@ class Pipeline:
         for reader in self.waits_for:
             reader.wait(timeout=300)
 
+    def _start_service(self) -> LocalService:
+        """The lakelock service on SQLite in the workdir; on S3, the catalog front too."""
+        if self.lake.s3 is not None:
+            self.on_progress(f"S3 server on {self.lake.endpoint} (demo.s3)")
+        service = LocalService.start(
+            db_url=f"sqlite:///{(self.options.workdir / 'lakelock.db').resolve()}",
+            log_path=self.options.workdir / "service.log",
+            **self.lake.service_env(),
+        )
+        front = f", catalog front on {self.lake.warehouse}" if self.lake.on_s3 else ""
+        self.on_progress(f"lakelock service on {service.url} (SQLite{front})")
+        return service
+
     def run(self) -> PipelineResult:
         o = self.options
+        if o.storage == "s3" and not o.coordinated:
+            raise ValueError("the demo on S3 runs through the service's catalog front: coordinated")
         if o.workdir.exists():
             shutil.rmtree(o.workdir)
         (o.workdir / "landing").mkdir(parents=True)
@@ -833,13 +861,10 @@ class Pipeline:
         service = None
         spark = None
         threads: list[threading.Thread] = []
+        self.lake = Lake.open(o.storage, o.workdir, endpoint=o.s3_endpoint, bucket=o.s3_bucket)
+        self.options = o = replace(o, table=self.lake.table(o.table))
         try:
-            if o.coordinated:
-                service = LocalService.start(
-                    db_url=f"sqlite:///{(o.workdir / 'lakelock.db').resolve()}",
-                    log_path=o.workdir / "service.log",
-                )
-                self.on_progress(f"lakelock service on {service.url} (SQLite)")
+            service = self._start_service() if o.coordinated else None
             if o.source == "kafka":
                 self.kafka = LocalKafka.start(o.workdir / "kafka")
                 self.kafka.create_topic(TOPIC, partitions=o.kafka_partitions)
@@ -853,6 +878,7 @@ class Pipeline:
                 app_name="lakelock-demo",
                 master=o.spark_master,
                 jar_sets=("spark-kafka",) if o.source == "kafka" else (),
+                paths=(config.checkpoint_path,),
             )
             spark.sparkContext.setLogLevel("ERROR")
             self.spark = spark  # for a reader beside the jobs (benchmarks.streaming_health)
@@ -874,7 +900,7 @@ class Pipeline:
                 (self._ingest, (spark, config)),
                 *([(self._compact, (spark, client))] if o.compactions_on else []),
                 (self._progress, (started,)),
-                (self._sample_health, ()),
+                (self._sample_health, (service,)),
             ):
                 thread = threading.Thread(target=self._guarded(target), args=args, daemon=True)
                 thread.start()
@@ -891,6 +917,7 @@ class Pipeline:
                 if service
                 else []
             )
+            metadata_location = self.lake.metadata_location(o.table, service)
             return PipelineResult(
                 options=o,
                 generator=self.generator,
@@ -905,6 +932,8 @@ class Pipeline:
                 duration_s=time.monotonic() - started,
                 goals_missed=goals_missed,
                 health=list(self.health),
+                metadata_location=metadata_location,
+                storage_properties=self.lake.s3_properties() if self.lake.on_s3 else {},
             )
         finally:
             # stop everything, in order, even when one step fails (after Ctrl-C the Spark
@@ -921,3 +950,4 @@ class Pipeline:
                 _cleanup("stop the lakelock service", service.stop)
             if self.kafka is not None:
                 _cleanup("stop the Kafka broker", self.kafka.stop)
+            _cleanup("stop the S3 server", self.lake.close)

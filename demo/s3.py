@@ -27,22 +27,29 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import httpx
 
 from demo.service import free_port
 from jobkit.maven import jars
 
-__all__ = ["ACCESS_KEY", "BUCKET", "REGION", "SECRET_KEY", "LocalS3", "main"]
+__all__ = ["ACCESS_KEY", "BUCKET", "ENV", "REGION", "SECRET_KEY", "LocalS3", "main"]
 
 BUCKET = "lake"
 REGION = "us-east-1"
 # the local server's own keys: on loopback only, and clients read them from the environment
 ACCESS_KEY, SECRET_KEY = "lakelock-local", "lakelock-local-secret"
+ENV = {
+    "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+    "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+    "AWS_REGION": REGION,
+    "AWS_DEFAULT_REGION": REGION,
+}
+"""The standard AWS variables a client of the local server reads its keys and region from."""
 
 _PROPERTIES = """\
 s3proxy.endpoint=http://127.0.0.1:{port}
@@ -76,6 +83,8 @@ class LocalS3:
     process: subprocess.Popen[bytes]
     log: IO[bytes]
     count: bool = False
+    _read: int = 0  # how far `requests` has read the log
+    _counted: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def start(
@@ -138,11 +147,15 @@ class LocalS3:
     @property
     def env(self) -> dict[str, str]:
         """The standard AWS variables a client of this server reads its keys and region from."""
+        return dict(ENV)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The lakelock service's settings for a warehouse on this server (its keys: `env`)."""
         return {
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_REGION": REGION,
-            "AWS_DEFAULT_REGION": REGION,
+            "LAKELOCK_CATALOG_S3_ENDPOINT": self.endpoint,
+            "LAKELOCK_CATALOG_S3_REGION": REGION,
+            "LAKELOCK_CATALOG_S3_PATH_STYLE": "true",
         }
 
     def warehouse(self, prefix: str, bucket: str = BUCKET) -> str:
@@ -156,23 +169,43 @@ class LocalS3:
         return True
 
     def objects(self, prefix: str = "", bucket: str = BUCKET) -> list[str]:
-        """The keys under `prefix`, read from the server's folder (not through S3: a check
-        that needs no client), folders' marker objects included."""
-        root = self.folder / "data" / bucket
-        return sorted(
-            str(path.relative_to(root)) + ("/" if path.is_dir() else "")
-            for path in root.rglob("*")
-            if str(path.relative_to(root)).startswith(prefix)
-            and (path.is_file() or _is_marker(path))
+        """The keys under `prefix`, as the server lists them (folders' marker objects too)."""
+        client = self.client()
+        keys: list[str] = []
+        more: dict[str, str] = {}
+        while True:
+            page = client.call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix, **more)
+            keys.extend(item["Key"] for item in page.get("Contents", []))
+            if not page.get("IsTruncated"):
+                return sorted(keys)
+            more = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def client(self) -> Any:
+        """An s3fs file system on this server (its raw calls: `call_s3("put_object", ...)`)."""
+        from s3fs import S3FileSystem
+
+        return S3FileSystem(
+            key=ACCESS_KEY,
+            secret=SECRET_KEY,
+            client_kwargs={"endpoint_url": self.endpoint, "region_name": REGION},
+            config_kwargs={"s3": {"addressing_style": "path"}},
+            use_listings_cache=False,
+            skip_instance_cache=True,
         )
 
     def requests(self) -> Counter[str]:
-        """The requests served since the start, by kind (`request_kind`); needs `count`."""
+        """The requests served since the server started, by kind (`request_kind`), read from
+        its log (it logs a request as it takes it, before it answers); needs `count`."""
         if not self.count:
             raise RuntimeError("start the server with count=True to count its requests")
-        self.log.flush()
-        text = (self.folder / "s3proxy.log").read_text(errors="replace")
-        return Counter(request_kind(m, u) for m, u in _REQUEST.findall(text))
+        with (self.folder / "s3proxy.log").open("rb") as log:
+            log.seek(self._read)
+            text = log.read()
+        whole = text[: text.rfind(b"\n") + 1]  # a line being written is read next time
+        self._read += len(whole)
+        for method, url in _REQUEST.findall(whole.decode(errors="replace")):
+            self._counted[request_kind(method, url)] += 1
+        return Counter(self._counted)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM, then wait (SIGKILL after `timeout_s`)."""
@@ -195,11 +228,6 @@ class LocalS3:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _is_marker(path: Path) -> bool:
-    # S3Proxy keeps a folder's marker object (`key/`) as a folder that holds nothing
-    return path.is_dir() and not any(path.iterdir())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
     jars("spark-kafka")        # Spark's Kafka source, for a job that Python starts (local master)
     jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
-    jars("flink-iceberg")      # Iceberg's Flink runtime and Hadoop's client (jobkit.flink)
+    jars("flink-iceberg")      # Iceberg's Flink runtime, Hadoop's client, S3FileIO (jobkit.flink)
     jars("s3-server")          # S3Proxy, the S3-compatible server on loopback (demo.s3)
     jars("spark-s3")           # Iceberg's S3FileIO and Hadoop's s3a, for jobs on S3
     SETS["spark-kafka"]        # what a set holds, every version named
@@ -93,6 +93,9 @@ SETS = {
             ICEBERG_FLINK,
             f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
             f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
+            # S3FileIO's SDK: a table on S3 is written as one on local files, through the
+            # catalog (its endpoint and region from the front's /v1/config)
+            ICEBERG_AWS,
         )
     ),
     "spark-s3": JarSet(
@@ -100,7 +103,6 @@ SETS = {
         skip_present_in="pyspark",
         probe_class="org.apache.iceberg.aws.s3.S3FileIO",
     ),
-    "flink-s3": JarSet((ICEBERG_AWS,)),
     "s3-server": JarSet((S3PROXY,), transitive=False),
 }
 

@@ -51,7 +51,9 @@ __all__ = [
     "error_message",
     "fenced_table",
     "load_table",
+    "on_s3",
     "rest_catalog",
+    "s3_conf",
     "submitted_conf",
 ]
 
@@ -84,6 +86,13 @@ class CatalogConfig:
         if not self.name.isidentifier():
             raise ValueError(f"catalog name {self.name!r} must be an identifier")
 
+    @property
+    def on_s3(self) -> bool:
+        """Whether the tables are on S3: the warehouse is an `s3://` (`s3a://`, `s3n://`) URI,
+        or a catalog property configures S3 access (`s3.endpoint`, ...: how a REST catalog's
+        jobs say so, whose warehouse the catalog keeps)."""
+        return on_s3(self.warehouse) or any(k.startswith("s3.") for k in self.properties)
+
     def spark_conf(self) -> dict[str, str]:
         prefix = f"spark.sql.catalog.{self.name}"
         warehouse = self.warehouse
@@ -91,12 +100,45 @@ class CatalogConfig:
             warehouse = Path(warehouse).resolve().as_uri()
         conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.warehouse": warehouse}
         conf.update({f"{prefix}.{k}": v for k, v in _CATALOG_TYPES[self.type].items()})
+        if self.on_s3 and self.type == "jdbc":
+            # a JdbcCatalog's files go through Hadoop's FileIO unless told: S3's own, per scheme
+            conf[f"{prefix}.io-impl"] = "org.apache.iceberg.io.ResolvingFileIO"
         # Another application (the compactor, the ingest job) commits to the same tables. A cached
         # table would make a MERGE plan against a stale snapshot and fail Iceberg's validation
         # ("missing data files") although the lease kept the writers apart; load it fresh instead.
         conf[f"{prefix}.cache-enabled"] = "false"
         conf.update({f"{prefix}.{k}": v for k, v in self.properties.items()})
         return conf
+
+
+S3_SCHEMES = ("s3", "s3a", "s3n")
+
+
+def on_s3(uri: str | None) -> bool:
+    """Whether `uri` names an object in S3 (any of its schemes)."""
+    return bool(uri) and str(uri).split("://", 1)[0].lower() in S3_SCHEMES and "://" in str(uri)
+
+
+def s3_conf(catalog: CatalogConfig) -> dict[str, str]:
+    """Hadoop's S3 file system (`s3a`, and `s3://` through it) for what Spark itself reads and
+    writes on S3 (a streaming query's checkpoints, a landing folder, `remove_orphan_files`'s
+    listing of a table's folder), set from the catalog's own S3 properties so that one
+    configuration serves both: `s3.endpoint`, `s3.path-style-access`, `client.region`. Keys
+    come from the AWS chain (environment, instance or task role), never from here."""
+    properties = catalog.properties
+    conf = {"spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem"}
+    endpoint = properties.get("s3.endpoint")
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+            endpoint.startswith("https://")
+        ).lower()
+    if "s3.path-style-access" in properties:
+        conf["spark.hadoop.fs.s3a.path.style.access"] = properties["s3.path-style-access"]
+    region = properties.get("client.region") or properties.get("s3.region")
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    return conf
 
 
 def bundled_iceberg_jar() -> Path:
@@ -194,8 +236,13 @@ def build_session(
     extra_conf: dict[str, str] | None = None,
     executor_packages: Sequence[str] = (),
     jar_sets: Sequence[str] = (),
+    paths: Sequence[str] = (),
 ) -> SparkSession:
     """A SparkSession with Iceberg's SQL extensions and `catalog` registered.
+
+    On S3 (the catalog's tables, or any of `paths`: checkpoints, landing folders), the
+    `spark-s3` jars (Iceberg's S3FileIO, Hadoop's s3a) come too, and `s3_conf` when Python
+    starts the driver.
 
     Started by Python: `master` (None leaves it to Spark's defaults) and the bundled Iceberg
     jar or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
@@ -220,6 +267,9 @@ def build_session(
 
     jvm_running = SparkContext._gateway is not None
     submitted = submitted_conf()
+    s3 = catalog.on_s3 or any(on_s3(path) for path in paths)
+    if s3 and "spark-s3" not in jar_sets:
+        jar_sets = (*jar_sets, "spark-s3")
     if submitted is not None:
         _check_iceberg_on_driver()
         _check_sets_on_driver(jar_sets)
@@ -234,6 +284,9 @@ def build_session(
     conf = _defaults(
         submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar, jar_sets=jar_sets
     )
+    if s3 and submitted is None:
+        # under spark-submit the cluster's Hadoop settings stand (EMR's s3:// is EMRFS)
+        conf.update(s3_conf(catalog))
     conf.update(catalog.spark_conf())
     conf.update(extra_conf or {})
     ship = bool(executor_packages) and not _carries_executor_zip(submitted or conf)

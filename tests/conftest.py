@@ -19,11 +19,17 @@ import hypothesis
 import pytest
 from sqlalchemy import create_engine, text
 
+from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
 from testkit import LocalService, free_port, fresh_database
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
+
+# The keys and region of the project's S3 server (demo.s3), where the service, Spark and
+# pyiceberg read them on AWS: the standard AWS variables. Set before any test starts a Spark
+# JVM, which takes its environment once, whichever module comes first.
+os.environ.update(S3_ENV)
 
 # The property tests draw the same examples on every run (`fixed`): the suite, CI above all,
 # fails only where the code changed, never on an example a new seed happened upon, and keeps no
@@ -181,7 +187,7 @@ def start_front(
     if storage == "s3":
         s3 = request.getfixturevalue("s3_server")
         store = Warehouse(s3.warehouse(folder.name), s3)
-        env = {**s3_settings(s3), **env}
+        env = {**s3.settings, **env}
     else:
         store = Warehouse((folder / "warehouse").as_uri())
     # a held commit answers 429 at once, unless the test parks it (tests/catalog/test_front.py)
@@ -207,22 +213,11 @@ S3 server): the catalog front's tests that hold for any storage."""
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS3]:
-    """The project's S3 server (demo.s3: S3Proxy) on loopback, one per session. Its keys and
-    region go into this process's environment, the standard AWS chain, where the service,
-    Spark and pyiceberg read them as they would on AWS."""
+    """The project's S3 server (demo.s3: S3Proxy) on loopback, one per session; its keys are
+    in this process's environment (S3_ENV, above)."""
     s3 = LocalS3.start(tmp_path_factory.mktemp("s3"))
-    os.environ.update(s3.env)
     yield s3
     s3.stop()
-
-
-def s3_settings(s3: LocalS3) -> dict[str, str]:
-    """The service's settings for a warehouse on `s3` (its keys come from the environment)."""
-    return {
-        "LAKELOCK_CATALOG_S3_ENDPOINT": s3.endpoint,
-        "LAKELOCK_CATALOG_S3_REGION": REGION,
-        "LAKELOCK_CATALOG_S3_PATH_STYLE": "true",
-    }
 
 
 class Warehouse:

@@ -21,6 +21,7 @@ PLACEHOLDERS = {
     "AWS_REGION": "eu-west-1",
     "IMAGE": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/lakelock:1.0.0",
     "ALB_SUBNETS": "10.0.0.0/24,10.0.1.0/24",
+    "WAREHOUSE_BUCKET": "lake-tables",
 }
 
 

@@ -795,6 +795,7 @@ def run(
             master=config.spark_master,
             executor_packages=EXECUTOR_PACKAGES,
             jar_sets=("spark-kafka",) if config.source == "kafka" else (),
+            paths=(config.checkpoint_path, config.landing_path, config.dead_letter_path),
         )
     writer = BatchWriter(
         config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks

@@ -175,7 +175,12 @@ class Storage:
         with self.faults(self.warehouse, "list the warehouse"):
             if self.on_s3:
                 bucket, prefix = _bucket_key(self.warehouse)
-                self._s3().call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
+                try:
+                    self._s3().call_s3(
+                        "list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1
+                    )
+                except FileNotFoundError as exc:  # s3fs's word for NoSuchBucket
+                    raise OSError(f"its bucket {bucket} does not exist") from exc
                 return
             path = _local(self.warehouse)
             os.makedirs(path, exist_ok=True)

@@ -372,10 +372,13 @@ def metadata_file(warehouse: str | Path, table: str) -> Path:
     return versions[-1][1]
 
 
-def read_snapshots(metadata_location: str | Path) -> list[SnapshotRecord]:
+def read_snapshots(
+    metadata_location: str | Path, properties: Mapping[str, str] | None = None
+) -> list[SnapshotRecord]:
     """Every snapshot the metadata file lists, with the partitions each one's files touch.
 
-    Reads metadata and manifests only (fsspec file IO; no pyarrow, no data files).
+    Reads metadata and manifests only (fsspec file IO; no pyarrow, no data files); on S3 with
+    `properties` (`s3.endpoint`, `s3.region`, ...: pyiceberg's) and keys from the AWS chain.
 
     Raises:
         FileNotFoundError: a metadata or manifest file is missing.
@@ -384,7 +387,8 @@ def read_snapshots(metadata_location: str | Path) -> list[SnapshotRecord]:
     from pyiceberg.table import StaticTable
 
     table = StaticTable.from_metadata(
-        str(metadata_location), properties={"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+        str(metadata_location),
+        properties={**(properties or {}), "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"},
     )
     return snapshot_records(table)
 

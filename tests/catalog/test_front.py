@@ -32,7 +32,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from tests.conftest import BOTH_DATABASES, FRONTS, TOKENS, auth, start_front
+from tests.conftest import FRONTS, TOKENS, auth, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 

@@ -171,6 +171,29 @@ def test_every_environment_value_is_a_valid_setting(task):
     )
 
 
+def test_the_service_reaches_its_s3_warehouse_with_the_task_role_and_no_key():
+    """The warehouse on S3, reached with the task role's credentials (the AWS chain's ECS
+    container provider): no key in the environment or the secrets, and a policy that lets the
+    role do what the catalog front does there (list, read, write, purge) in the warehouse only."""
+    spec = container(SERVICE)
+    env = {e["name"]: e["value"] for e in spec["environment"]}
+    warehouse = env["LAKELOCK_CATALOG_WAREHOUSE"]
+    assert warehouse == "s3://lake-tables/warehouse"
+    assert env["LAKELOCK_CATALOG_S3_REGION"] == "eu-west-1"
+    named = set(env) | {s["name"] for s in spec["secrets"]}
+    assert not {n for n in named if n.startswith("AWS_")}, "keys come from the task role"
+    assert SERVICE["taskRoleArn"].endswith(":role/lakelock-task")
+    policy = task_definition("task-role-policy.json")
+    granted = {a: s for s in policy["Statement"] for a in s["Action"]}
+    assert granted["s3:ListBucket"]["Resource"] == "arn:aws:s3:::lake-tables"
+    assert granted["s3:ListBucket"]["Condition"]["StringLike"]["s3:prefix"] == [
+        "warehouse",
+        "warehouse/*",
+    ]
+    for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+        assert granted[action]["Resource"] == "arn:aws:s3:::lake-tables/warehouse/*"
+
+
 def test_ecs_waits_longer_than_the_shutdown_grace_before_killing_the_service():
     spec = container(SERVICE)
     values = {e["name"]: e["value"] for e in spec["environment"]}

@@ -57,9 +57,12 @@ def test_a_jar_is_known_by_its_artifact_name_without_the_version(jar, name):
 
 def test_each_jar_set_names_its_versions_and_gets_a_pom_of_its_own():
     for jar_set in SETS.values():
-        assert all(a.count(":") == 2 for a in jar_set.artifacts)
-        assert jar_set.artifacts[0].rsplit(":", 1)[1] in jar_set.folder_name
+        assert all(a.count(":") in (2, 3) for a in jar_set.artifacts)
+        assert jar_set.artifacts[0].split(":")[2] in jar_set.folder_name
         assert "<artifactId>" in _pom(jar_set.artifacts)
+        # a classifier goes into the pom, never into Spark's --packages
+        assert all(p.count(":") == 2 for p in jar_set.packages.split(","))
+    assert "<classifier>jar-with-dependencies</classifier>" in _pom(SETS["s3-server"].artifacts)
 
 
 def _key(message):

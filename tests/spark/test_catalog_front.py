@@ -2,8 +2,10 @@
 against it (`type = "rest"`): writes pass, a compaction under its lease passes, one without a
 live lease gets 403 and leaves the table as it was (docs/catalog-front.md).
 
-What Iceberg wrote is read back with pyiceberg's SQL catalog straight from the service's
-database, not through the front.
+Every test runs with the warehouse on local files and on the project's S3 server (Iceberg's
+S3FileIO from the AWS bundle; the ingest job's checkpoints through Hadoop's s3a). What Iceberg
+wrote is read back with pyiceberg's SQL catalog straight from the service's database, not
+through the front.
 """
 
 from __future__ import annotations
@@ -17,7 +19,12 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor.config import ExpireSnapshotsConfig, LeaseConfig, TableConfig
+from compactor.config import (
+    ExpireSnapshotsConfig,
+    LeaseConfig,
+    RemoveOrphanFilesConfig,
+    TableConfig,
+)
 from compactor.plan import Step
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome
@@ -25,7 +32,7 @@ from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
 from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import CatalogConfig, build_session
-from tests.conftest import start_server
+from tests.conftest import Warehouse, start_server
 from tests.spark.conftest import ingest_config
 
 pytestmark = pytest.mark.spark
@@ -34,30 +41,48 @@ CATALOG = "lakelock"
 WAIT_S = 120
 
 
-def sqlite_front(folder: Path) -> Any:
+def sqlite_front(folder: Path, store: Warehouse | None = None) -> Any:
     """A service with the catalog front on a new SQLite file in `folder`, its warehouse
-    `folder/wh`; it carries `db_url`, `warehouse` and `folder` for the test's own reads."""
+    `store` (default: `folder/wh`); it carries `db_url`, `store` and `folder` for the test's
+    own reads."""
     db_url = f"sqlite:///{folder / 'lakelock.db'}"
-    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=(folder / "wh").as_uri())
+    store = store or Warehouse((folder / "wh").as_uri())
+    env = store.s3.settings if store.s3 is not None else {}
+    server = start_server(db_url, folder, LAKELOCK_CATALOG_WAREHOUSE=store.uri, **env)
     server.db_url = db_url  # type: ignore[attr-defined]
-    server.warehouse = folder / "wh"  # type: ignore[attr-defined]
+    server.store = store  # type: ignore[attr-defined]
+    server.warehouse = store.path  # type: ignore[attr-defined]
     server.folder = folder  # type: ignore[attr-defined]
     return server
 
 
-@pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = sqlite_front(tmp_path_factory.mktemp("front"))
+@pytest.fixture(scope="module", params=["file", "s3"])
+def front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The front on local files, then on the project's S3 server: every test runs on both."""
+    folder = tmp_path_factory.mktemp(f"front-{request.param}")
+    store = None
+    if request.param == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        store = Warehouse(s3.warehouse(folder.name), s3)
+    server = sqlite_front(folder, store)
     yield server
     server.stop()
 
 
 def rest_catalog(front: Any) -> CatalogConfig:
+    """The jobs' catalog: the front, with S3's endpoint for what Spark writes itself (the
+    checkpoints); the tables' S3 settings come from the front's /v1/config."""
     return CatalogConfig(
         name=CATALOG,
         type="rest",
-        warehouse=front.warehouse.as_uri(),
-        properties={"uri": f"{front.url}/iceberg", "token": front.token("job")},
+        warehouse=front.store.uri,
+        properties={
+            "uri": f"{front.url}/iceberg",
+            "token": front.token("job"),
+            **front.store.client_properties(),
+        },
     )
 
 
@@ -67,7 +92,8 @@ def spark(front: Any) -> Iterator[Any]:
         rest_catalog(front),
         app_name="lakelock-catalog-front",
         master="local[2]",
-        jar_sets=("spark-kafka",),  # the process's first session fixes the driver classpath
+        # the process's first session fixes the driver classpath
+        jar_sets=("spark-kafka", "spark-s3"),
         extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -84,7 +110,9 @@ def lakelock_server(front: Any) -> Any:
 
 def direct(front: Any, table: str) -> Any:
     """The table as pyiceberg's SQL catalog reads it from the database, without the front."""
-    catalog = SqlCatalog(CATALOG, uri=front.db_url, warehouse=front.warehouse.as_uri())
+    catalog = SqlCatalog(
+        CATALOG, uri=front.db_url, warehouse=front.store.uri, **front.store.client_properties()
+    )
     return catalog.load_table(table.removeprefix(f"{CATALOG}."))
 
 
@@ -111,9 +139,14 @@ def small_files_table(spark: Any, name: str, commits: int = 6) -> str:
     return table
 
 
+def s3a(uri: str, path: str) -> str:
+    """`path` in the folder `uri` names, as Hadoop's S3 file system names it."""
+    return f"s3a://{uri.split('://', 1)[1]}/{path}"
+
+
 def data_files(front: Any, table: str) -> set[str]:
-    folder = front.warehouse.joinpath(*table.split(".")[1:], "data")
-    return {str(p) for p in Path(folder).rglob("*.parquet")}
+    found = front.store.objects("/".join([*table.split(".")[1:], "data"]))
+    return {uri for uri in found if uri.endswith(".parquet")}
 
 
 def events(operator: Any, table: str) -> list[dict[str, Any]]:
@@ -155,8 +188,15 @@ def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
     config = replace(
         TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=30))),
         expire_snapshots=ExpireSnapshotsConfig(retain_last=5),
+        remove_orphan_files=RemoveOrphanFilesConfig(enabled=True),
     )
-    # six days on: every snapshot is past the 24 h floor, so the run expires all but five
+    # a file no snapshot names, as a failed write leaves one (listed by Hadoop's file system:
+    # s3a on S3)
+    orphan = f"{direct(front, table).location()}/data/orphan-of-a-failed-write.parquet"
+    with direct(front, table).io.new_output(orphan).create() as out:
+        out.write(b"PAR1")
+    # six days on: every snapshot is past the 24 h floor, so the run expires all but five,
+    # and every file no snapshot names is older than the three days orphans are given
     report = run_table(
         spark, client=job_client, config=config, now=lambda: utcnow() + timedelta(days=6)
     )
@@ -164,6 +204,8 @@ def test_the_compactor_runs_through_the_front_its_lease_and_claim_named(
     procedures = {s["procedure"]: s for s in report.steps}
     assert procedures["expire_snapshots"]["output"]["expired_snapshots"] >= 1
     assert procedures["rewrite_position_delete_files"]["output"]["rewritten_delete_files"] >= 1
+    assert procedures["remove_orphan_files"]["output"]["orphan_files"] >= 1
+    assert orphan not in front.store.objects(direct(front, table).location())
     assert spark.sql(f"SELECT count(*) FROM {table}.delete_files").first()[0] == 0
     after = direct(front, table)
     assert ids(after) == before
@@ -230,10 +272,16 @@ def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path)
         catalog={
             "name": CATALOG,
             "type": "rest",
-            "warehouse": front.warehouse.as_uri(),
-            "properties": {"uri": f"{front.url}/iceberg", "token": front.token("job")},
+            "warehouse": front.store.uri,
+            "properties": rest_catalog(front).properties,
         },
         available_now=True,
+        # on S3, the query's checkpoints too (Hadoop's s3a)
+        **(
+            {"checkpoint_path": s3a(front.store.uri, "checkpoints/ingested")}
+            if front.store.s3
+            else {}
+        ),
     )
     gen = EventGenerator(seed=5, update_ratio=0.3)
     for _ in range(3):

@@ -1,0 +1,104 @@
+"""The Flink upsert job (flink_writer) through the catalog front on an S3 warehouse (the
+project's S3 server), beside lakelock's compactor: the job reaches S3 with Iceberg's S3FileIO,
+its endpoint and region from the front's /v1/config and its keys from the environment; no
+commit is refused, the job never restarts, and the table holds the last row of every key, read
+by Iceberg's own reader in Spark from the metadata file the front's database points at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from compactor.report import Outcome
+from demo.flink import PATH_READS, Compactor, UpsertFeed, rows_of, wait_until
+from jobkit.flink import FlinkWriter
+from jobkit.spark import build_session
+from tests.conftest import Warehouse
+from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog, sqlite_front
+from tests.spark.test_flink_writer import (
+    WAIT_S,
+    compactor_config,
+    land,
+    start_writer,
+    upserted,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.flink]
+
+
+@pytest.fixture(scope="module")
+def front(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    folder = tmp_path_factory.mktemp("flink-s3")
+    server = sqlite_front(folder, Warehouse(s3_server.warehouse(folder.name), s3_server))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def lakelock_server(front: Any) -> Any:
+    return front
+
+
+@pytest.fixture(scope="module")
+def spark(front: Any) -> Iterator[Any]:
+    session = build_session(
+        rest_catalog(front),
+        app_name="lakelock-flink-s3",
+        master="local[2]",
+        jar_sets=("spark-kafka", "spark-s3"),  # the process's first session fixes the classpath
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            **PATH_READS,
+            "spark.sql.catalog.default_iceberg.warehouse": (front.folder / "paths").as_uri(),
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def writers() -> Iterator[list[FlinkWriter]]:
+    started: list[FlinkWriter] = []
+    yield started
+    for writer in started:
+        if writer.running():
+            writer.stop()
+
+
+def test_a_flink_upsert_job_writes_an_s3_table_through_the_front_beside_the_compactor(
+    spark, front, tmp_path, job_client, operator, writers
+):
+    table = f"{CATALOG}.db.flink_s3"
+    feed = UpsertFeed(tmp_path / "landing")
+    writer = start_writer(writers, front, tmp_path, table="db.flink_s3", mode="upsert")
+    deadline = time.monotonic() + WAIT_S
+    wait_until(
+        "the table", lambda: spark.catalog.tableExists(table), writer=writer, deadline=deadline
+    )
+    compactor = Compactor(spark, job_client, compactor_config(table), on_progress=lambda _: None)
+    compactor.start()
+    try:
+        # one file at a time, the next once the table holds the one before: counts, not time
+        while feed.files < 6 or len(compactor.runs) < 2:
+            assert not compactor.failures, compactor.failures
+            assert time.monotonic() < deadline + WAIT_S, "a guard against a hang"
+            land(feed, table, upserted(front, spark), writer)
+    finally:
+        compactor.stop(WAIT_S)
+    result = writer.stop()
+
+    assert result["status"] == "CANCELED" and result["restarts"] == 0, result
+    assert [e for e in events(operator, table) if e["event"] == "catalog.refused"] == []
+    runs = compactor.runs
+    assert all(r.outcome == Outcome.COMPACTED for r in runs), [(r.outcome, r.error) for r in runs]
+    location = direct(front, table).metadata_location
+    assert location.startswith(f"{front.store.uri}/db/flink_s3/metadata/")
+    data = [uri for uri in front.store.objects("db/flink_s3/data") if uri.endswith(".parquet")]
+    assert data, "the job's files are in the bucket"
+    assert rows_of(spark, location) == feed.latest
