@@ -212,13 +212,12 @@ def look_around(summary: dict[str, object], workdir: Path) -> str:
 
 
 def _audit(result: PipelineResult) -> dict[str, Any]:
-    """`lakelock audit` of the demo table: its snapshot history, read from its metadata file
-    on local files or S3, against the service's events (both collected by the pipeline before
-    it stopped the service)."""
-    from service.ops.iceberg_audit import audit, read_snapshots
+    """`lakelock audit` of the demo table: its snapshot history against the service's events
+    (both collected by the pipeline before it stopped the service and the storage)."""
+    from service.ops.iceberg_audit import audit
 
-    snapshots = read_snapshots(result.metadata_location, result.storage_properties)
-    return audit(snapshots, result.events, table=result.options.table, limit=1000).as_dict()
+    table = result.options.table
+    return audit(result.snapshots, result.events, table=table, limit=1000).as_dict()
 
 
 def _writer(argv: Sequence[str]) -> tuple[str, list[str]]:

@@ -90,7 +90,9 @@ class Lake:
 
     def s3_properties(self) -> dict[str, str]:
         """The S3 settings of a client of the lake, Iceberg's names (pyiceberg reads them
-        too); no key."""
+        too); no key. Empty on local files."""
+        if not self.on_s3:
+            return {}
         found = {"client.region": self.region, "s3.region": self.region}
         if self.endpoint:
             found["s3.endpoint"] = self.endpoint

@@ -89,6 +89,7 @@ from ingest_gate.job.run import BatchHooks, BatchRecord, run
 from ingest_gate.job.table import read_rows
 from jobkit.spark import build_session
 from service.client import Lease, LeaseClient
+from service.ops.iceberg_audit import SnapshotRecord, read_snapshots
 
 __all__ = [
     "COMPACTORS",
@@ -240,10 +241,10 @@ class PipelineResult:
     rows: list[dict[str, Any]]
     data_files_now: int
     events: list[dict[str, Any]] = field(default_factory=list)
-    # the table's metadata file at the end, and what pyiceberg needs to read it there (S3's
-    # endpoint and region): the audit reads the history from it
-    metadata_location: str = ""
-    storage_properties: dict[str, str] = field(default_factory=dict)
+    # the table's snapshots at the end, read from its metadata file (on local files or S3)
+    # before the run stopped its storage: what `lakelock audit` checks against `events`
+    snapshots: list[SnapshotRecord] = field(default_factory=list)
+    warehouse: str = ""  # the local folder, or the S3 warehouse's URI
     # the table read with pyiceberg every `health_every_s` while the stream ran (demo.health)
     health: list[Health] = field(default_factory=list)
     duration_s: float = 0.0
@@ -343,7 +344,7 @@ class PipelineResult:
                 2,
             ),
             **_worst_after_warmup(self.warm()),
-            "warehouse": str((self.options.workdir / "warehouse").resolve()),
+            "warehouse": self.warehouse,
             "table": self.options.table,
             **(
                 {"topic": f"{TOPIC} ({self.options.kafka_partitions} partitions)"}
@@ -917,7 +918,9 @@ class Pipeline:
                 if service
                 else []
             )
-            metadata_location = self.lake.metadata_location(o.table, service)
+            snapshots = read_snapshots(
+                self.lake.metadata_location(o.table, service), self.lake.s3_properties()
+            )
             return PipelineResult(
                 options=o,
                 generator=self.generator,
@@ -932,8 +935,12 @@ class Pipeline:
                 duration_s=time.monotonic() - started,
                 goals_missed=goals_missed,
                 health=list(self.health),
-                metadata_location=metadata_location,
-                storage_properties=self.lake.s3_properties() if self.lake.on_s3 else {},
+                snapshots=snapshots,
+                warehouse=(
+                    self.lake.warehouse
+                    if self.lake.on_s3
+                    else str((o.workdir / "warehouse").resolve())
+                ),
             )
         finally:
             # stop everything, in order, even when one step fails (after Ctrl-C the Spark

@@ -119,6 +119,24 @@ def test_the_debezium_demo_through_kafka_ends_in_the_generator_final_state(tmp_p
     assert "check passed" in done.stdout
 
 
+def test_the_demo_on_s3_runs_through_the_front_on_the_projects_s3_server(tmp_path):
+    """`--storage s3` (`bin/run --storage s3`): the table behind the service's catalog front
+    on the project's S3 server, the query's checkpoints beside it; the same check, and the
+    audit reads the table's history from S3."""
+    done, summary, workdir = _run_demo(tmp_path, "--storage", "s3", events=600)
+    assert summary["checks"] == {"passed": True, "problems": []}
+    assert summary["storage"] == "s3" and summary["table"] == "lakelock.db.events"
+    assert summary["warehouse"].startswith("s3://lake/lakelock-demo/")
+    assert summary["rows_in_table"] == summary["distinct_keys_generated"] > 0
+    assert summary["compactions"] >= 1 and summary["failed_compactions"] == 0
+    assert summary["audit"]["verdict"] == "clean" and summary["audit"]["maintenance_commits"]
+    assert "catalog front on s3://lake/lakelock-demo/" in done.stdout
+    # what the run left is in the S3 server's folder, not in a local warehouse
+    objects = workdir / "s3" / "data" / "lake" / "lakelock-demo"
+    assert any(objects.rglob("*.parquet")) and any(objects.rglob("*.metadata.json"))
+    assert not (workdir / "warehouse").exists() and not (workdir / "checkpoints").exists()
+
+
 def _checkpoint_commits(workdir: Path) -> set[int]:
     commits = workdir / "checkpoints" / "ingest" / "commits"
     return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
