@@ -3,7 +3,8 @@ and a compaction, through lakelock's catalog front against the same commit strai
 JdbcCatalog (the real limit: what Spark does without lakelock), both on the project's S3 server.
 
     python -m benchmarks.object_store --rounds 20
-    python -m benchmarks.object_store --rounds 2 --json out.json     # the tests' size
+    python -m benchmarks.object_store --rounds 20 --storage file    # the same on local files
+    python -m benchmarks.object_store --rounds 1 --warmup 1 --json out.json   # the tests' size
 
 One S3 server (demo.s3: S3Proxy over a local folder, on loopback; its requests counted from
 its own log), one Spark session (local[2], Iceberg's S3FileIO from the AWS bundle) with both
@@ -29,6 +30,7 @@ every figure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -71,6 +73,8 @@ class Bench:
         self.s3 = self.stack.enter_context(LocalS3.start(workdir / "s3", count=True))
         os.environ.update(self.s3.env)  # Spark's keys: the standard AWS chain
         self.spark: Any = None
+        self.front_commit_ms: list[float] = []
+        self.ops: dict[tuple[str, str], Op] = {}
 
     def close(self) -> None:
         if self.spark is not None:
@@ -78,9 +82,49 @@ class Bench:
         self.stack.close()
 
     def run(self) -> list[Op]:
+        from jobkit.spark import build_session
+
+        catalogs, clients = self._catalogs()
+        first, *others = catalogs.values()
+        extra = {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraClassPath": str(MARIADB_JAR),
+        }
+        for other in others:
+            extra.update(other.spark_conf())
+        self.spark = build_session(
+            first, app_name="lakelock-bench-object-store", master="local[2]", extra_conf=extra
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.ops = {(c, o): Op(c, o) for c in catalogs for o in OPERATIONS}
+        self.totals: dict[tuple[str, str], Counter[str]] = {key: Counter() for key in self.ops}
+        for name in catalogs:
+            self._create(name)
+        log = self.workdir / "service-front.log"
+        counted = 0  # the service's log lines before the counted rounds
+        for round_ in range(-self.args.warmup, self.args.rounds):
+            if round_ == 0:  # the warm-up rounds are not counted (the JVM compiles meanwhile)
+                for key, op in self.ops.items():
+                    op.times_ms.clear()
+                    self.totals[key].clear()
+                counted = len(log.read_text().splitlines()) if log.exists() else 0
+            for name in catalogs:  # in turn: neither catalog runs on a warmer machine
+                self._round(name, clients[name], round_ + self.args.warmup)
+        self.front_commit_ms = _commit_times(log, counted)
+        for key, op in self.ops.items():
+            op.count = len(op.times_ms)
+            op.p50_ms = round(percentile(op.times_ms, 0.5), 1)
+            op.p95_ms = round(percentile(op.times_ms, 0.95), 1)
+            op.requests = {k: round(self.totals[key][k] / max(op.count, 1), 2) for k in KINDS}
+        return list(self.ops.values())
+
+    def _catalogs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each catalog's service (the front's lock database and catalog a fresh MariaDB
+        database; the bare JdbcCatalog's another, its leases on SQLite), its Spark catalog and
+        a job client of its leases."""
         from demo.s3 import REGION
         from demo.service import LocalService
-        from jobkit.spark import CatalogConfig, build_session
+        from jobkit.spark import CatalogConfig
         from service.client import LeaseClient
         from service.lock import migrate
 
@@ -91,13 +135,18 @@ class Bench:
         }
         catalogs: dict[str, CatalogConfig] = {}
         clients: dict[str, Any] = {}
+        on_s3 = self.args.storage == "s3"
         for name in self.args.catalogs:
             db_url = self.stack.enter_context(database(self.args.mariadb_url))
-            warehouse = self.s3.warehouse(name)
-            env = {"LAKELOCK_CATALOG_NAME": name}
+            warehouse = (
+                self.s3.warehouse(name) if on_s3 else (self.workdir / name).resolve().as_uri()
+            )
+            # info: the request log's lines, whose durations give the front's own commit time
+            env = {"LAKELOCK_CATALOG_NAME": name, "LAKELOCK_LOG_LEVEL": "info"}
             lock_db = db_url
             if name == "front":
-                env |= {"LAKELOCK_CATALOG_WAREHOUSE": warehouse, **self.s3.settings}
+                env |= {"LAKELOCK_CATALOG_WAREHOUSE": warehouse}
+                env |= self.s3.settings if on_s3 else {}
             else:  # the lock tables apart from the bare catalog's
                 lock_db = f"sqlite:///{self.workdir / 'lakelock.db'}"
             migrate.upgrade(lock_db)
@@ -116,59 +165,31 @@ class Bench:
             )
             kind = "rest" if name == "front" else "jdbc"
             catalogs[name] = CatalogConfig(
-                name=name, type=kind, warehouse=warehouse, properties={**properties, **s3}
+                name=name,
+                type=kind,
+                warehouse=warehouse,
+                properties={**properties, **(s3 if on_s3 else {})},
             )
-        first, *others = catalogs.values()
-        extra = {
-            "spark.sql.shuffle.partitions": "2",
-            "spark.driver.extraClassPath": str(MARIADB_JAR),
-        }
-        for other in others:
-            extra.update(other.spark_conf())
-        self.spark = build_session(
-            first, app_name="lakelock-bench-object-store", master="local[2]", extra_conf=extra
-        )
-        self.spark.sparkContext.setLogLevel("ERROR")
-        ops = {(c, o): Op(c, o) for c in catalogs for o in OPERATIONS}
-        totals: dict[tuple[str, str], Counter[str]] = {key: Counter() for key in ops}
-        for name in catalogs:
-            self._create(name)
-        for round_ in range(self.args.rounds):
-            for name in catalogs:  # in turn: neither catalog runs on a warmer machine
-                for i in range(4):
-                    self._measure(ops, totals, name, "append", self._append, round_ * 4 + i)
-                self._measure(ops, totals, name, "upsert", self._upsert, round_)
-                lease = clients[name].acquire_maintenance(
-                    f"{name}.{TABLE}", holder="bench-compactor", ttl_s=120
-                )
-                try:
-                    self._measure(
-                        ops, totals, name, "compaction", self._compact, round_, lease=lease
-                    )
-                finally:
-                    clients[name].release(lease)
-        for key, op in ops.items():
-            op.count = len(op.times_ms)
-            op.p50_ms = round(percentile(op.times_ms, 0.5), 1)
-            op.p95_ms = round(percentile(op.times_ms, 0.95), 1)
-            op.requests = {k: round(totals[key][k] / max(op.count, 1), 2) for k in KINDS}
-        return list(ops.values())
+        return catalogs, clients
 
-    def _measure(
-        self,
-        ops: dict[tuple[str, str], Op],
-        totals: dict[tuple[str, str], Counter[str]],
-        name: str,
-        operation: str,
-        do: Any,
-        n: int,
-        **more: Any,
-    ) -> None:
+    def _round(self, name: str, client: Any, n: int) -> None:
+        """Four appends, an upsert, a compaction under a maintenance lease; `n` numbers the
+        round's rows."""
+        for i in range(4):
+            self._measure(name, "append", self._append, n * 4 + i)
+        self._measure(name, "upsert", self._upsert, n)
+        lease = client.acquire_maintenance(f"{name}.{TABLE}", holder="bench-compactor", ttl_s=120)
+        try:
+            self._measure(name, "compaction", self._compact, n, lease=lease)
+        finally:
+            client.release(lease)
+
+    def _measure(self, name: str, operation: str, do: Any, n: int, **more: Any) -> None:
         before = self.s3.requests()
         started = time.perf_counter()
         do(name, n, **more)
-        ops[(name, operation)].times_ms.append((time.perf_counter() - started) * 1000)
-        totals[(name, operation)] += self.s3.requests() - before
+        self.ops[(name, operation)].times_ms.append((time.perf_counter() - started) * 1000)
+        self.totals[(name, operation)] += self.s3.requests() - before
 
     def _create(self, name: str) -> None:
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.db")
@@ -207,6 +228,22 @@ class Bench:
         run_step(self.spark, table=f"{name}.{TABLE}", step=step, properties=properties)
 
 
+def _commit_times(log: Path, skip: int) -> list[float]:
+    """The front's own time of each table commit (its request log's `duration_ms` of the
+    POSTs to the table), after the first `skip` lines."""
+    if not log.exists():
+        return []
+    found = []
+    for line in log.read_text().splitlines()[skip:]:
+        if not line.startswith("{"):
+            continue
+        entry = json.loads(line)
+        path = str(entry.get("path", ""))
+        if entry.get("method") == "POST" and path.endswith(f"/tables/{TABLE.split('.')[1]}"):
+            found.append(float(entry["duration_ms"]))
+    return found
+
+
 def show(ops: list[Op]) -> str:
     lines = [
         f"{'operation':<11} {'catalog':<6} {'n':>3} {'p50 ms':>8} {'p95 ms':>8}  "
@@ -237,6 +274,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rounds", type=int, default=20, help="rounds of 4 appends, 1 upsert, 1 rewrite"
     )
+    p.add_argument("--warmup", type=int, default=2, help="rounds run first, not counted")
+    p.add_argument(
+        "--storage",
+        choices=("s3", "file"),
+        default="s3",
+        help="s3: both warehouses on the S3 server; file: on local files (no request counts)",
+    )
     p.add_argument("--catalogs", type=comma_list, default=list(CATALOGS))
     p.add_argument("--mariadb-url", default=DEFAULT_MARIADB_URL)
     p.add_argument("--json", type=Path)
@@ -255,8 +299,14 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             bench.close()
     print(show(ops))
+    commits = bench.front_commit_ms
+    if commits:
+        print(
+            f"the front's own commit (its request log, {len(commits)} commits): p50 "
+            f"{percentile(commits, 0.5):.1f} ms, p95 {percentile(commits, 0.95):.1f} ms"
+        )
     if args.json:
-        write_figures(args.json, argv, ops)
+        write_figures(args.json, argv, ops, front_commit_ms=commits)
     return 0
 
 
