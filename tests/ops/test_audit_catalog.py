@@ -1,6 +1,6 @@
 """`lakelock audit` reading a table through a pyiceberg catalog (a SQL catalog on a SQLite file,
-the same tables Iceberg's JdbcCatalog keeps), without Spark; tests/spark/test_cluster.py runs it
-on tables the jobs wrote through the JdbcCatalog."""
+the same tables Iceberg's JdbcCatalog keeps), its warehouse on local files and on S3, without
+Spark; tests/spark/test_cluster.py runs it on tables the jobs wrote through the JdbcCatalog."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from typer.testing import CliRunner
 from service.client import LeaseClient
 from service.ops import cli
 from service.ops.iceberg_audit import load_catalog_table, read_catalog_snapshots
+from tests.conftest import Warehouse
 
 TABLE = "lake.db.events"
 
 
-@pytest.fixture
-def properties(tmp_path: Path) -> dict[str, str]:
-    """A SQL catalog `lake` with table db.events: one snapshot under a lease id, one without."""
+@pytest.fixture(params=["file", "s3"])
+def properties(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """A SQL catalog `lake` with table db.events: one snapshot under a lease id, one without;
+    its warehouse on local files, or on the project's S3 server (the catalog's S3 settings
+    among its properties, the keys in the environment)."""
     from pyiceberg.catalog import load_catalog
 
     props = {
@@ -28,6 +31,10 @@ def properties(tmp_path: Path) -> dict[str, str]:
         "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
         "warehouse": (tmp_path / "warehouse").as_uri(),
     }
+    if request.param == "s3":
+        s3 = request.getfixturevalue("s3_server")
+        store = Warehouse(s3.warehouse(tmp_path.name), s3)
+        props |= {"warehouse": store.uri, **store.client_properties()}
     catalog = load_catalog("lake", **props)
     catalog.create_namespace("db")
     rows = pa.table({"event_id": pa.array(["a", "b"], pa.string())})
