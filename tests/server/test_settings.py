@@ -76,3 +76,46 @@ def test_the_c_driver_is_taken_when_named():
 def test_token_repr_hides_the_secret():
     (token,) = parse_tokens("ops:operator:very-secret-value")
     assert "very-secret-value" not in repr(token)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"catalog_warehouse": "gs://bucket/wh"},
+            "LAKELOCK_CATALOG_WAREHOUSE is on gs://, which the catalog front cannot reach",
+        ),
+        (
+            {"catalog_warehouse": "s3://b/wh", "catalog_s3_endpoint": "s3.example.com"},
+            "LAKELOCK_CATALOG_S3_ENDPOINT: must be an http:// or https:// URL",
+        ),
+        (
+            {"catalog_warehouse": "s3://b/wh", "catalog_s3_endpoint": "http://h:9000/path"},
+            "with no path, user or query",
+        ),
+        (
+            {"catalog_warehouse": "s3://b/wh", "catalog_s3_region": "EU West 1"},
+            "LAKELOCK_CATALOG_S3_REGION: must be a region name",
+        ),
+        (
+            {"catalog_warehouse": "file:///wh", "catalog_s3_region": "eu-west-1"},
+            "LAKELOCK_CATALOG_S3_REGION set, but LAKELOCK_CATALOG_WAREHOUSE is on local files",
+        ),
+    ],
+)
+def test_the_catalogs_storage_settings_are_checked_at_start(values, message):
+    with pytest.raises(SettingsError, match=message.replace("?", r"\?")):
+        load_settings(auth="off", **values)
+
+
+def test_an_s3_warehouse_takes_its_endpoint_region_and_path_style():
+    settings = load_settings(
+        auth="off",
+        catalog_warehouse="s3a://lake/wh/",
+        catalog_s3_endpoint="http://127.0.0.1:9000/",
+        catalog_s3_region="eu-west-1",
+        catalog_s3_path_style="true",
+    )
+    assert settings.catalog_warehouse == "s3a://lake/wh"
+    assert settings.catalog_s3_endpoint == "http://127.0.0.1:9000"
+    assert settings.catalog_s3_path_style is True
