@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from demo.service import free_port
+from demo.service import free_port, terminate
 from jobkit.maven import jars
 
 __all__ = ["LocalKafka", "Message", "as_messages", "main"]
@@ -152,13 +152,7 @@ class LocalKafka:
     def stop(self, timeout_s: float = 60.0) -> None:
         """SIGTERM, then wait for a clean shutdown (SIGKILL after `timeout_s`)."""
         self._admin_client = None  # before the broker goes: it would retry and log meanwhile
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process, timeout_s)
         self.log.close()
 
     def __enter__(self) -> LocalKafka:

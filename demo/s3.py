@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import httpx
 
-from demo.service import free_port
+from demo.service import free_port, terminate
 from jobkit.maven import jars
 
 __all__ = ["ACCESS_KEY", "BUCKET", "ENV", "REGION", "SECRET_KEY", "LocalS3", "main"]
@@ -209,13 +209,7 @@ class LocalS3:
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM, then wait (SIGKILL after `timeout_s`)."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        terminate(self.process, timeout_s)
         self.log.close()
 
     def __enter__(self) -> LocalS3:

@@ -23,10 +23,23 @@ from typing import IO
 
 import httpx
 
-__all__ = ["LocalService", "free_port"]
+__all__ = ["LocalService", "free_port", "terminate"]
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("reader", "job", "operator")
+
+
+def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    """Stop a child process the way a supervisor would: SIGTERM, then SIGKILL after
+    `timeout_s`; its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    return process.returncode
 
 
 def free_port() -> int:
@@ -119,14 +132,7 @@ class LocalService:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        return self.process.returncode
+        return terminate(self.process, timeout)
 
     def __enter__(self) -> LocalService:
         return self

@@ -70,6 +70,17 @@ def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any
     session.stop()
 
 
+@pytest.fixture
+def writers() -> Iterator[list[Any]]:
+    """The Flink writers (jobkit.flink.FlinkWriter) a test starts, stopped at its end whatever
+    happened."""
+    started: list[Any] = []
+    yield started
+    for writer in started:
+        if writer.running():
+            writer.stop()
+
+
 table_rows = read_rows  # the tests' name for it
 
 

@@ -86,17 +86,28 @@ def rest_catalog(front: Any) -> CatalogConfig:
     )
 
 
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
+def front_session(front: Any, app_name: str, **extra_conf: str) -> Any:
+    """A local[2] session whose catalog is `front` (rest_catalog), quiet, small; it carries
+    Spark's Kafka source and the S3 jars, as the process's first session fixes the driver's
+    classpath whichever module comes first."""
     session = build_session(
         rest_catalog(front),
-        app_name="lakelock-catalog-front",
+        app_name=app_name,
         master="local[2]",
-        # the process's first session fixes the driver classpath
         jar_sets=("spark-kafka", "spark-s3"),
-        extra_conf={"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"},
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            **extra_conf,
+        },
     )
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="module")
+def spark(front: Any) -> Iterator[Any]:
+    session = front_session(front, "lakelock-catalog-front")
     session.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.db")
     yield session
     session.stop()

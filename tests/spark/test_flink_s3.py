@@ -14,14 +14,13 @@ from typing import Any
 import pytest
 
 from compactor.report import Outcome
-from demo.flink import PATH_READS, Compactor, UpsertFeed, rows_of, wait_until
-from jobkit.flink import FlinkWriter
-from jobkit.spark import build_session
+from demo.flink import Compactor, UpsertFeed, rows_of, wait_until
 from tests.conftest import Warehouse
-from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog, sqlite_front
+from tests.spark.test_catalog_front import CATALOG, direct, events, sqlite_front
 from tests.spark.test_flink_writer import (
     WAIT_S,
     compactor_config,
+    flink_session,
     land,
     start_writer,
     upserted,
@@ -45,30 +44,9 @@ def lakelock_server(front: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def spark(front: Any) -> Iterator[Any]:
-    session = build_session(
-        rest_catalog(front),
-        app_name="lakelock-flink-s3",
-        master="local[2]",
-        jar_sets=("spark-kafka", "spark-s3"),  # the process's first session fixes the classpath
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            **PATH_READS,
-            "spark.sql.catalog.default_iceberg.warehouse": (front.folder / "paths").as_uri(),
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = flink_session(front, "lakelock-flink-s3")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def writers() -> Iterator[list[FlinkWriter]]:
-    started: list[FlinkWriter] = []
-    yield started
-    for writer in started:
-        if writer.running():
-            writer.stop()
 
 
 def test_a_flink_upsert_job_writes_an_s3_table_through_the_front_beside_the_compactor(

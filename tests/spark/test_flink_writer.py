@@ -34,10 +34,16 @@ from demo.flink import (
     writer_args,
 )
 from jobkit.flink import FlinkWriter
-from jobkit.spark import build_session, error_message
+from jobkit.spark import error_message
 from tests.helpers import run_module
 from tests.invariants import check, load_history
-from tests.spark.test_catalog_front import CATALOG, direct, events, rest_catalog, sqlite_front
+from tests.spark.test_catalog_front import (
+    CATALOG,
+    direct,
+    events,
+    front_session,
+    sqlite_front,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
@@ -57,33 +63,22 @@ def lakelock_server(front: Any) -> Any:
     return front
 
 
+def flink_session(front: Any, app_name: str) -> Any:
+    """The module's session on `front`, with the path catalog that reads an upsert table by
+    its metadata file (demo.flink.snapshot_read)."""
+    return front_session(
+        front,
+        app_name,
+        **PATH_READS,
+        **{"spark.sql.catalog.default_iceberg.warehouse": (front.folder / "paths").as_uri()},
+    )
+
+
 @pytest.fixture(scope="module")
 def spark(front: Any) -> Iterator[Any]:
-    session = build_session(
-        rest_catalog(front),
-        app_name="lakelock-flink-writer",
-        master="local[2]",
-        jar_sets=("spark-kafka",),  # the process's first session fixes the driver classpath
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            **PATH_READS,
-            "spark.sql.catalog.default_iceberg.warehouse": (front.folder / "paths").as_uri(),
-        },
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = flink_session(front, "lakelock-flink-writer")
     yield session
     session.stop()
-
-
-@pytest.fixture
-def writers() -> Iterator[list[FlinkWriter]]:
-    """The writers a test starts, stopped at its end whatever happened."""
-    started: list[FlinkWriter] = []
-    yield started
-    for writer in started:
-        if writer.running():
-            writer.stop()
 
 
 def start_writer(

@@ -24,11 +24,11 @@ from compactor.run import run_table
 from demo.generate import EventGenerator
 from demo.s3 import LocalS3
 from ingest_gate.job.run import run as run_ingest
-from jobkit.spark import build_session, error_message
+from jobkit.spark import error_message
 from tests.conftest import Warehouse
 from tests.helpers import HANG_GUARD_S, wait_until
 from tests.spark.conftest import ingest_config, table_rows
-from tests.spark.test_catalog_front import CATALOG, rest_catalog, s3a, sqlite_front
+from tests.spark.test_catalog_front import CATALOG, front_session, rest_catalog, s3a, sqlite_front
 
 pytestmark = pytest.mark.spark
 
@@ -67,17 +67,7 @@ def lakelock_server(front: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def spark(front: Any) -> Iterator[Any]:
-    session = build_session(
-        rest_catalog(front),
-        app_name="lakelock-s3-outage",
-        master="local[2]",
-        jar_sets=("spark-kafka", "spark-s3"),  # the process's first session fixes the classpath
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            **FAST_FAILURE,
-        },
-    )
+    session = front_session(front, "lakelock-s3-outage", **FAST_FAILURE)
     session.sparkContext.setLogLevel("OFF")  # the outage's stack traces are expected
     yield session
     session.stop()
