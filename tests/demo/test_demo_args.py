@@ -41,3 +41,32 @@ def test_the_demo_refuses_a_compactor_it_does_not_know(argv, message, capsys):
         parse(*argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_demo_runs_on_local_files_unless_told_s3():
+    assert parse().storage == "file"
+    on_s3 = parse("--storage", "s3", "--s3-endpoint", "https://s3.eu-west-1.amazonaws.com")
+    assert on_s3.storage == "s3" and on_s3.s3_endpoint.startswith("https://")
+    assert parse("--storage", "s3").s3_bucket == "lake"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--storage", "hdfs"], "--storage must be one of file, s3"),
+        (["--s3-endpoint", "http://127.0.0.1:9000"], "--s3-endpoint goes with --storage s3"),
+    ],
+)
+def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
+    with pytest.raises(SystemExit) as exited:
+        parse(*argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_demo_on_s3_is_coordinated(tmp_path):
+    from demo.pipeline import Pipeline
+
+    options = PipelineOptions(storage="s3", coordinated=False, workdir=tmp_path / "run")
+    with pytest.raises(ValueError, match="catalog front"):
+        Pipeline(options).run()
