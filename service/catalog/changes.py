@@ -27,7 +27,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
@@ -135,8 +135,17 @@ def read_change(
     judges every commit on what it touched, whatever was granted since it was read."""
     snapshots = [u.snapshot for u in updates if isinstance(u, AddSnapshotUpdate)]
     removes = any(isinstance(u, RemoveSnapshotsUpdate) for u in updates)
+    for snapshot in snapshots:  # before any is read: a snapshot may be another's `before`
+        _own(
+            snapshot.manifest_list,
+            updated.location,
+            f"snapshot {snapshot.snapshot_id}'s manifest list",
+        )
     befores = _befores(snapshots, updates, base, updated)
-    written = [_written(s, befores[s.snapshot_id], io, updated.location) for s in snapshots]
+    new_ids = {s.snapshot_id for s in snapshots}
+    written = [
+        _written(s, befores[s.snapshot_id], io, updated.location, new_ids) for s in snapshots
+    ]
     kind = _kind(snapshots, written, removes)
     lease_id, token = named_lease(updates, headers)
     partitions: Scope = _named(updated, written) if snapshots else frozenset()
@@ -386,7 +395,13 @@ class _Listed:
 _listed = _Listed()
 
 
-def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: str) -> Written:
+def _written(
+    snapshot: Snapshot,
+    before: Snapshot | None,
+    io: FileIO,
+    location: str,
+    new_ids: Collection[int] = (),
+) -> Written:
     """What `snapshot` changed against `before`: the entries of its new manifests (listed by
     it and not by `before`), and the live files of the manifests it dropped (listed by
     `before` and not by it). A dropped manifest's file must come back in a new manifest,
@@ -396,7 +411,8 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
 
     The service reads a manifest list or manifest a client names only inside the table's own
     folder (`location`), where its writers put them (docs/design.md §6): never a path or a
-    host of the client's choosing.
+    host of the client's choosing. `before` is the client's too when this commit adds it
+    (its id in `new_ids`): the manifests its list names are then read as the client's.
 
     Raises:
         InvalidRequest: a manifest list or new manifest outside the table's folder, too large,
@@ -406,8 +422,7 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
     _own(snapshot.manifest_list, location, f"snapshot {snapshot.snapshot_id}'s manifest list")
     manifests = _readable(lambda: snapshot.manifests(io), snapshot.manifest_list)
     listed = _listed.remember(snapshot.manifest_list, manifests)
-    kept = _listed.manifests(before, io) if before is not None else {}
-    carried = _live_files([m for path, m in kept.items() if path not in listed], io)
+    kept, carried = _before(before, listed, io, location, new_ids)
     written = Written()
     new: list[tuple[ManifestFile, list[ManifestEntry]]] = []
     for manifest in manifests:
@@ -441,6 +456,25 @@ def _written(snapshot: Snapshot, before: Snapshot | None, io: FileIO, location: 
         if not _applies_to_nothing(entry, floor):
             _count(written, entry, path, spec_id, added=False)  # dropped without a word
     return written
+
+
+def _before(
+    before: Snapshot | None,
+    listed: Mapping[str, ManifestFile],
+    io: FileIO,
+    location: str,
+    new_ids: Collection[int],
+) -> tuple[Mapping[str, ManifestFile], dict[str, tuple[int, ManifestEntry]]]:
+    """The manifests `before` lists, and the live files of those a snapshot listing `listed`
+    dropped; read like the client's files (inside `location`) when `before` is new too."""
+    if before is None:
+        return {}, {}
+    kept = _readable(lambda: _listed.manifests(before, io), before.manifest_list)
+    dropped = [m for path, m in kept.items() if path not in listed]
+    if before.snapshot_id in new_ids:
+        for manifest in dropped:
+            _own(manifest.manifest_path, location, f"snapshot {before.snapshot_id}'s manifest")
+    return kept, _readable(lambda: _live_files(dropped, io), before.manifest_list)
 
 
 def _data_floor(

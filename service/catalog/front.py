@@ -27,6 +27,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Protocol, TypeVar
 
 from pyiceberg.catalog.rest import CreateTableRequest
@@ -55,7 +56,7 @@ from sqlalchemy.engine import Connection
 from service.catalog import limits, locations
 from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
-from service.catalog.pointers import Pointers, Purge
+from service.catalog.pointers import Pointers
 from service.lock import due, fence
 from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
@@ -260,21 +261,24 @@ class Front:
     def _location(self, identifier: Identifier, requested: str | None) -> str:
         """Where a new table goes: the location asked for, if allowed and free; else the
         default, or a fresh folder beside it when another table (renamed from this name)
-        keeps the default's.
+        keeps the default's, or files are in it (a table dropped without purge).
 
         Raises:
-            InvalidRequest: the location asked for is not allowed, or not free; a symbolic
-                link stands where the default's folder would be.
+            InvalidRequest: the location asked for is not allowed, or not free (another
+                table's, or a folder holding files); a symbolic link stands where the
+                default's folder would be.
         """
         warehouse, namespace = self.pointers.warehouse, identifier[:-1]
         # the default is placed too: a symbolic link may stand where its folder would be
         wanted = requested or locations.default_location(warehouse, namespace, identifier[-1])
         location = locations.place(warehouse, namespace, wanted)
         holder = self._read(lambda conn: self.pointers.holder(conn, location, besides=identifier))
-        if holder is None:
+        if holder is None and not self.pointers.storage.holds_objects(location):
             return location
         if requested:
-            raise self.pointers._taken(location, holder)
+            if holder is not None:
+                raise self.pointers._taken(location, holder)
+            raise _not_empty(location)
         fresh = locations.fresh_location(warehouse, namespace, identifier[-1])
         return locations.place(warehouse, namespace, fresh)
 
@@ -445,6 +449,12 @@ class Front:
         metadata, new, moved = staged.metadata, staged.metadata_location, None
         if current is None or metadata.location != current.metadata.location:
             moved = locations.place(self.pointers.warehouse, identifier[:-1], metadata.location)
+            if (
+                current is not None
+                and not locations.overlap(moved, current.metadata.location)  # its own files
+                and self.pointers.storage.holds_objects(moved)
+            ):
+                raise _not_empty(moved)
             if moved != metadata.location:
                 metadata = metadata.model_copy(update={"location": moved})
                 version = self.pointers._parse_metadata_version(new)
@@ -458,10 +468,11 @@ class Front:
             )
         return metadata, new, moved
 
-    def drop(self, identifier: Identifier, *, purge: bool) -> Purge | None:
-        """Forget the table's pointer; with `purge`, what to delete of its files, listed
-        first (Pointers.purge_plan: those in its own location; another table's are never on
-        it), for `purged` to delete after the drop is answered.
+    def drop(self, identifier: Identifier, *, purge: bool) -> Callable[[], object] | None:
+        """Forget the table's pointer; with `purge`, the rest of the drop, to run after it was
+        answered (a large table's files take longer than a client waits): the deletion of its
+        files, listed first (Pointers.purge_plan: those in its own location; another table's
+        are never on the list), what is left logged (Pointers.purge).
 
         Raises:
             NoSuchTable: no such table.
@@ -472,12 +483,7 @@ class Front:
             self.pointers.drop_table(identifier)
         except NoSuchTableError as exc:
             raise self._no_table(identifier) from exc
-        return plan
-
-    def purged(self, plan: Purge) -> None:
-        """Delete what `plan` lists (after the drop was answered: a large table's files take
-        longer than a client waits); what is left is logged (Pointers.purge)."""
-        self.pointers.purge(plan)
+        return partial(self.pointers.purge, plan) if plan is not None else None
 
     def rename(self, source: Identifier, destination: Identifier) -> None:
         """A new name; the table keeps its location (and a later table of the old name gets
@@ -529,6 +535,16 @@ def _answered(location: str | None, metadata: TableMetadata, text: str) -> Loade
         return location, metadata, text
     metadata = metadata.model_copy(update={"properties": shown})
     return location, metadata, metadata.model_dump_json(exclude_none=True)
+
+
+def _not_empty(location: str) -> InvalidRequest:
+    """A table is never placed in a folder that holds files: they would be its own to a purge
+    (another table's that moved away, a table's dropped without purge)."""
+    return InvalidRequest(
+        f"location {location} holds files already (a table's that moved away or was dropped "
+        "without purge): a table's location is an empty folder; send another (or none, for "
+        "the default)"
+    )
 
 
 def _no_namespace(namespace: Identifier) -> NoSuchNamespace:

@@ -56,7 +56,13 @@ from sqlalchemy.exc import IntegrityError
 from service.catalog import locations
 from service.catalog.storage import Storage, TooLarge
 from service.lock.db import iceberg_namespaces_t, iceberg_tables_t
-from service.wire.errors import AlreadyExists, CommitConflict, InvalidRequest, StorageFault
+from service.wire.errors import (
+    AlreadyExists,
+    CommitConflict,
+    InvalidRequest,
+    ServerError,
+    StorageFault,
+)
 
 __all__ = ["CACHED_METADATA", "Pointers", "Purge", "applied"]
 
@@ -117,7 +123,7 @@ class Pointers(SqlCatalog):
         try:
             data = self.storage.read(location, limit=METADATA_READ_BYTES)
         except TooLarge as exc:
-            raise StorageFault(
+            raise ServerError(
                 f"{location} has more than {METADATA_READ_BYTES} bytes, more than the catalog "
                 "reads as a table's metadata"
             ) from exc
@@ -380,8 +386,8 @@ class Pointers(SqlCatalog):
         own = table.metadata.location
         name = ".".join(table.name())
         if self.storage.on_s3:
-            listed = self.storage.listing(own)
-            return Purge(name, own, [k for k in listed if locations.inside(k, own)], [])
+            # every key of the listing, odd ones too: the listing is of the folder's prefix
+            return Purge(name, own, self.storage.listing(own), [])
         files, left = [], []
         linked = locations.through_link(own, self.warehouse)
         if linked:
@@ -459,17 +465,26 @@ def _plain_file(uri: str) -> bool:
 
 def _files_of(metadata: TableMetadata, metadata_location: str, io: FileIO) -> Iterator[str]:
     """Every file `metadata` names: its metadata files, each snapshot's manifest list, its
-    manifests and the data and delete files they list."""
+    manifests and the data and delete files they list. A manifest list or manifest that is
+    gone (deleted by hand, an expiry cut short) names nothing more: the rest is named still."""
     yield metadata_location
     yield from (entry.metadata_file for entry in metadata.metadata_log)
     manifests = {}
     for snapshot in metadata.snapshots:
         yield snapshot.manifest_list
-        for manifest in snapshot.manifests(io):
-            manifests[manifest.manifest_path] = manifest
+        try:
+            for manifest in snapshot.manifests(io):
+                manifests[manifest.manifest_path] = manifest
+        except FileNotFoundError:
+            log.warning("%s is gone: the files it names are not purged", snapshot.manifest_list)
     for path, manifest in manifests.items():
         yield path
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
+        try:
+            entries = manifest.fetch_manifest_entry(io, discard_deleted=False)
+        except FileNotFoundError:
+            log.warning("%s is gone: the files it names are not purged", path)
+            continue
+        for entry in entries:
             yield entry.data_file.file_path
 
 

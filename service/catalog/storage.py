@@ -2,7 +2,8 @@
 storage").
 
     storage = Storage("s3://lake/wh", S3Access(endpoint="http://127.0.0.1:9000", path_style=True))
-    storage.check()                    # the warehouse answers: start-up and /readyz
+    storage.check()                    # the warehouse answers: start-up
+    storage.ready()                    # the same, shared by /readyz's probes
     storage.io                         # the FileIO of pyiceberg's reads and writes
     storage.reader                     # the FileIO of the files a commit names: bounded, cached
     storage.create(uri, data)          # a new file, never over another: one conditional PUT
@@ -34,6 +35,7 @@ import logging
 import os
 import stat
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +58,8 @@ SCHEMES = ("file", *S3_SCHEMES)
 DELETE_BATCH = 1000  # keys in one S3 DeleteObjects, its limit
 CACHED_BYTES = 64 * 1024 * 1024  # manifest lists and manifests kept, the latest used
 TIMEOUTS_S = (5.0, 60.0)  # S3: to connect, and to read an answer
+READY_EVERY_S = 5.0  # how long a readiness check's answer stands
+_PRECONDITION = ("PreconditionFailed", "412")  # a conditional write found an object there
 
 
 class TooLarge(ValueError):
@@ -103,10 +107,13 @@ class S3Access:
 
 
 class _IO(FsspecFileIO):
-    """pyiceberg's fsspec FileIO with the service's S3 file system for the S3 schemes."""
+    """pyiceberg's fsspec FileIO with the service's S3 file system for the S3 schemes, and
+    local files; no other storage (a path of another scheme in a table's metadata is read
+    with no one's credentials)."""
 
     def __init__(self, s3: Callable[[], Any]) -> None:
         super().__init__(properties={})
+        self._scheme_to_fs = {"file": self._scheme_to_fs["file"]}
         for scheme in S3_SCHEMES:
             self._scheme_to_fs[scheme] = lambda _properties: s3()
 
@@ -132,6 +139,9 @@ class Storage:
         self._fs_lock = threading.Lock()
         self.io: FileIO = _IO(self._s3)
         self.reader: FileIO = _Reader(self)
+        self._checking = threading.Lock()
+        self._checked_at = -READY_EVERY_S
+        self._fault: str | None = None  # what the last check found wrong
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cached = 0
         self._cache_lock = threading.Lock()
@@ -154,16 +164,37 @@ class Storage:
         """
         try:
             yield
-        except (FileNotFoundError, FileExistsError, TooLarge):
-            raise
         except Exception as exc:
-            if not _is_storage_error(exc):
+            if not _is_storage_error(exc) or _is_an_answer(exc):
                 raise
             log.warning("storage fault: %s %s: %r", action, uri, exc)
             raise StorageFault(
                 f"the warehouse's storage failed to {action} {uri[:300]}: {_said(exc)}; nothing "
                 "was applied, try again"
             ) from exc
+
+    def ready(self) -> None:
+        """`check`, run at most once per READY_EVERY_S whoever asks, one at a time: a caller
+        meanwhile (a load balancer's probes of /readyz) gets the last answer at once, so a
+        slow storage holds one thread, never all of them.
+
+        Raises:
+            StorageFault: the last check failed.
+        """
+        fresh = time.monotonic() - self._checked_at < READY_EVERY_S
+        if fresh or not self._checking.acquire(blocking=False):
+            if self._fault is not None:
+                raise StorageFault(self._fault)
+            return
+        try:
+            self.check()
+            self._fault = None
+        except StorageFault as exc:
+            self._fault = exc.detail
+            raise
+        finally:
+            self._checked_at = time.monotonic()
+            self._checking.release()
 
     def check(self) -> None:
         """The warehouse can be reached and listed (its bucket exists and the service's
@@ -175,12 +206,7 @@ class Storage:
         with self.faults(self.warehouse, "list the warehouse"):
             if self.on_s3:
                 bucket, prefix = _bucket_key(self.warehouse)
-                try:
-                    self._s3().call_s3(
-                        "list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1
-                    )
-                except FileNotFoundError as exc:  # s3fs's word for NoSuchBucket
-                    raise OSError(f"its bucket {bucket} does not exist") from exc
+                self._s3().call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
                 return
             path = _local(self.warehouse)
             os.makedirs(path, exist_ok=True)
@@ -215,10 +241,24 @@ class Storage:
 
     def _read(self, uri: str, most: int) -> bytes:
         if self.on_s3 and _is_s3(uri):
-            data: bytes = self._s3().cat_file(_path(uri), start=0, end=most)
+            try:
+                data: bytes = self._s3().cat_file(_path(uri), start=0, end=most)
+            except OSError as exc:
+                code = _code(exc)
+                if code in ("InvalidRange", "416"):
+                    return b""  # an empty object: S3 has no first byte to give
+                if code == "KeyTooLongError":  # a name the client chose
+                    raise FileNotFoundError(errno.ENOENT, "no such key", uri) from exc
+                raise
             return data
         path = _local(uri)
-        found = os.stat(path)
+        try:
+            found = os.stat(path)
+        except OSError as exc:
+            if exc.errno in (errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP):
+                # a path the client chose that names no file
+                raise FileNotFoundError(errno.ENOENT, "no such file", path) from exc
+            raise
         if not stat.S_ISREG(found.st_mode):
             raise FileNotFoundError(errno.ENOENT, "not a regular file", path)
         with open(path, "rb") as stream:
@@ -226,8 +266,7 @@ class Storage:
 
     def _remember(self, uri: str, data: bytes) -> None:
         with self._cache_lock:
-            if uri not in self._cache:
-                self._cached += len(data)
+            self._cached += len(data) - len(self._cache.get(uri, b""))
             self._cache[uri] = data
             while len(self._cache) > 1 and self._cached > CACHED_BYTES:
                 _, dropped = self._cache.popitem(last=False)
@@ -243,12 +282,17 @@ class Storage:
         """
         with self.faults(uri, "write"):
             if self.on_s3 and _is_s3(uri):
+                fs = self._s3()
                 try:
-                    self._s3().pipe_file(_path(uri), data, mode="create")
+                    fs.pipe_file(_path(uri), data, mode="create")
                 except OSError as exc:
-                    if _precondition_failed(exc):
+                    if not isinstance(exc, FileExistsError) and _code(exc) not in _PRECONDITION:
+                        raise
+                    # botocore tries a PUT again when its answer was lost: the first may have
+                    # landed, which the second's 412 reports. The names are random: an object
+                    # of these bytes' size is that first PUT
+                    if fs.info(_path(uri))["size"] != len(data):
                         raise FileExistsError(errno.EEXIST, "a file is there", uri) from exc
-                    raise
                 return
             path = _local(uri)
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -263,12 +307,40 @@ class Storage:
         """
         with self.faults(uri, "delete"):
             try:
-                self.io.delete(uri)
+                if self.on_s3 and _is_s3(uri):
+                    self._s3().rm_file(_path(uri))  # s3n:// too, which s3fs would misread
+                else:
+                    self.io.delete(uri)
             except FileNotFoundError:
                 return False
         return True
 
     # -- a folder's objects ---------------------------------------------------------------
+
+    def holds_objects(self, folder: str) -> bool:
+        """Whether anything lies under `folder`: an object (one LIST of at most one key on
+        S3), a regular file (local storage; links and empty folders do not count).
+
+        Raises:
+            StorageFault: the storage failed.
+        """
+        with self.faults(folder, "list"):
+            if self.on_s3 and _is_s3(folder):
+                bucket, prefix = _bucket_key(folder)
+                page = self._s3().call_s3(
+                    "list_objects_v2", Bucket=bucket, Prefix=prefix.rstrip("/") + "/", MaxKeys=1
+                )
+                return bool(page.get("Contents"))
+            path = _local(folder)
+            if not os.path.isdir(path) or os.path.islink(path):
+                return os.path.lexists(path)
+            # regular files only, links not followed: what a purge of a table here would take
+            for root, _, files in os.walk(path):
+                for name in files:
+                    found = os.path.join(root, name)
+                    if os.path.isfile(found) and not os.path.islink(found):
+                        return True
+            return False
 
     def listing(self, folder: str) -> list[str]:
         """Every object under `folder` (S3 only), as URIs of `folder`'s scheme: files and the
@@ -294,12 +366,9 @@ class Storage:
 
     def delete(self, uris: Sequence[str]) -> tuple[int, list[str]]:
         """Delete the objects `uris` (S3), in batches of DELETE_BATCH keys per request: the
-        number deleted, and those the store refused (each logged).
-
-        Raises:
-            StorageFault: the storage failed; the batches before it are deleted.
-        """
-        deleted, refused = 0, []
+        number deleted, and those the store refused or a fault left (each logged); a batch
+        that fails does not stop the next."""
+        deleted, refused = 0, list[str]()
         by_bucket: dict[str, list[str]] = {}
         for uri in uris:
             bucket, key = _bucket_key(uri)
@@ -307,12 +376,16 @@ class Storage:
         for bucket, keys in by_bucket.items():
             for start in range(0, len(keys), DELETE_BATCH):
                 batch = keys[start : start + DELETE_BATCH]
-                with self.faults(f"s3://{bucket}/{batch[0]}", "delete"):
-                    answer = self._s3().call_s3(
-                        "delete_objects",
-                        Bucket=bucket,
-                        Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                    )
+                try:
+                    with self.faults(f"s3://{bucket}/{batch[0]}", "delete"):
+                        answer = self._s3().call_s3(
+                            "delete_objects",
+                            Bucket=bucket,
+                            Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                        )
+                except StorageFault:  # logged; the next batches are tried all the same
+                    refused.extend(f"s3://{bucket}/{key}" for key in batch)
+                    continue
                 errors = answer.get("Errors", [])
                 for error in errors:
                     log.warning(
@@ -387,18 +460,27 @@ def _local(uri: str) -> str:
     return path
 
 
-def _precondition_failed(exc: BaseException) -> bool:
-    cause = exc.__cause__
-    code = getattr(cause, "response", {}).get("Error", {}).get("Code") if cause else None
-    return code in ("PreconditionFailed", "412") or "precondition" in str(exc).lower()
+def _code(exc: BaseException) -> str | None:
+    """The S3 error code behind an error s3fs translated (its cause is botocore's)."""
+    response = getattr(exc.__cause__, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return str(code) if code is not None else None
 
 
 def _is_storage_error(exc: BaseException) -> bool:
     """An error of the storage or the way to it: the OS's, botocore's, aiohttp's."""
-    if isinstance(exc, OSError | TimeoutError):
+    if isinstance(exc, OSError):
         return True
     module = type(exc).__module__
     return module.startswith(("botocore", "aiobotocore", "aiohttp", "s3fs"))
+
+
+def _is_an_answer(exc: BaseException) -> bool:
+    """A storage error that answers the question asked (no such file, one there already),
+    which the caller handles; a missing bucket is the storage's fault, not an answer."""
+    if isinstance(exc, FileExistsError):
+        return True
+    return isinstance(exc, FileNotFoundError) and _code(exc) != "NoSuchBucket"
 
 
 def _said(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ are the client's 400s.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -464,3 +465,42 @@ def test_what_the_service_must_not_read_or_store_is_the_clients_400(front, what)
     assert answer.status_code == 400, answer.text
     assert words in answer.json()["detail"]
     assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
+
+
+def test_a_snapshot_whose_parent_the_same_commit_adds_is_read_inside_the_table_only(front):
+    """A commit adds A, then B, A's parent, whose manifest list lies in another table's
+    folder: A is judged against B, and B's list is checked before any file is read, so the
+    service reads nothing of the other table's: a 400, the table unchanged."""
+    table = held_table(front, "chain")
+    other = held_table(front, "chain_other")
+    head = table.current_snapshot()
+    outside = other.current_snapshot().manifest_list
+    a, b = ids(), ids()
+    listed = manifest_list(table, a, b, 9, head.manifests(table.io))
+    body = snapshot_commit(table, a, b, listed, "append")
+    parent = json.loads(json.dumps(body["updates"][0]))
+    parent["snapshot"] |= {
+        "snapshot-id": b,
+        "parent-snapshot-id": head.snapshot_id,
+        "sequence-number": table.metadata.last_sequence_number + 2,  # applied after A
+    }
+    parent["snapshot"]["manifest-list"] = outside
+    body["updates"].insert(1, parent)
+    answer = post(front, table, body)
+    assert answer.status_code == 400, answer.text
+    assert "is outside the table's folder" in answer.json()["detail"]
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
+
+
+def test_an_empty_manifest_list_is_the_clients_400(front):
+    table = held_table(front, "empty_list")
+    head = table.current_snapshot()
+    listed = f"{table.location()}/metadata/empty.avro"
+    with table.io.new_output(listed).create() as out:
+        out.write(b"")
+    snapshot_id = ids()
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    assert answer.status_code == 400, answer.text
+    assert "cannot be read as an Iceberg file" in answer.json()["detail"]

@@ -226,8 +226,8 @@ def test_a_storage_that_is_down_is_a_503_naming_it_and_nothing_is_applied(front,
     s3.stop()
     try:
         with httpx.Client(base_url=front.url, headers=auth("job"), timeout=60) as c:
+            wait_until(lambda: c.get("/readyz").status_code == 503, "not ready")
             ready = c.get("/readyz")
-            assert ready.status_code == 503, ready.text
             assert front.store.uri in ready.json()["detail"]
             committed = c.post("/iceberg/v1/namespaces/down/tables/t", json=body)
             assert committed.status_code == 503, committed.text
@@ -244,7 +244,8 @@ def test_a_storage_that_is_down_is_a_503_naming_it_and_nothing_is_applied(front,
         s3.process, s3.log = restarted.process, restarted.log
     assert client.load_table("down.t").metadata_location == pointer  # nothing applied
     with httpx.Client(base_url=front.url, headers=auth("job")) as c:
-        assert c.get("/readyz").status_code == 200
+        # the readiness answer stands a few seconds (Storage.ready)
+        wait_until(lambda: c.get("/readyz").status_code == 200, "ready again")
         assert c.post("/iceberg/v1/namespaces/down/tables/t", json=body).status_code == 200
     assert ids(client.load_table("down.t")) == [0, 1, 2, 10, 11, 12, 99]
 
@@ -275,3 +276,28 @@ def test_a_service_that_cannot_list_its_warehouse_does_not_start(s3, tmp_path, w
     said = started.stdout + started.stderr
     expected = f"the warehouse's storage failed to list the warehouse {warehouse}"
     assert f"not started: LAKELOCK_CATALOG_WAREHOUSE: {expected}" in said, said[-3000:]
+
+
+def test_no_table_is_placed_in_a_folder_that_holds_files(front):
+    """A table dropped without purge leaves its files: a new table of its name gets a folder
+    of its own, and no table is created at, or moved to, a folder that holds files (a purge
+    of it would delete them)."""
+    client = catalog(front)
+    old = new_table(client, "placed", "t")
+    folder = old.metadata.location
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("operator")) as c:
+        assert c.delete("/v1/namespaces/placed/tables/t").status_code == 204
+    again = client.create_table("placed.t", SCHEMA)
+    assert again.metadata.location.startswith(f"{folder}-")
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job")) as c:
+        made = c.post(
+            "/v1/namespaces/placed/tables",
+            json={"name": "u", "schema": json_schema(), "location": folder},
+        )
+        assert made.status_code == 400 and "holds files already" in made.json()["detail"]
+        moved = c.post(
+            "/v1/namespaces/placed/tables/t",
+            json={"requirements": [], "updates": [{"action": "set-location", "location": folder}]},
+        )
+        assert moved.status_code == 400 and "holds files already" in moved.json()["detail"]
+    assert front.store.objects(folder)  # the dropped table's files, untouched

@@ -572,6 +572,21 @@ def test_a_purge_follows_no_symbolic_link_and_goes_on_past_what_it_cannot_delete
     assert "purge of purge_links.alias deletes nothing" in log
 
 
+def test_a_purge_goes_on_past_a_manifest_that_is_gone(front):
+    """A manifest deleted by hand names nothing more; the drop is answered, and every other
+    file the table names is deleted."""
+    table = new_table(front, "purge_gone")
+    gone = table.current_snapshot().manifests(table.io)[0].manifest_path
+    Path(gone.removeprefix("file://")).unlink()
+    with api(front, "operator") as c:
+        dropped = c.delete("/v1/namespaces/purge_gone/tables/t", params={"purgeRequested": "true"})
+    assert dropped.status_code == 204, dropped.text
+    metadata = front.warehouse / "purge_gone" / "t" / "metadata"
+    wait_until(lambda: not all_files(metadata), "the purge after the answer")
+    log = (front.folder / f"service-{front.url.rsplit(':', 1)[1]}.log").read_text()
+    assert f"{gone} is gone: the files it names are not purged" in log
+
+
 def test_a_purge_logs_and_leaves_a_file_it_cannot_delete(front, monkeypatch):
     table = new_table(front, "purge_fail")
     stuck = table.metadata.current_snapshot().manifest_list

@@ -341,14 +341,11 @@ async def drop_table(
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
 ) -> Response:
     identifier = (*_namespace(namespace), table)
-    plan = await _call(request, lambda f: f.drop(identifier, purge=purge))
-    if plan is None:
+    rest = await _call(request, lambda f: f.drop(identifier, purge=purge))
+    if rest is None:
         return Response(status_code=204)
-    # the files go after the answer, in the catalog's worker threads (Front.purged)
-    return Response(
-        status_code=204,
-        background=BackgroundTask(_call, request, lambda f: f.purged(plan)),
-    )
+    # a purge deletes the files after the answer, in the catalog's worker threads
+    return Response(status_code=204, background=BackgroundTask(_call, request, lambda f: rest()))
 
 
 @router.post("/v1/tables/rename", status_code=204)

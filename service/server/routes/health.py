@@ -47,8 +47,9 @@ async def readyz(request: Request, rt: RuntimeDep) -> dict[str, Any]:
     storage = getattr(request.app.state, "storage", None)
     if storage is None:
         return {"status": "ready", "migration": revision}
-    # one LIST of the warehouse (S3) or a look at its folder, in the catalog's own threads
-    await anyio.to_thread.run_sync(storage.check, limiter=request.app.state.catalog_limiter)
+    # one LIST of the warehouse (S3) or a look at its folder, in the catalog's own threads,
+    # at most every few seconds whoever probes (Storage.ready)
+    await anyio.to_thread.run_sync(storage.ready, limiter=request.app.state.catalog_limiter)
     return {"status": "ready", "migration": revision, "warehouse": storage.warehouse}
 
 
