@@ -36,12 +36,12 @@ def start_spark(
     *,
     app_name: str = "lakelock-tests",
     catalog: str = "local",
-    jar_sets: tuple[str, ...] = ("spark-kafka",),
+    jar_sets: tuple[str, ...] = ("spark-kafka", "spark-s3"),
 ):
-    """A local[2] session with the Iceberg runtime, Spark's Kafka source and a Hadoop catalog
-    over `warehouse`. Every module's session carries the Kafka source: the process's first
-    session starts the one JVM of the test run and fixes its driver's classpath, whichever
-    module comes first."""
+    """A local[2] session with the Iceberg runtime, Spark's Kafka source, the S3 jars and a
+    Hadoop catalog over `warehouse`. Every module's session carries the Kafka source and the
+    S3 jars: the process's first session starts the one JVM of the test run and fixes its
+    driver's classpath, whichever module comes first."""
     return build_session(
         CatalogConfig(name=catalog, warehouse=str(warehouse)),
         app_name=app_name,
