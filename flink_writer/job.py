@@ -28,7 +28,7 @@ import socket
 import threading
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ class Report:
     restarts: int = 0
     checkpoints: int = 0
     error: str = ""
+    # why the job restarted, each a first line of Flink's exception history (newest first)
+    restart_causes: list[str] = field(default_factory=list)
 
 
 def _free_port() -> int:
@@ -77,6 +79,12 @@ class _Watch:
                     report.restarts = max(report.restarts, int(metric["value"]))
             counts = _get(f"{self.base}/checkpoints").get("counts", {})
             report.checkpoints = max(report.checkpoints, int(counts.get("completed", 0)))
+            if report.restarts and not report.restart_causes:
+                history = _get(f"{self.base}/exceptions").get("exceptionHistory", {})
+                report.restart_causes = [
+                    str(entry.get("stacktrace", entry.get("exceptionName", ""))).split("\n")[0]
+                    for entry in history.get("entries", [])
+                ][:5]
         except (OSError, ValueError) as exc:  # the cluster is going down, or not up yet
             log.debug("job metrics not read: %s", exc)
 
