@@ -111,7 +111,7 @@ def add_written(
             due_at = at if trigger.due(data, deletes) else None
             fresh.append(_new(table, name, (data, deletes), at, due_at, commits=1))
         else:
-            data, deletes = row.data_files + data, row.delete_files + deletes
+            data, deletes = _capped(row.data_files + data), _capped(row.delete_files + deletes)
             due_at = row.due_at or (at if trigger.due(data, deletes) else None)
             grown.append(
                 {
@@ -119,7 +119,7 @@ def add_written(
                     "p": name,
                     "data": data,
                     "deletes": deletes,
-                    "commits": row.commits + 1,
+                    "commits": _capped(row.commits + 1),
                     "first": row.first_at,
                     "due": due_at,
                     "at": at,
@@ -202,14 +202,24 @@ def replace(
     return became
 
 
+COUNT_CAP = 1_000_000_000
+"""The most a partition's count holds: past it a partition is due all the same, and the sum
+over a table's partitions stays far inside a 64-bit integer (SQLite's SUM fails past one; a
+job token's releases must not make the table's listing fail for everyone)."""
+
+
+def _capped(count: int) -> int:
+    return min(count, COUNT_CAP)
+
+
 def _new(
     table: str, name: str, files: Files, at: datetime, due_at: datetime | None, *, commits: int
 ) -> dict[str, Any]:
     return {
         "table_name": table,
         "partition_name": name,
-        "data_files": files[0],
-        "delete_files": files[1],
+        "data_files": _capped(files[0]),
+        "delete_files": _capped(files[1]),
         "commits": commits,
         "first_at": at,
         "due_at": due_at,

@@ -391,11 +391,11 @@ def release(
         StaleToken: a maintenance lease released with a token that is not its own.
         InvalidRequest: no holder sent (and not an operator), or no token for a maintenance
             lease; `written` for a lease other than a commit lease, `compacted` for one other
-            than a maintenance lease or outside its scope (nothing changes).
+            than a maintenance lease, either outside the lease's scope (nothing changes).
     """
     ask = ReleaseAsk(lease_id, holder, token, caller)
     found = _found(conn, lease_id)
-    wrong = rules.counts_refusal(found.lease, holder, bool(written), compacted)
+    wrong = rules.counts_refusal(found.lease, holder, list(written or ()), compacted)
     if wrong is not None:
         raise wrong
     decision = rules.decide_release(found.lease, ask, found.at)

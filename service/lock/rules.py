@@ -22,7 +22,7 @@ raises, with a detail that says what to do next.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar
@@ -442,12 +442,16 @@ def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unch
 
 
 def counts_refusal(
-    lease: LeaseRow, holder: str | None, written: bool, compacted: Sequence[str] | None
+    lease: LeaseRow,
+    holder: str | None,
+    written: Collection[str] | None,
+    compacted: Sequence[str] | None,
 ) -> InvalidRequest | None:
     """What a release may report of the lease's partitions (docs/design.md §5.1), or None:
-    the files a commit wrote only on a commit lease, the partitions compacted only on a
-    maintenance lease and within its scope, and either only by the lease's holder (an
-    operator's release without one is a revoke: nothing was done under it)."""
+    the files a commit wrote (`written`: the partitions named) only on a commit lease, the
+    partitions compacted only on a maintenance lease, each within the lease's scope, and
+    either only by the lease's holder (an operator's release without one is a revoke: nothing
+    was done under it)."""
     if written and lease.kind != "commit":
         return InvalidRequest(
             f"written counts the files a commit lease's commit added; lease {lease.id} is a "
@@ -468,14 +472,16 @@ def counts_refusal(
             "token of a maintenance lease) with them",
             field="holder",
         )
-    if compacted and lease.partitions is not None:
-        outside = sorted(set(compacted) - set(lease.partitions))
+    for field, named in (("written", written), ("compacted", compacted)):
+        if not named or lease.partitions is None:
+            continue
+        outside = sorted(set(named) - set(lease.partitions))
         if outside:
             more = f" and {len(outside) - 3} more" if len(outside) > 3 else ""
             return InvalidRequest(
-                f"compacted names {', '.join(outside[:3])}{more}, outside the partitions of "
+                f"{field} names {', '.join(outside[:3])}{more}, outside the partitions of "
                 f"lease {lease.id}: name only the partitions it covers",
-                field="compacted",
+                field=field,
             )
     return None
 

@@ -38,6 +38,7 @@ from service.wire.scope import MAX_NAME_CHARS, PARTITION_PATTERN, is_name
 
 __all__ = [
     "HOLDER_PATTERN",
+    "MAX_COUNTED_FILES",
     "MAX_COUNTED_PARTITIONS",
     "MAX_TOKEN",
     "READER_PATTERN",
@@ -258,12 +259,21 @@ class BackpressureBody(_Body):
 MAX_COUNTED_PARTITIONS = 1000
 """Partitions one release or one debt report may count files of."""
 
+MAX_COUNTED_FILES = 10_000_000
+"""Files of one kind one release or one debt report may count in one partition: far more than
+any commit adds or any partition holds, and small enough that no sum of the service's counts
+overflows a database's integers (service.lock.due caps what it adds up)."""
+
+FileCount: TypeAlias = Annotated[
+    Annotated[int, Field(ge=0, le=MAX_COUNTED_FILES)], BeforeValidator(_whole)
+]
+
 
 class PartitionFiles(_Body):
     """Files of one partition: data files and delete files."""
 
-    data_files: Count
-    delete_files: Count
+    data_files: FileCount
+    delete_files: FileCount
 
 
 # partition name -> its files; a key that is no partition name is refused (the schema says so

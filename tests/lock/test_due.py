@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, text
 
+from service.wire.models import MAX_COUNTED_FILES
 from tests.conftest import auth
 from tests.helpers import (
     _backdate,
@@ -158,6 +159,8 @@ def test_counts_are_the_holders_to_report_not_an_operators_revoke(api):
         {"written": {P1: files(1) | {"files": 2}}},
         {"compacted": [P1, P1]},
         {"written": {f"id={n}": files(1) for n in range(1001)}},
+        {"written": {P1: files(MAX_COUNTED_FILES + 1)}},  # no commit adds that many
+        {"written": {P1: files(1), P2: files(1)}},  # P2: outside the lease's partitions
     ],
 )
 def test_a_malformed_count_is_refused_and_the_lease_stays(api, body):
@@ -166,6 +169,27 @@ def test_a_malformed_count_is_refused_and_the_lease_stays(api, body):
     assert refused.status_code in (413, 422), refused.text
     assert api.get(f"/v1/leases/{lease['lease_id']}").json()["state"] == "live"
     assert state(api)["due"] is None
+
+
+def test_counts_stop_at_their_cap_and_the_tables_sums_never_overflow(api, db_url):
+    """However many files are counted (the catalog front counts a commit's manifests, which a
+    client writes), a partition's counts stop at COUNT_CAP, so the sums of GET /v1/tables and
+    the status page stay within a 64-bit integer: a job token cannot make them fail."""
+    from service.lock import db, due
+
+    names = [f"id={n}" for n in range(40)]
+    write(api, {names[0]: (1, 0)})  # the table known, as every counted table is
+    engine = create_engine(db_url)
+    for _ in range(3):
+        with engine.begin() as conn:
+            huge = dict.fromkeys(names, (2**62, 2**62))
+            due.add_written(conn, table=TABLE, written=huge, at=db.now(conn), trigger=due.Trigger())
+    engine.dispose()
+    assert _row(db_url, names[0], "data_files") == due.COUNT_CAP
+    listed = api.get("/v1/tables")
+    assert listed.status_code == 200, listed.text
+    counted = state(api)["due"]
+    assert counted["data_files"] == counted["delete_files"] == 40 * due.COUNT_CAP
 
 
 def test_a_compaction_zeroes_its_partitions_and_samples_those_that_were_due(api, db_url):
