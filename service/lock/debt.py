@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from service.lock import due, store
+from service.lock import due, rules, store
 from service.lock.db import debt_t
-from service.lock.rows import seconds
+from service.lock.rows import Caller, seconds
 from service.wire import DebtBody, TableDebt
 
 __all__ = ["heaviest", "of_table", "report", "weight"]
@@ -47,16 +47,32 @@ def weight(debt: TableDebt | None) -> int:
 
 
 def report(
-    conn: Connection, *, table: str, body: DebtBody, by: str, trigger: due.Trigger | None = None
+    conn: Connection,
+    *,
+    table: str,
+    body: DebtBody,
+    by: Caller,
+    trigger: due.Trigger | None = None,
 ) -> TableDebt:
     """Store `body` as the table's debt, stamped with the database clock; the table's row is
     created on first use, as a lease or a switch does. Under the table's row lock, so reports
     of one table are stored in the order they are answered. Its `partitions`, when sent,
     replace the files counted per partition as commits landed (`due.replace`, due by
-    `trigger`): the compactor's measure is the correction."""
+    `trigger`): the compactor's measure is the correction. While a claim on the table is live,
+    only its principal (or an operator) reports: another token would erase the counts the
+    claimant's follower waits on.
+
+    Raises:
+        NotOwner: another token holds the table's live claim; nothing is stored.
+    """
     locked = store.lock_table(conn, table)
     assert locked is not None  # created
     _, at = locked
+    for claim in store.unended_claims(conn, table):
+        if claim.live(at) and not by.may_end(claim):
+            raise rules.other_principal(
+                f"the claim {claim.id} on {table}", claim, by, "report debt under"
+            )
     if body.partitions is not None:
         measured = {n: (f.data_files, f.delete_files) for n, f in body.partitions.items()}
         due.replace(conn, table=table, partitions=measured, at=at, trigger=trigger or due.Trigger())
@@ -64,7 +80,7 @@ def report(
     values.update(
         measured_at=body.measured_at,
         reported_at=at,
-        reported_by=by,
+        reported_by=by.principal,
     )
     store.put_row(conn, debt_t, {"table_name": table}, values)
     return _view(values, at)

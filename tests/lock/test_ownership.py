@@ -184,6 +184,29 @@ def test_another_token_cannot_hold_back_writers_under_a_claim_nor_let_them_go(a,
     ]
 
 
+def test_another_token_cannot_report_the_debt_of_a_table_claimed_by_another(a, b, operator):
+    """A report's partitions replace the counts the claimant's follower waits on: while a
+    claim is live, only its token (or an operator) reports."""
+    table = unique("debt")
+    a.post(f"/v1/tables/{table}/claim", json={"holder": "compactor-1", "ttl_s": 30})
+    counted = {"dt=2024-06-20": {"data_files": 9, "delete_files": 0}}
+    report = {
+        "data_files": 9,
+        "small_files": 9,
+        "delete_files": 0,
+        "partitions_over_target": 1,
+        "snapshot_id": None,
+        "measured_at": "2024-06-20T12:00:00Z",
+    }
+    assert a.put(f"/v1/tables/{table}/debt", json=report | {"partitions": counted}).is_success
+    refused_as_another_principals(
+        b.put(f"/v1/tables/{table}/debt", json=report | {"partitions": {}})
+    )
+    due = operator.get(f"/v1/tables/{table}").json()["due"]
+    assert due["partitions_counted"] == 1 and due["data_files"] == 9  # not erased
+    assert operator.put(f"/v1/tables/{table}/debt", json=report).is_success
+
+
 def test_another_token_cannot_renew_or_release_a_claim(a, b, operator):
     table = unique("claimed")
     claim = a.post(f"/v1/tables/{table}/claim", json={"holder": "compactor-1", "ttl_s": 30})

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from service.lock import debt, ingest, leases, state
-from service.server.auth import JobDep, OperatorDep, ReaderDep, may_touch
+from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch
 from service.server.routes.common import (
     READ,
     WRITE,
@@ -113,7 +113,7 @@ async def report_debt(table: TableName, body: DebtBody, rt: RuntimeDep, who: Job
     before. A table never seen before becomes known. Answers the debt as stored. Its
     `partitions`, when sent, replace the files counted per partition as commits landed."""
     return await rt.transact(
-        lambda conn: debt.report(conn, table=table, body=body, by=who.name, trigger=rt.trigger)
+        lambda conn: debt.report(conn, table=table, body=body, by=caller(who), trigger=rt.trigger)
     )
 
 
