@@ -547,7 +547,7 @@ def _readable(read: Callable[[], T], path: str) -> T:
     """
     try:
         return read()
-    except StorageFault:
+    except (StorageFault, InvalidRequest):  # the storage's fault, or a bound the read met
         raise
     except TooLarge as exc:
         raise InvalidRequest(

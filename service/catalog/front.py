@@ -359,7 +359,7 @@ class Front:
             current.metadata if current is not None else None,
             metadata,
             updates,
-            self.pointers.storage.reader,
+            self.pointers.storage.reader(limits.Budget(self.limits).check),
             principal=principal,
             headers=headers,
         )

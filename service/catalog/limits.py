@@ -30,6 +30,7 @@ __all__ = [
     "NAMESPACE_CHARS",
     "NAMESPACE_KEY_CHARS",
     "NAMESPACE_VALUE_CHARS",
+    "Budget",
     "Limits",
     "answered",
     "check_metadata_size",
@@ -71,6 +72,52 @@ class Limits:
     max_properties: int = 200
     max_property_chars: int = 8192
     max_name_chars: int = 128
+    max_manifest_entries: int = 100_000
+    max_manifest_bytes: int = 128 * 1024 * 1024
+    max_commit_entries: int = 200_000
+    max_commit_manifests: int = 2000
+
+
+class Budget:
+    """What judging one commit may read of the client's files (the LAKELOCK_CATALOG_MAX_*
+    of manifests): each file scanned before pyiceberg parses it (service.catalog.avro), and
+    the files and entries of the whole commit added up. One per commit, used by one thread."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.seen: set[str] = set()
+        self.entries = 0
+
+    def check(self, uri: str, data: bytes) -> None:
+        """Count the file at `uri` (its bytes `data`) against the commit's bounds.
+
+        Raises:
+            InvalidRequest: the file or the commit passes a bound; the message names it.
+        """
+        from service.catalog.avro import scan
+
+        caps = self.limits
+        if uri in self.seen:  # pyiceberg opens a file once per read: counted once
+            return
+        self.seen.add(uri)
+        if len(self.seen) > caps.max_commit_manifests:
+            raise InvalidRequest(
+                f"the commit names more than {caps.max_commit_manifests} manifest lists and "
+                "manifests (LAKELOCK_CATALOG_MAX_COMMIT_MANIFESTS); commit fewer"
+            )
+        scanned = scan(
+            data,
+            what=uri[:300],
+            max_entries=caps.max_manifest_entries,
+            max_inflated=caps.max_manifest_bytes,
+        )
+        self.entries += scanned.entries
+        if self.entries > caps.max_commit_entries:
+            raise InvalidRequest(
+                f"the commit's manifest lists and manifests hold more than "
+                f"{caps.max_commit_entries} entries (LAKELOCK_CATALOG_MAX_COMMIT_ENTRIES); "
+                "commit fewer files at once"
+            )
 
 
 def chooses_a_class(key: str) -> bool:

@@ -5,7 +5,7 @@ storage").
     storage.check()                    # the warehouse answers: start-up
     storage.ready()                    # the same, shared by /readyz's probes
     storage.io                         # the FileIO of pyiceberg's reads and writes
-    storage.reader                     # the FileIO of the files a commit names: bounded, cached
+    storage.reader(check)              # the FileIO of the files a commit names: bounded, cached
     storage.create(uri, data)          # a new file, never over another: one conditional PUT
     keys = storage.listing(folder)     # every object under a folder, markers included
     storage.delete(keys)               # in batches of 1,000 on S3
@@ -138,7 +138,6 @@ class Storage:
         self._fs: Any = None
         self._fs_lock = threading.Lock()
         self.io: FileIO = _IO(self._s3)
-        self.reader: FileIO = _Reader(self)
         self._checking = threading.Lock()
         self._checked_at = -READY_EVERY_S
         self._fault: str | None = None  # what the last check found wrong
@@ -263,6 +262,12 @@ class Storage:
             raise FileNotFoundError(errno.ENOENT, "not a regular file", path)
         with open(path, "rb") as stream:
             return stream.read(most)
+
+    def reader(self, check: Callable[[str, bytes], None] | None = None) -> FileIO:
+        """A FileIO for pyiceberg to read the files a commit names with: each read once,
+        whole, through `read` (bounded, cached), and given to `check` (the uri, the bytes)
+        before pyiceberg parses it."""
+        return _Reader(self, check)
 
     def _remember(self, uri: str, data: bytes) -> None:
         with self._cache_lock:
@@ -406,12 +411,19 @@ class _Reader(FileIO):
 
     limit = 256 * 1024 * 1024
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, check: Callable[[str, bytes], None] | None) -> None:
         super().__init__(properties={})
         self.storage = storage
+        self.check = check
 
     def new_input(self, location: str) -> InputFile:
-        return _Bytes(location, lambda: self.storage.read(location, limit=self.limit, cache=True))
+        return _Bytes(location, lambda: self._read(location))
+
+    def _read(self, location: str) -> bytes:
+        data = self.storage.read(location, limit=self.limit, cache=True)
+        if self.check is not None:
+            self.check(location, data)
+        return data
 
     def new_output(self, location: str) -> OutputFile:
         raise PermissionError(f"{location}: the commit reader writes nothing")

@@ -324,6 +324,37 @@ class Settings(BaseSettings):
         description="Longest namespace level or table name the catalog front creates (names "
         "must be printable; a namespace's levels together fit 255, the JDBC catalog's column).",
     )
+    catalog_max_manifest_entries: int = Field(
+        default=100_000,
+        ge=1000,
+        le=10_000_000,
+        description="Most entries a manifest list or manifest a commit names may hold; the "
+        "front counts them before it parses the file (each entry parsed costs it about 1 KB "
+        "and 17 µs while the commit is judged). More is a 400.",
+    )
+    catalog_max_manifest_bytes: int = Field(
+        default=128 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=2 * 1024 * 1024 * 1024,
+        description="Most bytes a manifest list or manifest a commit names may inflate to "
+        "(its Avro blocks uncompressed); more is a 400.",
+    )
+    catalog_max_commit_entries: int = Field(
+        default=200_000,
+        ge=1000,
+        le=100_000_000,
+        description="Most entries of all the manifest lists and manifests one commit makes the "
+        "front read (its new ones, and those its snapshots drop): what judging one commit may "
+        "cost the service, about 1 KB and 17 µs each (benchmarks/manifest_bomb.py). A rewrite "
+        "of more files in one commit needs it raised, with the task's memory. More is a 400.",
+    )
+    catalog_max_commit_manifests: int = Field(
+        default=2000,
+        ge=10,
+        le=1_000_000,
+        description="Most manifest lists and manifests one commit makes the front read; more "
+        "is a 400.",
+    )
 
     @field_validator("catalog_warehouse")
     @classmethod

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,21 +26,18 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
-    FileFormat,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
     ManifestWriterV2,
-    write_manifest,
-    write_manifest_list,
 )
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
-from pyiceberg.typedef import Record
 from pyiceberg.types import LongType, NestedField, StringType
 
+from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
 from tests.conftest import FRONTS, TOKENS, auth, start_front
 
 CATALOG = "lakelock"
@@ -89,91 +85,6 @@ def manifest_of(table: Any, partition: str) -> ManifestFile:
         if any(e.data_file.partition[0] == partition for e in files):
             return manifest
     raise AssertionError(f"no manifest holds p={partition}")
-
-
-def data_file(
-    table: Any, partition: str, name: str, content: DataFileContent = DataFileContent.DATA
-) -> DataFile:
-    path = f"{table.location()}/data/p={partition}/{name}.parquet"
-    return DataFile.from_args(
-        content=content,
-        file_path=path,
-        file_format=FileFormat.PARQUET,
-        partition=Record(partition),
-        record_count=1,
-        file_size_in_bytes=100,
-        _table_format_version=2,
-    )
-
-
-def entry(snapshot_id: int, file: DataFile, status: ManifestEntryStatus, seq: int | None = None):
-    return ManifestEntry.from_args(
-        status=status,
-        snapshot_id=snapshot_id,
-        sequence_number=seq,
-        file_sequence_number=seq,
-        data_file=file,
-    )
-
-
-def new_manifest(table: Any, snapshot_id: int, entries: list[ManifestEntry]) -> ManifestFile:
-    path = f"{table.location()}/metadata/{uuid.uuid4()}-m0.avro"
-    with write_manifest(
-        format_version=2,
-        spec=table.spec(),
-        schema=table.schema(),
-        output_file=table.io.new_output(path),
-        snapshot_id=snapshot_id,
-        avro_compression="null",
-    ) as writer:
-        for e in entries:
-            writer.add_entry(e)
-    return writer.to_manifest_file()
-
-
-def manifest_list(
-    table: Any, snapshot_id: int, parent: int, seq: int, manifests: list[ManifestFile]
-) -> str:
-    path = f"{table.location()}/metadata/snap-{snapshot_id}-{uuid.uuid4()}.avro"
-    with write_manifest_list(
-        format_version=2,
-        output_file=table.io.new_output(path),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent,
-        sequence_number=seq,
-        avro_compression="null",
-    ) as writer:
-        writer.add_manifests(manifests)
-    return path
-
-
-def snapshot_commit(
-    table: Any, snapshot_id: int, parent: int, listed: str, operation: str, **summary: str
-) -> dict[str, Any]:
-    head = table.current_snapshot().snapshot_id
-    return {
-        "requirements": [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": head}],
-        "updates": [
-            {
-                "action": "add-snapshot",
-                "snapshot": {
-                    "snapshot-id": snapshot_id,
-                    "parent-snapshot-id": parent,
-                    "sequence-number": table.metadata.last_sequence_number + 1,
-                    "timestamp-ms": int(time.time() * 1000),
-                    "manifest-list": listed,
-                    "summary": {"operation": operation, **summary},
-                    "schema-id": table.schema().schema_id,
-                },
-            },
-            {
-                "action": "set-snapshot-ref",
-                "ref-name": "main",
-                "type": "branch",
-                "snapshot-id": snapshot_id,
-            },
-        ],
-    }
 
 
 def post(front: Any, table: Any, body: dict[str, Any]) -> httpx.Response:
@@ -456,7 +367,7 @@ def test_what_the_service_must_not_read_or_store_is_the_clients_400(front, what)
         listed = f"{folder}/garbage.avro"
         with table.io.new_output(listed).create() as out:
             out.write(random.Random(7).randbytes(1000))
-        words = "cannot be read as an Iceberg file"
+        words = "is not an Avro file Iceberg writes"
     else:
         summary = {"lakelock.token": str(2**70)}
         words = "lakelock.token"
@@ -503,4 +414,4 @@ def test_an_empty_manifest_list_is_the_clients_400(front):
         front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
     )
     assert answer.status_code == 400, answer.text
-    assert "cannot be read as an Iceberg file" in answer.json()["detail"]
+    assert "is not an Avro file Iceberg writes" in answer.json()["detail"]

@@ -726,7 +726,7 @@ def test_a_manifest_list_outside_the_table_or_unreadable_is_the_clients_mistake(
     else:
         garbage = Path(folder.removeprefix("file://")) / "snap-garbage.avro"
         garbage.write_bytes(b"not avro at all")
-        snapshot["manifest-list"], words = garbage.as_uri(), ("cannot be read",)
+        snapshot["manifest-list"], words = garbage.as_uri(), ("is not an Avro file Iceberg writes",)
     refused(post_commit(front, table, body), *words)
     assert pointer(front, table) == table.metadata_location
 
