@@ -36,6 +36,8 @@ def serve(settings: Settings) -> int:
         # each worker process configures its logging from this, not from main()
         log_config=logging_config(settings.log_level, settings.log_format),
         access_log=False,  # service.server.middleware logs one JSON line per request instead
+        # longer than a load balancer's idle timeout: the side that closes first must be its
+        timeout_keep_alive=int(settings.keep_alive_s),
         timeout_graceful_shutdown=(
             settings.shutdown_grace_s  # type: ignore[arg-type]  # uvicorn waits any float
         ),

@@ -235,6 +235,15 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long in-flight requests may take before they are cut off "
         "(pending long-polls answer at once). Keep the ECS `stopTimeout` above it.",
     )
+    keep_alive_s: float = Field(
+        default=90.0,
+        ge=1,
+        le=3600,
+        description="How long an idle keep-alive connection stays open. Keep it above the load "
+        "balancer's idle timeout (75 s in docs/deployment.md): a connection the service closes "
+        "first can meet the balancer's next request, which then fails (a 502, or a client's "
+        "`Server disconnected`).",
+    )
     catalog_warehouse: str = Field(
         default="",
         description="Where the catalog front keeps new tables (`s3://bucket/warehouse`, "
