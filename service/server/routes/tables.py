@@ -107,7 +107,7 @@ async def set_switch(
     )
 
 
-@router.put("/v1/tables/{table}/debt", responses=WRITE)
+@router.put("/v1/tables/{table}/debt", responses={**WRITE, **problems(409)})
 async def report_debt(table: TableName, body: DebtBody, rt: RuntimeDep, who: JobDep) -> TableDebt:
     """Store the table's compaction debt as a compactor measured it; it replaces the one
     before. A table never seen before becomes known. Answers the debt as stored. Its
