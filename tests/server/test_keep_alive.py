@@ -4,25 +4,34 @@ sends a request on a connection the service has just closed: a real service proc
 
 from __future__ import annotations
 
-import socket
+import http.client
 import time
 from pathlib import Path
 
 from tests.conftest import start_server
 
 
-def _ask(sock: socket.socket) -> bytes:
-    sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: lakelock\r\n\r\n")
-    return sock.recv(4096)
+def _ask(conn: http.client.HTTPConnection) -> int:
+    """One whole request and answer on the connection (read to its end, so the next request
+    starts on a clean stream)."""
+    conn.request("GET", "/healthz")
+    answer = conn.getresponse()
+    answer.read()
+    return answer.status
 
 
 def test_an_idle_connection_outlives_a_short_keep_alive(tmp_path: Path) -> None:
     server = start_server(f"sqlite:///{tmp_path / 'lakelock.db'}", tmp_path)
     try:
         host, port = server.url.removeprefix("http://").split(":")
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            assert _ask(sock).startswith(b"HTTP/1.1 200")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            assert _ask(conn) == 200
+            sock = conn.sock
             time.sleep(6.5)  # past uvicorn's own 5 s
-            assert _ask(sock).startswith(b"HTTP/1.1 200")
+            assert _ask(conn) == 200  # the server closing it would be RemoteDisconnected here
+            assert conn.sock is sock  # the same connection, not a new one
+        finally:
+            conn.close()
     finally:
         server.stop()
