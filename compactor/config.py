@@ -55,6 +55,8 @@ A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entr
     [defaults.expire_snapshots]
     older_than = "5d"
     retain_last = 10
+    restart_point_age = "15d"           # a committer's restart point kept this long
+    restart_points = 8                  # for the newest this many committers of a table
     [fleet]
     max_concurrent = 2                  # table runs at once in this process
     claim_ttl = "60s"                   # the claim on a table a run holds (renewed at a third)
@@ -382,13 +384,19 @@ class ExpireSnapshotsConfig:
     """`expire_snapshots` with its floors.
 
     Never expired, whatever the settings: the last `retain_last` snapshots, snapshots younger
-    than `older_than`, the current one, and the latest snapshot of each streaming query
-    (`lakelock.query-id` in its summary), which the streaming job's replay guard reads.
+    than `older_than` and the current one. Restart points, the newest snapshot of each
+    streaming query (`lakelock.query-id`, read by the streaming job's replay guard) and of each
+    Flink committer (`flink.max-committed-checkpoint-id`), are kept besides for the newest
+    `restart_points` committers of the table, while younger than `restart_point_age`: a job
+    stopped longer restarts from a savepoint (docs/jobs.md §2), and ids that never commit again
+    pin nothing for good.
     """
 
     enabled: Bool = True
     older_than: Duration = timedelta(days=5)
     retain_last: int = 10
+    restart_point_age: Duration = timedelta(days=15)
+    restart_points: Annotated[int, Field(ge=0, le=1000)] = 8
 
     _fixed = model_validator(mode="before")(_no_floor_keys)
 

@@ -4,14 +4,14 @@ remove just those."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from compactor.config import ExpireSnapshotsConfig, TableConfig
 from compactor.stats import SnapshotStats, TableStats
 
-__all__ = ["ExpiryPlan", "snapshot_expiry", "table_expiry"]
+__all__ = ["ExpiryPlan", "restart_points", "snapshot_expiry", "table_expiry"]
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,10 @@ def snapshot_expiry(
 ) -> ExpiryPlan:
     """Which snapshots expire_snapshots may remove, and the arguments that remove just those.
 
-    Kept: the last `retain_last`, those younger than `older_than`, the current one, the newest
-    snapshot of each streaming query id (the replay guard reads it after a restart) and of each
-    Flink job's committer (its restart reads `flink.max-committed-checkpoint-id` from it, and
-    without it would commit a checkpoint twice), and every
-    snapshot at or after the oldest position in `readers` (live reader holds: snapshot ids; one
-    the table no longer has holds nothing).
+    Kept: the last `retain_last`, those younger than `older_than`, the current one, the
+    committers' restart points (`restart_points`), and every snapshot at or after the oldest
+    position in `readers` (live reader holds: snapshot ids; one the table no longer has holds
+    nothing).
     """
     ordered = sorted(snapshots, key=lambda s: (s.committed_at, s.snapshot_id))
     cutoff = now - config.older_than
@@ -53,13 +51,7 @@ def snapshot_expiry(
     keep |= {s.snapshot_id for s in ordered if s.committed_at >= cutoff}
     if current_snapshot_id is not None:
         keep.add(current_snapshot_id)
-    newest_per_query: dict[tuple[str, str], SnapshotStats] = {}
-    for snap in ordered:
-        if snap.query_id:
-            newest_per_query["query", snap.query_id] = snap
-        if snap.flink_committer:
-            newest_per_query["flink", snap.flink_committer] = snap
-    for_queries = {s.snapshot_id for s in newest_per_query.values()}
+    for_queries = restart_points(ordered, config=config, now=now)
     keep |= for_queries
     positions = set(readers)
     oldest = next((i for i, s in enumerate(ordered) if s.snapshot_id in positions), len(ordered))
@@ -78,6 +70,30 @@ def snapshot_expiry(
         kept_for_queries=tuple(sorted(for_queries - {s.snapshot_id for s in expired})),
         kept_for_readers=tuple(sorted(for_readers)),
     )
+
+
+def restart_points(
+    ordered: Sequence[SnapshotStats], *, config: ExpireSnapshotsConfig, now: datetime
+) -> set[int]:
+    """The snapshots kept as restart points: the newest snapshot of each streaming query id
+    (the replay guard reads it after a restart) and of each Flink job's committer (its restart
+    reads `flink.max-committed-checkpoint-id` from it, and without it would commit a checkpoint
+    twice), for the `restart_points` committers whose newest snapshots are newest, and only
+    while younger than `restart_point_age`. `ordered`: oldest first."""
+    newest: dict[tuple[str, str], SnapshotStats] = {}
+    for snap in ordered:
+        if snap.query_id:
+            newest["query", snap.query_id] = snap
+        if snap.flink_committer:
+            newest["flink", snap.flink_committer] = snap
+    cutoff = now - config.restart_point_age
+    points = {s.snapshot_id: s for s in newest.values()}  # a snapshot may be both kinds'
+    recent = sorted(
+        (s for s in points.values() if s.committed_at >= cutoff),
+        key=lambda s: (s.committed_at, s.snapshot_id),
+        reverse=True,
+    )
+    return {s.snapshot_id for s in recent[: config.restart_points]}
 
 
 def table_expiry(

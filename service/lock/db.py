@@ -271,9 +271,11 @@ due_samples_t = Table(
 followers_t = Table(
     "lakelock_followers",
     metadata,
+    # a follower is a token's own: another token's poll under the same holder is another row
+    Column("principal", String(255), primary_key=True),
     Column("holder", String(255), primary_key=True),
-    Column("principal", String(255)),  # the token of its last poll
     Column("tables", LongText, nullable=False),  # JSON: the table names and globs it follows
+    Column("scope", LongText),  # JSON: its token's table patterns; NULL: every table
     Column("polled_at", Instant, nullable=False),
     Column("parked_until", Instant),  # parked on its long-poll until then; NULL: not parked
 )

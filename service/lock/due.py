@@ -26,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -293,29 +293,30 @@ def poll(
     *,
     tables: Sequence[str],
     holder: str,
-    principal: str | None,
+    principal: str,
     limit: int,
     parked_s: float,
-    shown: Callable[[str], bool] | None = None,
+    scope: Sequence[str] | None = None,
 ) -> Polled:
     """The due partitions of the tables `tables` name (names or globs, lower case; `*` and `?`
     match any characters, dots too), most files first, at most `limit`: not those of a table
     another compactor holds the claim of (its holder neither `holder` nor a run under it, or
     `holder` a run under it), nor of a table whose maintenance is switched off (nothing could
-    compact them); `shown` leaves out the tables it is false for. The follower `holder` is
-    recorded as following `tables`, parked for `parked_s` when nothing is due for it.
+    compact them), nor of a table outside `scope` (the token's table patterns; None: every
+    table). The follower (`principal`, `holder`) is recorded as following `tables` within
+    `scope`, parked for `parked_s` when nothing is due for it.
     The marker is read first: what becomes due after it, the long-poll wakes for."""
     at = now(conn)
     seen = marker(conn)
-    found = _due(conn, tables, holder, limit, at, shown)
+    found = _due(conn, tables, holder, limit, at, scope)
     parked = at + timedelta(seconds=parked_s) if parked_s > 0 and not found else None
     store.put_row(
         conn,
         followers_t,
-        {"holder": holder},
+        {"principal": principal, "holder": holder},
         {
-            "principal": principal,
             "tables": json.dumps(sorted(tables)),
+            "scope": None if scope is None else json.dumps(sorted(scope)),
             "polled_at": at,
             "parked_until": parked,
         },
@@ -347,7 +348,7 @@ def _due(
     holder: str,
     limit: int,
     at: datetime,
-    shown: Callable[[str], bool] | None,
+    scope: Sequence[str] | None,
 ) -> list[DuePartition]:
     k = claims_t.c
     claims = conn.execute(
@@ -374,7 +375,7 @@ def _due(
     offset = 0
     while len(found) < limit:
         rows = conn.execute(query.limit(batch).offset(offset)).all()
-        found += [row for row in rows if shown is None or shown(row.table_name)]
+        found += [row for row in rows if _within(row.table_name, scope)]
         if len(rows) < batch:
             break
         offset += batch
@@ -491,13 +492,23 @@ def figures(conn: Connection, *, at: datetime, max_tables: int) -> list[tuple[st
     return seen[:max_tables]
 
 
+def _matches(table: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(table, pattern) for pattern in patterns)
+
+
+def _within(table: str, scope: Sequence[str] | None) -> bool:
+    """Whether a token with the table patterns `scope` (None: every table) may see `table`."""
+    return scope is None or _matches(table.lower(), scope)
+
+
 @dataclass(frozen=True, slots=True)
 class _Follower:
     tables: tuple[str, ...]
+    scope: tuple[str, ...] | None  # its token's table patterns; None: every table
     parked_until: datetime | None
 
     def follows(self, table: str) -> bool:
-        return any(fnmatch.fnmatchcase(table, pattern) for pattern in self.tables)
+        return _matches(table, self.tables) and _within(table, self.scope)
 
     def parked(self, at: datetime) -> bool:
         return self.parked_until is not None and self.parked_until > at
@@ -507,8 +518,15 @@ def _followers(conn: Connection, at: datetime) -> list[_Follower]:
     """The compactors that long-polled lately (`FOLLOWING`), or are parked now."""
     f = followers_t.c
     rows = conn.execute(
-        select(f.tables, f.parked_until).where(
+        select(f.tables, f.scope, f.parked_until).where(
             or_(f.polled_at >= at - FOLLOWING, f.parked_until > at)
         )
     )
-    return [_Follower(tuple(json.loads(row.tables)), row.parked_until) for row in rows]
+    return [
+        _Follower(
+            tuple(json.loads(row.tables)),
+            None if row.scope is None else tuple(json.loads(row.scope)),
+            row.parked_until,
+        )
+        for row in rows
+    ]

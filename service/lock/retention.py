@@ -156,14 +156,16 @@ def _samples_batch(cutoff: datetime, limit: int) -> Batch:
 def _followers_batch(cutoff: datetime, limit: int) -> Batch:
     """Followers whose last long-poll began before `cutoff` (and ended: none parks a day)."""
     c = followers_t.c
+    key = tuple_(c.principal, c.holder)
 
     def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
-        holders = list(
-            conn.execute(select(c.holder).where(c.polled_at < cutoff).limit(limit)).scalars()
-        )
-        if holders:
-            conn.execute(delete(followers_t).where(c.holder.in_(holders), c.polled_at < cutoff))
-        return len(holders), 0 if len(holders) == limit else None
+        keys = conn.execute(
+            select(c.principal, c.holder).where(c.polled_at < cutoff).limit(limit)
+        ).all()
+        if keys:
+            found = [tuple(k) for k in keys]
+            conn.execute(delete(followers_t).where(key.in_(found), c.polled_at < cutoff))
+        return len(keys), 0 if len(keys) == limit else None
 
     return batch
 

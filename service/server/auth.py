@@ -8,6 +8,7 @@ request log names the token's `name` only.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hmac
 import re
 from collections.abc import Awaitable, Callable
@@ -26,8 +27,10 @@ __all__ = [
     "ReaderDep",
     "authenticate",
     "caller",
+    "check_hold",
     "check_touch",
     "guard_table",
+    "may_hold",
     "may_touch",
     "require",
 ]
@@ -75,6 +78,62 @@ def may_touch(token: ApiToken, table: str) -> bool:
         return True
     name = table.lower()
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in token.tables)
+
+
+def may_hold(token: ApiToken, namespace: str) -> bool:
+    """Whether `token` may touch some table of the namespace `namespace` (`catalog.namespace`,
+    any case): one of its LAKELOCK_TOKEN_TABLES patterns matches a table name in it, or it has
+    none. `lake.db.*`, `lake.*` and `lake.d?.events` hold `lake.db`; `lake.db.*` holds no other
+    namespace."""
+    if token.tables is None:
+        return True
+    prefix = namespace.lower() + "."
+    return any(_matches_under(pattern, prefix) for pattern in token.tables)
+
+
+def _matches_under(pattern: str, prefix: str) -> bool:
+    """Whether `pattern` (a glob, `*` matching dots too) matches `prefix` followed by some
+    table name: a non-empty name without dots."""
+
+    @functools.cache
+    def match(p: int, t: int) -> bool:
+        if t == len(prefix):  # the rest of the pattern must match a name: no literal dot
+            rest = pattern[p:]
+            return rest != "" and "." not in rest.replace("[.]", "")
+        if p == len(pattern):
+            return False
+        head = pattern[p]
+        if head == "*":
+            return match(p + 1, t) or match(p, t + 1)
+        if head == "[":
+            end = pattern.find("]", p + 2)
+            if end > 0:
+                return fnmatch.fnmatchcase(prefix[t], pattern[p : end + 1]) and match(
+                    end + 1, t + 1
+                )
+        return (head == "?" or head == prefix[t]) and match(p + 1, t + 1)
+
+    return match(0, 0)
+
+
+def check_hold(token: ApiToken, namespace: str) -> None:
+    """Refuse a token whose LAKELOCK_TOKEN_TABLES patterns match no table of `namespace`
+    (`may_hold`): a narrowed token creates and reads namespaces within its patterns only.
+
+    Raises:
+        Forbidden: 403, naming the token, the namespace and the setting.
+    """
+    if may_hold(token, namespace):
+        return
+    patterns = ", ".join(token.tables or ())
+    raise Forbidden(
+        f"token {token.name} may not touch namespace {namespace.lower()}: LAKELOCK_TOKEN_TABLES "
+        f"lets it touch {patterns} only; use a token whose patterns cover a table of the "
+        "namespace, or have an operator add one",
+        token=token.name,
+        namespace=namespace.lower(),
+        setting="LAKELOCK_TOKEN_TABLES",
+    )
 
 
 def check_touch(token: ApiToken, table: str) -> None:

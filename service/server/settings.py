@@ -102,8 +102,10 @@ class Settings(BaseSettings):
         "the lower-case `catalog.namespace.table` name (`ingest=lake.db.*;compactor=lake.*`). "
         "It covers the lease API's table routes (make known, lease, report on, read), the "
         "table list, the events (`/v1/events` shows only those tables'), a lease read by id, "
-        "and the catalog front's tables; not `/metrics`, whose per-table series every "
-        "reader sees. Tokens not listed touch any table; operators are never listed. "
+        "and the catalog front's tables and namespaces (a namespace is within the patterns when "
+        "one could match a table in it: creating, loading or checking one outside is a 403 "
+        "naming `namespace`, and the listing leaves it out); not `/metrics`, whose per-table "
+        "series every reader sees. Tokens not listed touch any table; operators are never listed. "
         "Anything else is a 403 naming the token, the table and this setting.",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field(

@@ -355,7 +355,9 @@ def test_expiry_keeps_the_last_n_the_young_and_the_newest_per_streaming_query():
         snap(8, timedelta(days=7)),  # last 2: kept
         snap(9, timedelta(hours=2)),  # younger than older_than: kept
     ]
-    cfg = ExpireSnapshotsConfig(older_than=timedelta(days=3), retain_last=2)
+    cfg = ExpireSnapshotsConfig(
+        older_than=timedelta(days=3), retain_last=2, restart_point_age=timedelta(days=40)
+    )
 
     expiry = snapshot_expiry(snaps, current_snapshot_id=9, config=cfg, now=NOW)
 
@@ -389,7 +391,9 @@ def test_expiry_keeps_each_flink_jobs_newest_checkpoint_snapshot():
         snap(5, timedelta(days=10)),
         snap(6, timedelta(days=9)),  # the last: kept
     ]
-    cfg = ExpireSnapshotsConfig(older_than=timedelta(days=3), retain_last=1)
+    cfg = ExpireSnapshotsConfig(
+        older_than=timedelta(days=3), retain_last=1, restart_point_age=timedelta(days=40)
+    )
 
     expiry = snapshot_expiry(snaps, current_snapshot_id=6, config=cfg, now=NOW)
 
@@ -404,6 +408,31 @@ def test_expiry_keeps_each_flink_jobs_newest_checkpoint_snapshot():
     )
     expiry = snapshot_expiry([*snaps, other], current_snapshot_id=7, config=cfg, now=NOW)
     assert expiry.kept_for_queries == (1, 3, 7)
+
+
+def test_restart_points_are_kept_for_a_bounded_age_and_for_the_newest_committers_only():
+    """Made-up job ids, or a Flink job redeployed under a new id, pin nothing for good: a
+    committer's restart point goes once older than `restart_point_age`, and only the newest
+    `restart_points` committers keep one (each a snapshot and the files it holds)."""
+    snaps = [
+        flink(1, timedelta(days=16), "redeployed-away", 9),  # past the default 15 days: goes
+        *(flink(10 + i, timedelta(days=14, hours=-i), f"made-up-{i}", 1) for i in range(12)),
+        snap(30, timedelta(days=4), "q-live"),  # a query's point counts among the committers
+        snap(31, timedelta(hours=1)),
+    ]
+    cfg = ExpireSnapshotsConfig(older_than=timedelta(days=3), retain_last=1)
+    assert cfg.restart_point_age == timedelta(days=15) and cfg.restart_points == 8
+
+    expiry = snapshot_expiry(snaps, current_snapshot_id=31, config=cfg, now=NOW)
+
+    # the newest 8 committers: q-live and the 7 newest made-up ids (made-up-11 .. made-up-5)
+    assert expiry.kept_for_queries == (15, 16, 17, 18, 19, 20, 21, 30)
+    assert sorted(expiry.expired) == [1, 10, 11, 12, 13, 14]
+
+    none = ExpireSnapshotsConfig(older_than=timedelta(days=3), retain_last=1, restart_points=0)
+    assert (
+        snapshot_expiry(snaps, current_snapshot_id=31, config=none, now=NOW).kept_for_queries == ()
+    )
 
 
 def test_expiry_without_streaming_queries_lets_iceberg_expire_by_age():

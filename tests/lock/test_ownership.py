@@ -31,10 +31,12 @@ from tests.conftest import BOTH_DATABASES, TOKENS, start_front
 from tests.iceberg_commits import rewrite_body
 
 OTHER = "job-b-secret-00000005"
+NARROW = "job-c-secret-00000006"  # a job token narrowed to lake.narrow.* (LAKELOCK_TOKEN_TABLES)
 TOKENS_ENV = ",".join(
-    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()] + [f"job-b:job:{OTHER}"]
+    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()]
+    + [f"job-b:job:{OTHER}", f"job-c:job:{NARROW}"]
 )
-SECRETS = {"a": TOKENS["job"], "b": OTHER, "operator": TOKENS["operator"]}
+SECRETS = {"a": TOKENS["job"], "b": OTHER, "c": NARROW, "operator": TOKENS["operator"]}
 TABLE = "lake.db.events"
 CATALOG = "lakelock"
 SCHEMA = Schema(
@@ -50,7 +52,13 @@ DAY = date(2024, 6, 20)
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    process = start_front(request, tmp_path_factory, "ownership", LAKELOCK_TOKENS=TOKENS_ENV)
+    process = start_front(
+        request,
+        tmp_path_factory,
+        "ownership",
+        LAKELOCK_TOKENS=TOKENS_ENV,
+        LAKELOCK_TOKEN_TABLES="job-c=lake.narrow.*",
+    )
     yield process
     process.stop()
 
@@ -205,6 +213,38 @@ def test_another_token_cannot_report_the_debt_of_a_table_claimed_by_another(a, b
     due = operator.get(f"/v1/tables/{table}").json()["due"]
     assert due["partitions_counted"] == 1 and due["data_files"] == 9  # not erased
     assert operator.put(f"/v1/tables/{table}/debt", json=report).is_success
+
+
+def test_another_token_cannot_overwrite_a_follower_nor_a_narrowed_one_follow_every_table(
+    a, b, server, operator
+):
+    """A follower row is its token's own: another token polling under the same holder name
+    does not replace it (which silenced the due alert of the tables it follows), and a token
+    narrowed by LAKELOCK_TOKEN_TABLES that follows `*` follows its own tables only."""
+    table = unique("followed")
+
+    def followers() -> int:
+        return operator.get(f"/v1/tables/{table}").json()["due"]["followers"]
+
+    counted = {"dt=2024-06-20": {"data_files": 1, "delete_files": 0}}
+    report = {
+        "data_files": 1,
+        "small_files": 1,
+        "delete_files": 0,
+        "partitions_over_target": 0,
+        "snapshot_id": None,
+        "measured_at": "2024-06-20T12:00:00Z",
+        "partitions": counted,
+    }
+    assert a.put(f"/v1/tables/{table}/debt", json=report).is_success
+    poll = {"holder": "compactor-1", "wait_s": 0}
+    assert a.get("/v1/due", params={**poll, "table": table}).is_success
+    assert followers() == 1
+    assert b.get("/v1/due", params={**poll, "table": "lake.elsewhere.*"}).is_success
+    assert followers() == 1  # a's row stands beside b's
+    with client(server, "c") as c:
+        assert c.get("/v1/due", params={"holder": "narrow-1", "wait_s": 0, "table": "*"}).is_success
+    assert followers() == 1  # c follows lake.narrow.* only
 
 
 def test_another_token_cannot_renew_or_release_a_claim(a, b, operator):

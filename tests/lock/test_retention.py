@@ -178,7 +178,9 @@ def test_due_samples_and_idle_followers_go_after_a_day_counts_after_the_retentio
             )
         for holder, polled in (("idle", t - day - day), ("following", t)):
             conn.execute(
-                insert(followers_t).values(holder=holder, tables='["lake.db.*"]', polled_at=polled)
+                insert(followers_t).values(
+                    principal="job-client", holder=holder, tables='["lake.db.*"]', polled_at=polled
+                )
             )
 
     pruned = prune(engine, retention=RETENTION, batch_rows=1)

@@ -9,7 +9,7 @@ import pytest
 
 from service.lock import audit
 from service.server.app import create_app
-from service.server.auth import may_touch
+from service.server.auth import may_hold, may_touch
 from service.server.settings import ApiToken, SettingsError
 from tests.conftest import auth, make_settings
 
@@ -166,6 +166,31 @@ def test_may_touch_matches_the_lower_case_name_with_globs() -> None:
     assert may_touch(ApiToken("ops", "operator", "x" * 8), "anything.at.all")
 
 
+@pytest.mark.parametrize(
+    ("patterns", "namespace", "held"),
+    [
+        (("lake.db.*",), "lake.db", True),
+        (("lake.db.*",), "LAKE.DB", True),
+        (("lake.db.*",), "lake.dbx", False),
+        (("lake.db.*",), "other.db", False),
+        (("lake.*",), "lake.anything", True),
+        (("lake.*s",), "lake.team", True),  # lake.team.events
+        (("lake.*.events",), "lake.team", True),
+        (("lake.d?.events",), "lake.db", True),
+        (("lake.d?.events",), "lake.dbb", False),
+        (("lake.[ab]b.*",), "lake.bb", True),
+        (("lake.[ab]b.*",), "lake.cb", False),
+        (("lake.db",), "lake.db", False),  # a table named db in catalog lake, no namespace
+        (("lake.db.t", "x.y.*"), "x.y", True),
+    ],
+)
+def test_may_hold_says_whether_a_pattern_can_match_a_table_of_the_namespace(
+    patterns: tuple[str, ...], namespace: str, held: bool
+) -> None:
+    assert may_hold(ApiToken("ingest", "job", "x" * 8, tables=patterns), namespace) is held
+    assert may_hold(ApiToken("ops", "operator", "x" * 8), namespace)
+
+
 def test_tokens_carry_their_patterns_from_the_settings() -> None:
     settings = make_settings("sqlite://", token_tables=" job-client = Lake.DB.* , x.y ; ")
     tokens = {token.name: token for token in settings.api_tokens}
@@ -237,3 +262,37 @@ def test_the_catalog_front_keeps_a_listed_token_to_its_tables(db_url, tmp_path) 
         assert mine.status_code == 200, mine.text
         listed = c.get("/namespaces/db/tables", headers=job).json()["identifiers"]
         assert listed == [{"namespace": ["db"], "name": "mine_1"}]
+
+
+def test_a_listed_token_creates_reads_and_lists_namespaces_within_its_patterns(
+    db_url, tmp_path
+) -> None:
+    """A narrowed job token cannot create a namespace (with properties only an operator can
+    change later) where it may touch no table, nor read one; its listing shows its own."""
+    from starlette.testclient import TestClient
+
+    settings = make_settings(
+        db_url,
+        token_tables="job-client=lakelock.db.*;reader-client=lakelock.d?.events",
+        catalog_warehouse=(tmp_path / "warehouse").as_uri(),
+    )
+    with TestClient(create_app(settings), base_url="http://t/iceberg/v1") as c:
+        job, reader, operator = auth("job"), auth("reader"), auth("operator")
+        made = {"namespace": ["elsewhere"], "properties": {"owner": "mallory"}}
+        refused = c.post("/namespaces", json=made, headers=job)
+        assert refused.status_code == 403, refused.text
+        problem = refused.json()
+        assert problem["namespace"] == "lakelock.elsewhere"
+        assert problem["setting"] == "LAKELOCK_TOKEN_TABLES"
+        assert problem["error"]["type"] == "ForbiddenException"
+        assert c.get("/namespaces/elsewhere", headers=operator).status_code == 404  # not made
+        assert c.post("/namespaces", json={"namespace": ["db"]}, headers=job).status_code == 200
+        made = {"namespace": ["other"], "properties": {"owner": "ops"}}
+        assert c.post("/namespaces", json=made, headers=operator).status_code == 200
+        assert c.get("/namespaces/other", headers=job).status_code == 403
+        assert c.head("/namespaces/other", headers=reader).status_code == 403
+        assert c.head("/namespaces/db", headers=reader).status_code == 204
+        assert c.get("/namespaces", headers=job).json()["namespaces"] == [["db"]]
+        assert c.get("/namespaces", headers=reader).json()["namespaces"] == [["db"]]
+        everything = c.get("/namespaces", headers=operator).json()["namespaces"]
+        assert sorted(everything) == [["db"], ["other"]]

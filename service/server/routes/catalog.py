@@ -28,7 +28,15 @@ from starlette.background import BackgroundTask
 
 from service.catalog.front import Front, Loaded
 from service.lock.fence import Park
-from service.server.auth import JobDep, OperatorDep, ReaderDep, check_touch, may_touch
+from service.server.auth import (
+    JobDep,
+    OperatorDep,
+    ReaderDep,
+    check_hold,
+    check_touch,
+    may_hold,
+    may_touch,
+)
 from service.server.routes.common import clock
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
@@ -106,6 +114,17 @@ def _touched(request: Request, caller: ApiToken, identifier: Identifier) -> Iden
     return identifier
 
 
+def _held(request: Request, caller: ApiToken, levels: Identifier) -> Identifier:
+    """`levels`, when `caller` may touch a table of the namespace (LAKELOCK_TOKEN_TABLES:
+    service.server.auth.check_hold).
+
+    Raises:
+        Forbidden: the token's patterns match no table of the namespace.
+    """
+    check_hold(caller, _front(request).table_name(levels))
+    return levels
+
+
 async def _body(request: Request) -> dict[str, Any]:
     try:
         body = await request.json()
@@ -179,13 +198,15 @@ async def list_namespaces(
 ) -> dict[str, Any]:
     under = _namespace(parent) if parent else ()
     found = await _call(request, lambda f: f.list_namespaces(under))
-    return {"namespaces": [list(n) for n in found]}
+    # a token narrowed to some tables sees the namespaces that can hold them only
+    mine = [n for n in found if may_hold(caller, _front(request).table_name(n))]
+    return {"namespaces": [list(n) for n in mine]}
 
 
 @router.post("/v1/namespaces")
 async def create_namespace(request: Request, caller: Job) -> dict[str, Any]:
     body = await _body(request)
-    levels = _levels(body.get("namespace"))
+    levels = _held(request, caller, _levels(body.get("namespace")))
     properties = body.get("properties") or {}
     if not isinstance(properties, dict):
         raise InvalidRequest("properties: a JSON object of strings")
@@ -196,14 +217,14 @@ async def create_namespace(request: Request, caller: Job) -> dict[str, Any]:
 
 @router.get("/v1/namespaces/{namespace}")
 async def load_namespace(request: Request, caller: Reader, namespace: str) -> dict[str, Any]:
-    levels = _namespace(namespace)
+    levels = _held(request, caller, _namespace(namespace))
     properties = await _call(request, lambda f: f.namespace_properties(levels))
     return {"namespace": list(levels), "properties": properties}
 
 
 @router.head("/v1/namespaces/{namespace}", status_code=204)
 async def namespace_exists(request: Request, caller: Reader, namespace: str) -> Response:
-    levels = _namespace(namespace)
+    levels = _held(request, caller, _namespace(namespace))
     await _call(request, lambda f: f.namespace_properties(levels))
     return Response(status_code=204)
 

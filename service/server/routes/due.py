@@ -11,7 +11,7 @@ from pydantic import AfterValidator, StringConstraints
 
 from service.lock import due
 from service.lock.db import Connection
-from service.server.auth import JobDep, may_touch
+from service.server.auth import JobDep
 from service.server.routes.common import READ, RuntimeDep, check_ttl, clock
 from service.server.runtime import ClientGone
 from service.server.settings import ApiToken
@@ -102,5 +102,5 @@ def _poll(
         principal=who.name,
         limit=limit,
         parked_s=parked_s,
-        shown=lambda name: may_touch(who, name),
+        scope=who.tables,
     )
