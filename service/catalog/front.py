@@ -364,6 +364,8 @@ class Front:
             headers=headers,
         )
         self._write(identifier, metadata, new, text, raw)
+        if park is not None:
+            park.base = old  # what a hold met now was read against (still_held)
         try:
             self._transact(
                 lambda conn: fence.commit(
@@ -419,6 +421,22 @@ class Front:
             if isinstance(exc, DatabaseError) and not is_unavailable(exc):
                 raise  # a fault, not an outage
             log.warning("no turn of the head for %s, the database is unavailable: %s", table, exc)
+
+    def still_held(self, identifier: Identifier, park: fence.Park) -> CommitHeld | None:
+        """A parked commit judged again without a try: the hold that refuses it now, while the
+        table's pointer still names the base its last held try was read against; None when
+        a whole try must answer it (the hold ended, another refusal, or the base moved)
+        (service.lock.fence.held). Reads no file."""
+        change = park.held
+        if change is None:
+            return None
+
+        def look(conn: Connection) -> CommitHeld | None:
+            if self.pointers.pointer(conn, identifier) != park.base:
+                return None
+            return fence.held(conn, change)
+
+        return self._transact(look)
 
     def gave_up(self, park: fence.Park, held: CommitHeld) -> None:
         """The route stopped parking a held commit without a last try (its client left):

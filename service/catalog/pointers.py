@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -208,6 +209,21 @@ class Pointers(SqlCatalog):
             catalog=self,
         )
 
+    def pointer(self, conn: Connection, identifier: Identifier) -> str | None:
+        """The metadata file `identifier` points at now; None when there is no such table."""
+        t = iceberg_tables_t.c
+        return conn.execute(
+            select(t.metadata_location).where(*self._key(identifier))
+        ).scalar_one_or_none()
+
+    def _key(self, identifier: Identifier) -> tuple[Any, ...]:
+        t = iceberg_tables_t.c
+        return (
+            t.catalog_name == self.name,
+            t.table_namespace == Catalog.namespace_to_string(identifier[:-1]),
+            t.table_name == identifier[-1],
+        )
+
     def swap(
         self,
         conn: Connection,
@@ -235,11 +251,7 @@ class Pointers(SqlCatalog):
             self.check_case(conn, identifier)
         namespace = Catalog.namespace_to_string(identifier[:-1])
         t = iceberg_tables_t.c
-        key = and_(
-            t.catalog_name == self.name,
-            t.table_namespace == namespace,
-            t.table_name == identifier[-1],
-        )
+        key = and_(*self._key(identifier))
         if old is None:
             exists = conn.execute(iceberg_tables_t.select().where(key)).first()
             if exists is not None:

@@ -34,14 +34,15 @@ open every foreign data commit to the table is held too, whatever it touched, si
 commit moves the head (rules.head_turn); the lease's next commit that lands ends it.
 
 A refusal is recorded (`catalog.refused`) and nothing else changes; a held commit the route
-parks (`Park`) is recorded once, by its last try or when the route gives up on it, not at
-each try. A commit that passes is recorded (`catalog.commit`: the principal, what it is, the
-lease it named or `foreign`, the partitions it touched, and how long it was parked) and a data
-commit adds what it wrote to the table's debt row, so operators see foreign writers and debt
-moves without a table scan, and to its partitions' due counts (service.lock.due); a
-maintenance commit compacts the partitions whose data files it replaced there. `swap` returns
-False when the pointer moved since the commit's base: CommitConflict (409, retried by Iceberg
-clients).
+parks (`Park`) is recorded once, by its last try or when the route gives up on it, not at each
+try; while parked it is judged again by `held`, on what its last try read, which reads no file
+and records nothing, until its hold ends or the table's pointer moves. A commit that passes is
+recorded (`catalog.commit`: the principal, what it is, the lease it named or `foreign`, the
+partitions it touched, and how long it was parked) and a data commit adds what it wrote to the
+table's debt row, so operators see foreign writers and debt moves without a table scan, and to
+its partitions' due counts (service.lock.due); a maintenance commit compacts the partitions
+whose data files it replaced there. `swap` returns False when the pointer moved since the
+commit's base: CommitConflict (409, retried by Iceberg clients).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 
-__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "lost_head"]
+__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "held", "lost_head"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -105,6 +106,7 @@ class Park:
     last: bool = True  # this try is the last: a hold met now is the answer, and recorded
     since: datetime | None = None  # when a try of it first met a hold (the database clock)
     held: Change | None = None  # the commit as the last held try read it
+    base: str | None = None  # the metadata the last held try was read against (`held`)
 
 
 def commit(
@@ -178,10 +180,7 @@ def _check(
     """Raise the refusal of `change`, if any, recorded: a hold met by a parked commit's try
     that is not its last is recorded when the commit ends (`Park`)."""
     try:
-        if change.kind == "maintenance":
-            _check_maintenance(row, change, lease, at)
-        elif change.kind == "data":
-            _check_data(conn, row, live, change, lease, at)
+        _decide(conn, row, live, change, lease, at)
     except CommitHeld as refusal:
         if park is not None and not park.last:
             park.since, park.held = park.since or at, change
@@ -191,6 +190,39 @@ def _check(
     except Fenced as refusal:
         _refused(conn, change, at, refusal, park)
         raise
+
+
+def _decide(
+    conn: Connection,
+    row: TableRow,
+    live: Live,
+    change: Change,
+    lease: LeaseRow | None,
+    at: datetime,
+) -> None:
+    """Raise the refusal of `change`, if any; nothing recorded."""
+    if change.kind == "maintenance":
+        _check_maintenance(row, change, lease, at)
+    elif change.kind == "data":
+        _check_data(conn, row, live, change, lease, at)
+
+
+def held(conn: Connection, change: Change) -> CommitHeld | None:
+    """A parked commit judged again on what its last held try read (its files, partitions and kind,
+    which stand while the table's pointer names the same base): the hold that refuses it
+    now, or None when a new try may pass, or meets another refusal. Nothing of the commit is
+    recorded (what expired meanwhile ends, as in every transition): the cheap look a parked
+    commit takes each time the table's state moves, instead of a whole try (docs/catalog-
+    front.md §4)."""
+    row, at, live = leases.live_on(conn, change.table)
+    lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
+    try:
+        _decide(conn, row, live, change, lease, at)
+    except CommitHeld as refusal:
+        return refusal
+    except Fenced:
+        return None  # a whole try answers it, recorded
+    return None
 
 
 def lost_head(

@@ -29,6 +29,7 @@ from service.server.logs import mask_url
 from service.server.metrics import process_exited
 from service.server.middleware import RequestContext
 from service.server.openapi import openapi
+from service.server.parking import Parking
 from service.server.periodic import sweeper as make_sweeper
 from service.server.retention import pruner as make_pruner
 from service.server.routes import router
@@ -120,6 +121,9 @@ def _serve_catalog(app: FastAPI, runtime: Runtime, settings: Settings) -> None:
     # its own worker threads: metadata and manifest reads on object storage must not take the
     # slots the lease calls run in
     app.state.catalog_limiter = anyio.CapacityLimiter(settings.db_pool_size)
+    app.state.parking = Parking(
+        most=settings.catalog_max_parked, per_token=settings.catalog_max_parked_per_token
+    )
     app.state.catalog = Front(
         pointers,
         transact=runtime.transact_sync,

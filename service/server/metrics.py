@@ -105,6 +105,20 @@ class Metrics:
             ["reason"],
             registry=own,
         )
+        # parked commits (docs/catalog-front.md §4): `how` a parked commit was judged again,
+        # `look` (the lock's state, no file read) or `try` (a whole commit)
+        self.catalog_parked_judged = Counter(
+            "lakelock_catalog_parked_judged",
+            "Parked commits judged again after their first try, by how",
+            ["how"],
+            registry=own,
+        )
+        self.catalog_parked = Gauge(
+            "lakelock_catalog_parked_commits",
+            "Commits the catalog front parks now, waiting for a hold to end",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
         self.hold = Histogram(
             "lakelock_lease_hold_seconds",
             "How long leases were held, from grant to release, expiry or revoke",

@@ -282,6 +282,23 @@ class Settings(BaseSettings):
         "as `s3.path-style-access`.",
     )
 
+    catalog_max_parked: int = Field(
+        default=256,
+        ge=0,
+        le=100_000,
+        description="How many held commits the catalog front parks at once, in all, per service "
+        "process (LAKELOCK_CATALOG_HOLD_WAIT_S); a commit held past it is answered 429 at once "
+        "(reason `too-many-parked`, with the hold's Retry-After). A parked commit holds no "
+        "thread and is judged again from the lock's state only, not by reading its files, "
+        "until its hold ends or its table's pointer moves.",
+    )
+    catalog_max_parked_per_token: int = Field(
+        default=32,
+        ge=0,
+        le=100_000,
+        description="How many held commits of one token the catalog front parks at once, per "
+        "service process; past it, as past LAKELOCK_CATALOG_MAX_PARKED.",
+    )
     catalog_hold_wait_s: float = Field(
         default=30.0,
         ge=0,

@@ -1,0 +1,223 @@
+"""Parked commits cost about one commit (docs/catalog-front.md §4), on a real service process:
+while a hold refuses a foreign commit, the front judges it again from the lock's state each
+time the table's state moves (its own token can move it, taking and releasing commit leases),
+and tries it whole only when the hold ends or the table's pointer moves; past
+LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN or LAKELOCK_CATALOG_MAX_PARKED a held commit is a 429 at
+once; under hundreds of parked commits another token's lease renews on time."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.expressions import EqualTo
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import DateType, LongType, NestedField
+
+from tests.conftest import TOKENS, start_front
+from tests.helpers import HANG_GUARD_S, metric, wait_until
+
+OTHER = "job-b-secret-00000005"
+SECRETS = {"a": TOKENS["job"], "b": OTHER, "reader": TOKENS["reader"]}
+TOKENS_ENV = ",".join(
+    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()] + [f"job-b:job:{OTHER}"]
+)
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=False),
+    NestedField(2, "dt", DateType(), required=False),
+)
+SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
+DAY, OTHER_DAY = date(2024, 6, 20), date(2024, 6, 21)
+PER_TOKEN, IN_ALL = 150, 160
+
+
+@pytest.fixture(scope="module", params=["sqlite"])
+def front(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    server = start_front(
+        request,
+        tmp_path_factory,
+        "parked",
+        LAKELOCK_TOKENS=TOKENS_ENV,
+        LAKELOCK_CATALOG_HOLD_WAIT_S="90",  # a bound against a hang: the holds end sooner
+        LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN=str(PER_TOKEN),
+        LAKELOCK_CATALOG_MAX_PARKED=str(IN_ALL),
+    )
+    yield server
+    server.stop()
+
+
+def api(front: Any, who: str) -> httpx.Client:
+    return httpx.Client(
+        base_url=front.url, headers={"Authorization": f"Bearer {SECRETS[who]}"}, timeout=120
+    )
+
+
+def new_table(front: Any, name: str) -> Any:
+    catalog = RestCatalog("lakelock", uri=f"{front.url}/iceberg", token=SECRETS["a"])
+    catalog.create_namespace(name)
+    table = catalog.create_table(f"{name}.t", SCHEMA, partition_spec=SPEC)
+    for day in (DAY, OTHER_DAY):
+        table.append(pa.table({"id": pa.array([1, 2], pa.int64()), "dt": pa.array([day] * 2)}))
+    return catalog.load_table(f"{name}.t")
+
+
+def lakelock_name(table: Any) -> str:
+    return ".".join(("lakelock", *table.name()))
+
+
+def hold(front: Any, table: Any) -> dict[str, Any]:
+    """A maintenance lease on DAY's partition: a foreign delete there is held."""
+    with api(front, "a") as c:
+        granted = c.post(
+            f"/v1/tables/{lakelock_name(table)}/maintenance-lease",
+            json={"holder": "compactor-1", "ttl_s": 120, "partitions": [f"dt={DAY}"]},
+        )
+    assert granted.status_code == 201, granted.text
+    return granted.json()
+
+
+def let_go(front: Any, lease: dict[str, Any]) -> None:
+    with api(front, "a") as c:
+        c.delete(
+            f"/v1/leases/{lease['lease_id']}",
+            params={"holder": lease["holder"], "token": lease["token"]},
+        ).raise_for_status()
+
+
+def delete_body(table: Any) -> dict[str, Any]:
+    """The REST body of a delete of DAY's rows, as pyiceberg sends it."""
+    tx = table.transaction()
+    tx.delete(EqualTo("dt", DAY.isoformat()))
+    return {
+        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
+        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
+    }
+
+
+def post(front: Any, who: str, table: Any, body: dict[str, Any]) -> httpx.Response:
+    namespace, name = table.name()
+    with api(front, who) as c:
+        return c.post(f"/iceberg/v1/namespaces/{namespace}/tables/{name}", json=body)
+
+
+def parked(front: Any) -> float:
+    with api(front, "reader") as c:
+        return metric(c, "lakelock_catalog_parked_commits")
+
+
+def judged(front: Any, how: str) -> float:
+    with api(front, "reader") as c:
+        return metric(c, "lakelock_catalog_parked_judged_total", how=how)
+
+
+def move_the_table(front: Any, table: Any, times: int) -> None:
+    """The committer's own token moves the table's lock state: a commit lease on the other
+    partition, taken and released."""
+    with api(front, "a") as c:
+        for _ in range(times):
+            lease = c.post(
+                f"/v1/tables/{lakelock_name(table)}/commit-leases",
+                json={"holder": "ingest-1", "ttl_s": 30, "partitions": [f"dt={OTHER_DAY}"]},
+            )
+            assert lease.status_code == 201, lease.text
+            c.delete(
+                f"/v1/leases/{lease.json()['lease_id']}", params={"holder": "ingest-1"}
+            ).raise_for_status()
+
+
+def test_a_parked_commit_is_judged_from_the_lock_not_tried_again_at_each_change(front):
+    table = new_table(front, "judged")
+    lease = hold(front, table)
+    body = delete_body(table)
+    looks, tries = judged(front, "look"), judged(front, "try")
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(post, front, "a", table, body)
+        wait_until(lambda: parked(front) == 1, "the delete parked")
+        move_the_table(front, table, 20)
+        wait_until(lambda: judged(front, "look") > looks, "a look at the parked commit")
+        assert judged(front, "try") == tries  # no whole try while the hold stands
+        let_go(front, lease)
+        done = answer.result(HANG_GUARD_S)
+    assert done.status_code == 200, done.text
+    assert judged(front, "try") == tries + 1  # the one whole try once the hold ended
+    assert parked(front) == 0
+
+
+def test_past_the_caps_a_held_commit_is_a_429_at_once_naming_the_setting(front):
+    table = new_table(front, "capped")
+    lease = hold(front, table)
+    body = delete_body(table)
+    with ThreadPoolExecutor(IN_ALL) as pool:
+        waiting = [pool.submit(post, front, "a", table, body) for _ in range(PER_TOKEN)]
+        wait_until(lambda: parked(front) == PER_TOKEN, f"{PER_TOKEN} commits parked")
+        started = time.monotonic()
+        refused = post(front, "a", table, body)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["reason"] == "too-many-parked"
+        assert refused.json()["setting"] == "LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN"
+        assert float(refused.headers["retry-after"]) > 0
+        assert time.monotonic() - started < 30  # answered, not parked (a guard, not a figure)
+        # another token still parks, up to the cap in all
+        waiting += [pool.submit(post, front, "b", table, body) for _ in range(IN_ALL - PER_TOKEN)]
+        wait_until(lambda: parked(front) == IN_ALL, f"{IN_ALL} commits parked")
+        refused = post(front, "b", table, body)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["setting"] == "LAKELOCK_CATALOG_MAX_PARKED"
+        let_go(front, lease)
+        statuses = sorted(f.result(HANG_GUARD_S).status_code for f in waiting)
+    # one of the parked deletes lands; the others find the table moved and reload (409)
+    assert statuses == [200] + [409] * (IN_ALL - 1)
+    with api(front, "a") as c:
+        trail = c.get("/v1/events", params={"table": lakelock_name(table), "limit": 1000})
+    reasons = [
+        e["detail"]["reason"] for e in trail.json()["events"] if e["event"] == "catalog.refused"
+    ]
+    assert reasons.count("too-many-parked") == 2  # each refusal on the trail once
+
+
+def test_another_tokens_lease_renews_on_time_while_hundreds_of_commits_are_parked(front):
+    """The review's load: the parked commits' token keeps moving its table; token b's commit
+    lease on another table, with a 5 s TTL renewed at a third of it, never expires."""
+    table = new_table(front, "loaded")
+    lease = hold(front, table)
+    body = delete_body(table)
+    stop = threading.Event()
+    renewals: list[int] = []
+
+    def renew() -> None:
+        with api(front, "b") as c:
+            mine = c.post(
+                "/v1/tables/lakelock.other.events/commit-leases",
+                json={"holder": "ingest-b", "ttl_s": 5},
+            ).json()
+            while not stop.wait(5 / 3):
+                renewed = c.post(
+                    f"/v1/leases/{mine['lease_id']}/renew", json={"holder": "ingest-b", "ttl_s": 5}
+                )
+                renewals.append(renewed.status_code)
+
+    with ThreadPoolExecutor(PER_TOKEN + 2) as pool:
+        renewer = pool.submit(renew)
+        waiting = [pool.submit(post, front, "a", table, body) for _ in range(PER_TOKEN)]
+        wait_until(lambda: parked(front) == PER_TOKEN, f"{PER_TOKEN} commits parked")
+        move_the_table(front, table, 30)
+        wait_until(lambda: len(renewals) >= 6, "six renewals under the load")
+        let_go(front, lease)
+        statuses = [f.result(HANG_GUARD_S).status_code for f in waiting]
+        stop.set()
+        renewer.result(HANG_GUARD_S)
+    assert set(renewals) == {200}, renewals
+    assert sorted(statuses) == [200] + [409] * (PER_TOKEN - 1)
