@@ -212,8 +212,8 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     which stand while the table's pointer names the same base): the hold that refuses it
     now, or None when a new try may pass, or meets another refusal. Nothing of the commit is
     recorded (what expired meanwhile ends, as in every transition): the cheap look a parked
-    commit takes each time the table's state moves, instead of a whole try (docs/catalog-
-    front.md §4)."""
+    commit takes each time the table's state moves, instead of a whole try
+    (docs/catalog-front.md §4)."""
     row, at, live = leases.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
     try:
