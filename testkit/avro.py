@@ -12,7 +12,7 @@ import zlib
 
 from service.catalog.avro import MAGIC, SYNC_SIZE, _Bytes, _metadata
 
-__all__ = ["avro_long", "bomb", "container", "deflated", "split"]
+__all__ = ["avro_long", "bomb", "container", "deflated", "nested", "split"]
 
 
 def avro_long(value: int) -> bytes:
@@ -62,11 +62,21 @@ def bomb(manifest: bytes, times: int) -> bytes:
     return header + avro_long(count * times) + avro_long(len(packed)) + packed + sync
 
 
-def container(codec: bytes, blocks: list[tuple[int, bytes]]) -> bytes:
-    meta = {b"avro.codec": codec, b"avro.schema": b'"long"'}
+def container(codec: bytes, blocks: list[tuple[int, bytes]], schema: bytes = b'"long"') -> bytes:
+    meta = {b"avro.codec": codec, b"avro.schema": schema}
     head = MAGIC + avro_long(len(meta))
     for key, value in meta.items():
         head += avro_long(len(key)) + key + avro_long(len(value)) + value
     sync = b"S" * SYNC_SIZE
     body = b"".join(avro_long(n) + avro_long(len(b)) + b + sync for n, b in blocks)
     return head + avro_long(0) + sync + body
+
+
+def nested(manifest: bytes, depth: int) -> bytes:
+    """`manifest` with its writer schema replaced by one nested `depth` levels deep: the same
+    entries, a header a recursive parser cannot get through."""
+    _, meta, _, blocks = split(manifest)
+    schema = b'{"type":' * depth + b'"long"' + b"}" * depth
+    codec = meta.get("avro.codec", b"null")
+    packed = [(n, deflated(raw) if codec == b"deflate" else raw) for n, raw in blocks]
+    return container(codec, packed, schema=schema)

@@ -94,6 +94,7 @@ def _empty_mariadb(url: str) -> None:
             "lakelock_due",
             "lakelock_due_samples",
             "lakelock_followers",
+            "lakelock_idempotency",
             "lakelock_ingest_lag",
             "lakelock_readers",
             "lakelock_intents",

@@ -10,7 +10,8 @@ entries, or one block that inflates to gigabytes, would take the service's memor
 walks the container (Avro's object container: magic, metadata, sync marker, then blocks of a
 record count, a size, the bytes and the marker) and inflates each block with a bound, so what
 a file may cost is known before pyiceberg reads it. Codecs: `null` and `deflate` (what Iceberg
-writes by default), `bzip2`; others are refused, as is anything that is no Avro container.
+writes by default), `bzip2`; others are refused, as is anything that is no Avro container, or
+whose writer schema nests deeper than `MAX_DEPTH`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ __all__ = ["Scanned", "scan"]
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
+# how deep a writer schema may nest: Iceberg's manifest schemas nest under 20 levels (a
+# partition struct of nested fields), a hostile one could nest until the parser recurses out
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,9 @@ def scan(data: bytes, *, what: str, max_entries: int, max_inflated: int) -> Scan
 def _scan(data: _Bytes, what: str, max_entries: int, max_inflated: int) -> Scanned:
     if data.take(4) != MAGIC:
         raise _Malformed("no Avro magic")
-    codec = _metadata(data).get("avro.codec", b"null").decode("utf-8", "replace")
+    header = _metadata(data)
+    _check_depth(header.get("avro.schema", b""))
+    codec = header.get("avro.codec", b"null").decode("utf-8", "replace")
     if codec not in ("null", "deflate", "bzip2"):
         raise InvalidRequest(
             f"{what} is compressed with {codec[:40]!r}; the catalog reads manifests written "
@@ -128,6 +134,28 @@ def _metadata(data: _Bytes) -> dict[str, bytes]:
         for _ in range(count):
             key = data.take(data.long()).decode("utf-8", "replace")
             found[key] = data.take(data.long())
+
+
+def _check_depth(schema: bytes) -> None:
+    """Refuse a writer schema nested deeper than `MAX_DEPTH` (JSON objects and arrays): pyiceberg
+    parses it recursively, and a schema of any real manifest is a few levels deep."""
+    depth, quoted, escaped = 0, False, False
+    for byte in schema:
+        if quoted:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                quoted = False
+        elif byte == 0x22:
+            quoted = True
+        elif byte in (0x7B, 0x5B):  # { [
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _Malformed(f"its schema is nested more than {MAX_DEPTH} levels deep")
+        elif byte in (0x7D, 0x5D):  # } ]
+            depth -= 1
 
 
 def _inflated(block: bytes, codec: str, room: int) -> int:

@@ -27,19 +27,23 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TypeVar
 
+from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
+    MANIFEST_ENTRY_SCHEMAS,
     DataFile,
     DataFileContent,
+    FileFormat,
     ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    _inherit_from_manifest,
 )
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import SnapshotRefType
@@ -424,7 +428,7 @@ def _written(
     listed = _listed.remember(snapshot.manifest_list, manifests)
     kept, carried = _before(before, listed, io, location, new_ids)
     written = Written()
-    new: list[tuple[ManifestFile, list[ManifestEntry]]] = []
+    new: list[ManifestFile] = []
     for manifest in manifests:
         if manifest.manifest_path in kept:
             continue
@@ -436,14 +440,10 @@ def _written(
                 "a manifest a snapshot adds names that snapshot"
             )
         written.new_manifests += 1
-        entries = _readable(
-            partial(manifest.fetch_manifest_entry, io, discard_deleted=False),
-            manifest.manifest_path,
-        )
-        new.append((manifest, entries))
-    floor = _data_floor(snapshot, kept, listed, new)
-    for manifest, entries in new:
-        for entry in entries:
+        new.append(manifest)
+    floor = _data_floor(snapshot, kept, listed, new, io)
+    for manifest in new:
+        for entry in _entries(manifest, io):
             was = carried.pop(entry.data_file.file_path, None)
             if entry.status == ManifestEntryStatus.EXISTING and was is not None:
                 continue  # carried into a rewritten manifest: nothing this commit wrote
@@ -481,7 +481,8 @@ def _data_floor(
     snapshot: Snapshot,
     kept: Mapping[str, ManifestFile],
     listed: Mapping[str, ManifestFile],
-    new: list[tuple[ManifestFile, list[ManifestEntry]]],
+    new: list[ManifestFile],
+    io: FileIO,
 ) -> int:
     """The oldest data sequence number of a live data file in `snapshot`: of the data
     manifests it keeps, as the list the table held said (`kept`, not what the commit's own list
@@ -493,8 +494,8 @@ def _data_floor(
         oldest = manifest.min_sequence_number
         if path in listed and manifest.content == ManifestContent.DATA and (oldest or 0) >= 0:
             floor = min(floor, oldest or 0)
-    for _, entries in new:
-        for entry in entries:
+    for manifest in new:
+        for entry in _entries(manifest, io):
             if (
                 entry.status != ManifestEntryStatus.DELETED
                 and entry.data_file.content == DataFileContent.DATA
@@ -522,6 +523,31 @@ def _live_files(dropped: list[ManifestFile], io: FileIO) -> dict[str, tuple[int,
         for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
             live[entry.data_file.file_path] = (manifest.partition_spec_id, entry)
     return live
+
+
+def _entries(manifest: ManifestFile, io: FileIO) -> Iterator[ManifestEntry]:
+    """A new manifest's entries, deleted ones too, one at a time: never a list of them all
+    (pyiceberg's `fetch_manifest_entry` makes one). Read as `_readable` reads: through the
+    commit reader, which holds the file's bytes once, scanned and bounded
+    (service.catalog.limits.Budget), so a second pass reads no storage again.
+
+    Raises:
+        InvalidRequest: the manifest cannot be read (`_readable`).
+        StorageFault: the storage failed.
+    """
+    avro = AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    )
+    reader = _readable(avro.__enter__, manifest.manifest_path)  # its __exit__ does nothing
+    entries = iter(reader)
+    while True:
+        entry = _readable(lambda: next(entries, None), manifest.manifest_path)
+        if entry is None:
+            return
+        yield _inherit_from_manifest(entry, manifest)
 
 
 def _own(path: str, location: str, what: str) -> None:

@@ -57,7 +57,7 @@ from service.catalog import limits, locations
 from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
-from service.lock import due, fence
+from service.lock import due, fence, idempotency
 from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
 from service.wire.errors import (
@@ -204,10 +204,15 @@ class Front:
         return _answered(table.metadata_location, metadata, text)
 
     def create(
-        self, namespace: Identifier, request: CreateTableRequest, *, principal: str
+        self,
+        namespace: Identifier,
+        request: CreateTableRequest,
+        *,
+        principal: str,
+        key: idempotency.Key | None = None,
     ) -> Loaded:
         """A new table; staged (`stage-create`): its metadata only, nothing stored, and the
-        client's commit with `assert-create` creates it."""
+        client's commit with `assert-create` creates it. `key`: as in `commit`."""
         identifier = (*namespace, request.name)
         self._check_name(identifier)
         self._check_namespace_name(namespace)
@@ -238,7 +243,7 @@ class Front:
         self._write(identifier, metadata, new, text, raw)
         try:
             created = self._transact(
-                lambda conn: self.pointers.swap(conn, identifier, None, new, moved=location)
+                lambda conn: self._swap(conn, identifier, None, new, moved=location, key=key)
             )
         except LakelockError:
             self._delete(new)
@@ -320,9 +325,12 @@ class Front:
         principal: str,
         headers: Mapping[str, str],
         park: fence.Park | None = None,
+        key: idempotency.Key | None = None,
     ) -> Loaded:
         """Apply `updates` if `requirements` hold, fenced; the table as it is now. A commit the
-        route parks while a hold refuses it carries its `park` (service.lock.fence.Park).
+        route parks while a hold refuses it carries its `park` (service.lock.fence.Park); one
+        sent with an Idempotency-Key keeps its answer in the transaction that swaps the
+        pointer (`key`: service.lock.idempotency).
 
         Raises:
             NoSuchTable: no such table, and the commit does not create it.
@@ -371,7 +379,7 @@ class Front:
                 lambda conn: fence.commit(
                     conn,
                     change,
-                    swap=lambda c: self.pointers.swap(c, identifier, old, new, moved=moved),
+                    swap=lambda c: self._swap(c, identifier, old, new, moved=moved, key=key),
                     trigger=self.trigger,
                     park=park,
                     turn=self.turn,
@@ -384,6 +392,27 @@ class Front:
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
         # the pointer may name the file, so it stays (an orphan at worst)
         return _answered(new, metadata, text)
+
+    def _swap(
+        self,
+        conn: Connection,
+        identifier: Identifier,
+        old: str | None,
+        new: str,
+        *,
+        moved: str | None,
+        key: idempotency.Key | None,
+    ) -> bool:
+        """Pointers.swap, keeping the answer of a request sent with an Idempotency-Key (the new
+        metadata file) in the same transaction when it swapped.
+
+        Raises:
+            KeyTaken: another request with the key was answered first: nothing is applied.
+        """
+        swapped = self.pointers.swap(conn, identifier, old, new, moved=moved)
+        if swapped and key is not None:
+            idempotency.remember(conn, key, status=200, location=new)
+        return swapped
 
     def _lost_head(
         self,

@@ -298,6 +298,23 @@ readers_t = Table(
 )
 
 
+# the catalog front's answers to requests that carried an Idempotency-Key, kept for the
+# key's lifetime (docs/catalog-front.md §4): one row per (principal, key)
+idempotency_t = Table(
+    "lakelock_idempotency",
+    metadata,
+    Column("principal", String(255), primary_key=True),
+    Column("idempotency_key", String(36), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),  # sha256 of the request's method, path, body
+    Column("status", Integer, nullable=False),
+    Column("body", LongText),  # the answer's JSON; NULL for a table's (read from `location`)
+    Column("location", String(1000)),  # the metadata file a table's answer is read from
+    Column("created_at", Instant, nullable=False),
+    Column("expires_at", Instant, nullable=False),
+    Index("ix_lakelock_idempotency_expiry", "expires_at"),
+)
+
+
 # The catalog front's table pointers (docs/catalog-front.md): the two tables of Iceberg's
 # JdbcCatalog (its V1 schema), column for column, so that an existing JDBC catalog's database is
 # served as it is and pyiceberg's SqlCatalog reads them. `catalog_name` is the catalog's name

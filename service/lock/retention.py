@@ -18,6 +18,8 @@ calls on the same tables (and on SQLite, the whole file) wait at most one batch.
                     touched for the retention (docs/design.md §5.1)
     due samples     due to compacted, older than a day (the figures cover the last hour)
     followers       compactors that have not long-polled for a day
+    idempotency     the catalog front's answers kept for Idempotency-Keys, once expired
+                    (service.lock.idempotency)
 
 The cutoff is the database clock minus the retention, read once per pass. Every replica prunes;
 two passes over the same rows only delete fewer.
@@ -34,6 +36,7 @@ from itertools import takewhile
 from sqlalchemy import Engine, Table, delete, func, select, tuple_
 from sqlalchemy.engine import Connection
 
+from service.lock import idempotency
 from service.lock.db import (
     claims_t,
     commit_leases_t,
@@ -63,6 +66,7 @@ class Pruned:
     due_partitions: int = 0
     due_samples: int = 0
     followers: int = 0
+    idempotency_keys: int = 0
     batches: int = 0
     longest_batch_s: float = 0.0
 
@@ -112,6 +116,7 @@ def prune(
         ("due_partitions", _due_batch(cutoff, batch_rows)),
         ("due_samples", _samples_batch(day, batch_rows)),
         ("followers", _followers_batch(day, batch_rows)),
+        ("idempotency_keys", _idempotency_batch(cutoff + retention, batch_rows)),
     ):
         if stopped:
             break
@@ -166,6 +171,16 @@ def _followers_batch(cutoff: datetime, limit: int) -> Batch:
             found = [tuple(k) for k in keys]
             conn.execute(delete(followers_t).where(key.in_(found), c.polled_at < cutoff))
         return len(keys), 0 if len(keys) == limit else None
+
+    return batch
+
+
+def _idempotency_batch(at: datetime, limit: int) -> Batch:
+    """Answers kept for Idempotency-Keys whose lifetime ended before `at` (now)."""
+
+    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
+        deleted = idempotency.prune(conn, at, limit)
+        return deleted, 0 if deleted == limit else None
 
     return batch
 

@@ -55,6 +55,7 @@ _ROWS = (
     "due_partitions",
     "due_samples",
     "followers",
+    "idempotency_keys",
 )
 
 

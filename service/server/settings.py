@@ -186,7 +186,8 @@ class Settings(BaseSettings):
         "event), and so are commit leases, maintenance leases and claims that ended longer ago, "
         "and due partitions (the files counted of a partition since its last compaction) that "
         "nothing touched for as long; due samples (due to compacted) and followers that "
-        "stopped polling go after a day.",
+        "stopped polling go after a day, idempotency keys (the catalog front's answers kept for "
+        "them) when their lifetime ends.",
     )
     prune_interval_s: float = Field(
         default=600.0,
@@ -282,6 +283,16 @@ class Settings(BaseSettings):
         "as `s3.path-style-access`.",
     )
 
+    catalog_idempotency_lifetime_s: float = Field(
+        default=1800.0,
+        ge=0,
+        le=7 * 86400,
+        description="How long the catalog front keeps its answer to a mutation sent with an "
+        "`Idempotency-Key` (Iceberg's REST specification from 1.11), so that a resend with the "
+        "same key is answered as the first request was, never applied twice; advertised in "
+        "`/v1/config` as `idempotency-key-lifetime` (1800: `PT1800S`), which makes Iceberg's "
+        "1.11 Java client send keys. 0: not advertised, and keys are ignored.",
+    )
     catalog_max_parked: int = Field(
         default=256,
         ge=0,

@@ -16,7 +16,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 
 from service.catalog.avro import Scanned, scan
 from service.wire.errors import InvalidRequest
-from testkit.avro import bomb, container, deflated
+from testkit.avro import bomb, container, deflated, nested
 from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
 from tests.catalog.test_fence_content import held_table, ids, post, rest
 from tests.conftest import start_front
@@ -49,8 +49,14 @@ def test_a_scan_counts_entries_and_inflated_bytes_of_every_codec():
         (b"PAR1" + b"\x00" * 100, (10, 10), "no Avro magic"),
         (container(b"null", [(1, b"\x02")])[:-3], (10, 10), "it ends early"),
         (container(b"deflate", [(1, b"\xff\xff\xff")]), (10, 10), "does not inflate"),
+        (
+            # a writer schema nested until a recursive parser gives out
+            container(b"null", [(1, b"\x02")], schema=b'{"type":' * 5000 + b'"long"' + b"}" * 5000),
+            (10, 10),
+            "nested more than 64 levels deep",
+        ),
     ],
-    ids=["entries", "inflated", "codec", "no-avro", "cut-short", "bad-deflate"],
+    ids=["entries", "inflated", "codec", "no-avro", "cut-short", "bad-deflate", "nested"],
 )
 def test_a_file_past_a_bound_or_no_avro_is_the_clients_400(data, bounds, said):
     with pytest.raises(InvalidRequest, match=said):
@@ -64,6 +70,31 @@ def front(
     server = start_front(request, tmp_path_factory, "manifest-bounds")
     yield server
     server.stop()
+
+
+@pytest.mark.parametrize("kind", ["nested", "cut-short"])
+def test_a_manifest_nested_too_deep_or_cut_short_is_a_400_that_changes_nothing(front, kind):
+    table = held_table(front, f"malformed_{kind.replace('-', '_')}")
+    head = table.current_snapshot()
+    snapshot_id = ids()
+    added = entry(snapshot_id, data_file(table, "1", kind), ManifestEntryStatus.ADDED)
+    manifest = new_manifest(table, snapshot_id, [added], compression="deflate")
+    path = manifest.manifest_path
+    with table.io.new_input(path).open() as stream:
+        data = stream.read()
+    broken = nested(data, 20_000) if kind == "nested" else data[: len(data) - 40]
+    with table.io.new_output(path).create(overwrite=True) as out:
+        out.write(broken)
+    listed = manifest_list(
+        table, snapshot_id, head.snapshot_id, 9, [*head.manifests(table.io), manifest]
+    )
+    answer = post(
+        front, table, snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+    )
+    assert answer.status_code == 400, answer.text
+    said = "nested more than 64 levels" if kind == "nested" else "is not an Avro file"
+    assert said in answer.json()["detail"]
+    assert rest(front).load_table(table.name()).metadata_location == table.metadata_location
 
 
 def test_a_manifest_bomb_is_refused_before_it_is_parsed(front):

@@ -3,11 +3,13 @@ while a hold refuses a foreign commit, the front judges it again from the lock's
 time the table's state moves (its own token can move it, taking and releasing commit leases),
 and tries it whole only when the hold ends or the table's pointer moves; past
 LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN or LAKELOCK_CATALOG_MAX_PARKED a held commit is a 429 at
-once; under hundreds of parked commits another token's lease renews on time."""
+once; under hundreds of parked commits, manifest bombs and counts past their bounds, another
+token's lease renews on time."""
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -20,11 +22,14 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.expressions import EqualTo
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField
 
+from testkit.avro import bomb
+from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
 from tests.conftest import TOKENS, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 
@@ -188,14 +193,34 @@ def test_past_the_caps_a_held_commit_is_a_429_at_once_naming_the_setting(front):
     assert reasons.count("too-many-parked") == 2  # each refusal on the trail once
 
 
-def test_another_tokens_lease_renews_on_time_while_hundreds_of_commits_are_parked(front):
-    """The review's load: the parked commits' token keeps moving its table; token b's commit
-    lease on another table, with a 5 s TTL renewed at a third of it, never expires."""
+def bomb_body(front: Any, table: Any) -> dict[str, Any]:
+    """A commit naming a manifest of a few kilobytes that deflates to 300,000 entries."""
+    head = table.current_snapshot()
+    snapshot_id = random.randrange(1, 2**62)
+    day = (DAY - date(1970, 1, 1)).days  # the partition value of a date: days since 1970
+    added = entry(snapshot_id, data_file(table, day, "bomb"), ManifestEntryStatus.ADDED)
+    manifest = new_manifest(table, snapshot_id, [added], compression="deflate")
+    with table.io.new_input(manifest.manifest_path).open() as stream:
+        exploded = bomb(stream.read(), 300_000)
+    with table.io.new_output(manifest.manifest_path).create(overwrite=True) as out:
+        out.write(exploded)
+    listed = manifest_list(
+        table, snapshot_id, head.snapshot_id, 9, [*head.manifests(table.io), manifest]
+    )
+    return snapshot_commit(table, snapshot_id, head.snapshot_id, listed, "append")
+
+
+def test_no_well_behaved_lease_expires_while_hostile_clients_park_bomb_and_count(front):
+    """The review's load and more, from token a: hundreds of parked commits while it keeps
+    moving their table, manifest bombs, and releases and debt reports with counts past every
+    bound. Token b's commit lease, with a 5 s TTL renewed at a third of it (the gate renews a
+    30 s lease at 10 s), never expires, and every hostile call gets its 4xx."""
     table = new_table(front, "loaded")
     lease = hold(front, table)
-    body = delete_body(table)
+    body, bombed = delete_body(table), bomb_body(front, table)
     stop = threading.Event()
     renewals: list[int] = []
+    hostile: list[int] = []
 
     def renew() -> None:
         with api(front, "b") as c:
@@ -209,8 +234,26 @@ def test_another_tokens_lease_renews_on_time_while_hundreds_of_commits_are_parke
                 )
                 renewals.append(renewed.status_code)
 
-    with ThreadPoolExecutor(PER_TOKEN + 2) as pool:
+    def bomb_and_count() -> None:
+        name = lakelock_name(table)
+        with api(front, "a") as c:
+            while not stop.is_set():
+                hostile.append(post(front, "a", table, bombed).status_code)
+                counted = {f"dt={DAY}": {"data_files": 2**53, "delete_files": 0}}
+                report = {
+                    "data_files": 1,
+                    "small_files": 1,
+                    "delete_files": 0,
+                    "partitions_over_target": 0,
+                    "snapshot_id": None,
+                    "measured_at": "2024-06-20T12:00:00Z",
+                    "partitions": counted,
+                }
+                hostile.append(c.put(f"/v1/tables/{name}/debt", json=report).status_code)
+
+    with ThreadPoolExecutor(PER_TOKEN + 3) as pool:
         renewer = pool.submit(renew)
+        bomber = pool.submit(bomb_and_count)
         waiting = [pool.submit(post, front, "a", table, body) for _ in range(PER_TOKEN)]
         wait_until(lambda: parked(front) == PER_TOKEN, f"{PER_TOKEN} commits parked")
         move_the_table(front, table, 30)
@@ -219,5 +262,8 @@ def test_another_tokens_lease_renews_on_time_while_hundreds_of_commits_are_parke
         statuses = [f.result(HANG_GUARD_S).status_code for f in waiting]
         stop.set()
         renewer.result(HANG_GUARD_S)
+        bomber.result(HANG_GUARD_S)
     assert set(renewals) == {200}, renewals
     assert sorted(statuses) == [200] + [409] * (PER_TOKEN - 1)
+    # bombs refused (400) until the table moved under them (409); counts past the bound (422)
+    assert {400, 422} <= set(hostile) <= {400, 409, 422}, sorted(set(hostile))

@@ -23,6 +23,8 @@ TABLES = {
     "lakelock_due",
     "lakelock_due_samples",
     "lakelock_followers",
+    # the catalog front's answers to requests with an Idempotency-Key (migration 0016)
+    "lakelock_idempotency",
     # the JdbcCatalog's tables, which the catalog front serves (migration 0011)
     "iceberg_tables",
     "iceberg_namespace_properties",

@@ -21,6 +21,7 @@ from typing import Annotated, Any, TypeAlias, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter, ValidationError
 from pyiceberg.catalog.rest import CreateTableRequest
 from pyiceberg.table.update import TableRequirement, TableUpdate
@@ -29,6 +30,8 @@ from starlette.background import BackgroundTask
 
 from service.catalog.front import Front, Loaded
 from service.lock.fence import Park
+from service.lock.idempotency import Key, Stored
+from service.server import idempotency
 from service.server.auth import (
     JobDep,
     OperatorDep,
@@ -42,7 +45,7 @@ from service.server.parking import Parking
 from service.server.routes.common import clock
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
-from service.wire.errors import CommitHeld, InvalidRequest
+from service.wire.errors import CommitHeld, InvalidRequest, StorageFault
 
 __all__ = ["ENDPOINTS", "router"]
 
@@ -79,6 +82,11 @@ JSON = "application/json"
 def _front(request: Request) -> Front:
     front: Front = request.app.state.catalog
     return front
+
+
+def _runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
 
 
 async def _call(request: Request, fn: Callable[[Front], T]) -> T:
@@ -178,7 +186,15 @@ def _table(loaded: Loaded) -> Response:
 async def config(request: Request, caller: Reader, warehouse: str | None = None) -> dict[str, Any]:
     """The catalog's configuration: the endpoints served, and as defaults (a client's own
     catalog properties win) where its S3 warehouse is, never a key (docs/catalogs.md)."""
-    return {"defaults": _storage_defaults(request), "overrides": {}, "endpoints": ENDPOINTS}
+    answer: dict[str, Any] = {
+        "defaults": _storage_defaults(request),
+        "overrides": {},
+        "endpoints": ENDPOINTS,
+    }
+    seconds = _runtime(request).settings.catalog_idempotency_lifetime_s
+    if seconds > 0:
+        answer["idempotency-key-lifetime"] = idempotency.lifetime(seconds)
+    return answer
 
 
 def _storage_defaults(request: Request) -> dict[str, str]:
@@ -206,15 +222,18 @@ async def list_namespaces(
 
 
 @router.post("/v1/namespaces")
-async def create_namespace(request: Request, caller: Job) -> dict[str, Any]:
-    body = await _body(request)
-    levels = _held(request, caller, _levels(body.get("namespace")))
-    properties = body.get("properties") or {}
-    if not isinstance(properties, dict):
-        raise InvalidRequest("properties: a JSON object of strings")
-    properties = {str(k): str(v) for k, v in properties.items()}
-    await _call(request, lambda f: f.create_namespace(levels, properties))
-    return {"namespace": list(levels), "properties": properties}
+async def create_namespace(request: Request, caller: Job) -> Response:
+    async def run(_key: Key | None) -> Response:
+        body = await _body(request)
+        levels = _held(request, caller, _levels(body.get("namespace")))
+        properties = body.get("properties") or {}
+        if not isinstance(properties, dict):
+            raise InvalidRequest("properties: a JSON object of strings")
+        properties = {str(k): str(v) for k, v in properties.items()}
+        await _call(request, lambda f: f.create_namespace(levels, properties))
+        return JSONResponse({"namespace": list(levels), "properties": properties})
+
+    return await idempotency.once(request, caller, run)
 
 
 @router.get("/v1/namespaces/{namespace}")
@@ -233,21 +252,29 @@ async def namespace_exists(request: Request, caller: Reader, namespace: str) -> 
 
 @router.delete("/v1/namespaces/{namespace}", status_code=204)
 async def drop_namespace(request: Request, caller: Operator, namespace: str) -> Response:
-    levels = _namespace(namespace)
-    await _call(request, lambda f: f.drop_namespace(levels))
-    return Response(status_code=204)
+    async def run(_key: Key | None) -> Response:
+        levels = _namespace(namespace)
+        await _call(request, lambda f: f.drop_namespace(levels))
+        return Response(status_code=204)
+
+    return await idempotency.once(request, caller, run)
 
 
 @router.post("/v1/namespaces/{namespace}/properties")
-async def update_namespace(request: Request, caller: Operator, namespace: str) -> dict[str, Any]:
-    levels = _namespace(namespace)
-    body = await _body(request)
-    removals, updates = body.get("removals") or [], body.get("updates") or {}
-    if not isinstance(removals, list) or not isinstance(updates, dict):
-        raise InvalidRequest("removals: a JSON list of keys; updates: a JSON object of strings")
-    removals = {str(k) for k in removals}
-    updates = {str(k): str(v) for k, v in updates.items()}
-    return await _call(request, lambda f: f.update_namespace(levels, removals, updates))
+async def update_namespace(request: Request, caller: Operator, namespace: str) -> Response:
+    async def run(_key: Key | None) -> Response:
+        levels = _namespace(namespace)
+        body = await _body(request)
+        removals, updates = body.get("removals") or [], body.get("updates") or {}
+        if not isinstance(removals, list) or not isinstance(updates, dict):
+            raise InvalidRequest("removals: a JSON list of keys; updates: a JSON object of strings")
+        dropped = {str(k) for k in removals}
+        changed = {str(k): str(v) for k, v in updates.items()}
+        return JSONResponse(
+            await _call(request, lambda f: f.update_namespace(levels, dropped, changed))
+        )
+
+    return await idempotency.once(request, caller, run)
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -270,8 +297,14 @@ async def create_table(request: Request, caller: Job, namespace: str) -> Respons
     for optional in ("location", "partition-spec", "write-order"):
         fields.setdefault(optional, None)  # optional in the specification, not in the model
     body = _parse(CreateTableRequest.model_validate, fields, "create table")
-    _touched(request, caller, (*levels, body.name))
-    return _table(await _call(request, lambda f: f.create(levels, body, principal=caller.name)))
+    identifier = _touched(request, caller, (*levels, body.name))
+
+    async def run(key: Key | None) -> Response:
+        return _table(
+            await _call(request, lambda f: f.create(levels, body, principal=caller.name, key=key))
+        )
+
+    return await idempotency.once(request, caller, run, partial(_replay, request, identifier))
 
 
 @router.get("/v1/namespaces/{namespace}/tables/{table}")
@@ -306,16 +339,37 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
         k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
     }
 
-    def commit(f: Front, park: Park) -> Loaded:
-        return f.commit(
-            identifier, requirements, updates, principal=caller.name, headers=headers, park=park
-        )
-
     def look(f: Front, park: Park) -> CommitHeld | None:
         return f.still_held(identifier, park)
 
-    table_name = _front(request).table_name(identifier)
-    return _table(await _held_until_free(request, caller, table_name, commit, look))
+    async def run(key: Key | None) -> Response:
+        def commit(f: Front, park: Park) -> Loaded:
+            return f.commit(
+                identifier,
+                requirements,
+                updates,
+                principal=caller.name,
+                headers=headers,
+                park=park,
+                key=key,
+            )
+
+        table_name = _front(request).table_name(identifier)
+        return _table(await _held_until_free(request, caller, table_name, commit, look))
+
+    return await idempotency.once(request, caller, run, partial(_replay, request, identifier))
+
+
+async def _replay(request: Request, identifier: Identifier, stored: Stored) -> Response:
+    """A kept answer of a commit or a table's creation: the metadata file it wrote; the table
+    as it is now when that is gone (the specification allows a newer state)."""
+    location = stored.location
+    assert location is not None  # kept with a table's answers only
+    try:
+        metadata, text = await _call(request, lambda f: f.pointers.read_metadata(location))
+    except (FileNotFoundError, StorageFault):
+        return _table(await _call(request, lambda f: f.load(identifier)))
+    return _table((location, metadata, text))
 
 
 async def _held_until_free(
@@ -430,26 +484,34 @@ async def drop_table(
     purge: Annotated[bool, Query(alias="purgeRequested")] = False,
 ) -> Response:
     identifier = (*_namespace(namespace), table)
-    rest = await _call(request, lambda f: f.drop(identifier, purge=purge))
-    if rest is None:
-        return Response(status_code=204)
-    # a purge deletes the files after the answer, in the catalog's worker threads
-    return Response(status_code=204, background=BackgroundTask(_call, request, lambda f: rest()))
+
+    async def run(_key: Key | None) -> Response:
+        rest = await _call(request, lambda f: f.drop(identifier, purge=purge))
+        if rest is None:
+            return Response(status_code=204)
+        # a purge deletes the files after the answer, in the catalog's worker threads
+        task = BackgroundTask(_call, request, lambda f: rest())
+        return Response(status_code=204, background=task)
+
+    return await idempotency.once(request, caller, run)
 
 
 @router.post("/v1/tables/rename", status_code=204)
 async def rename_table(request: Request, caller: Operator) -> Response:
-    body = await _body(request)
-    try:
-        source = (*_levels(body["source"]["namespace"]), str(body["source"]["name"]))
-        destination = (
-            *_levels(body["destination"]["namespace"]),
-            str(body["destination"]["name"]),
-        )
-    except (KeyError, TypeError) as exc:
-        raise InvalidRequest("source and destination: {namespace: [...], name: ...}") from exc
-    await _call(request, lambda f: f.rename(tuple(source), tuple(destination)))
-    return Response(status_code=204)
+    async def run(_key: Key | None) -> Response:
+        body = await _body(request)
+        try:
+            source = (*_levels(body["source"]["namespace"]), str(body["source"]["name"]))
+            destination = (
+                *_levels(body["destination"]["namespace"]),
+                str(body["destination"]["name"]),
+            )
+        except (KeyError, TypeError) as exc:
+            raise InvalidRequest("source and destination: {namespace: [...], name: ...}") from exc
+        await _call(request, lambda f: f.rename(tuple(source), tuple(destination)))
+        return Response(status_code=204)
+
+    return await idempotency.once(request, caller, run)
 
 
 @router.post("/v1/namespaces/{namespace}/tables/{table}/metrics", status_code=204)
