@@ -528,8 +528,8 @@ def _live_files(dropped: list[ManifestFile], io: FileIO) -> dict[str, tuple[int,
 def _entries(manifest: ManifestFile, io: FileIO) -> Iterator[ManifestEntry]:
     """A new manifest's entries, deleted ones too, one at a time: never a list of them all
     (pyiceberg's `fetch_manifest_entry` makes one). Read as `_readable` reads: through the
-    commit reader, which holds the file's bytes once, scanned and bounded
-    (service.catalog.limits.Budget), so a second pass reads no storage again.
+    commit reader, scanned and bounded (service.catalog.limits.Budget), from the storage's
+    cache when a pass reads it again; a file that changed between two passes is refused.
 
     Raises:
         InvalidRequest: the manifest cannot be read (`_readable`).

@@ -245,7 +245,7 @@ class Front:
             created = self._transact(
                 lambda conn: self._swap(conn, identifier, None, new, moved=location, key=key)
             )
-        except LakelockError:
+        except (LakelockError, idempotency.KeyTaken):
             self._delete(new)
             raise
         if not created:
@@ -385,8 +385,9 @@ class Front:
                     turn=self.turn,
                 )
             )
-        except LakelockError:
-            # refused or lost: the transaction did not swap; the file is no one's
+        except (LakelockError, idempotency.KeyTaken):
+            # refused or lost, or the copy of a keyed request sent at the same time was
+            # answered first: the transaction did not swap (or rolled back); the file is no one's
             self._delete(new)
             raise
         # any other failure (a connection lost during the commit) leaves the outcome unknown:
@@ -407,7 +408,8 @@ class Front:
         metadata file) in the same transaction when it swapped.
 
         Raises:
-            KeyTaken: another request with the key was answered first: nothing is applied.
+            KeyTaken: another request with the key was answered first; raised out of the
+                transaction, it rolls the swap back.
         """
         swapped = self.pointers.swap(conn, identifier, old, new, moved=moved)
         if swapped and key is not None:

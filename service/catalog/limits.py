@@ -20,6 +20,7 @@ answered without it (`answered`), for the same reason.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ class Budget:
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.seen: set[str] = set()
+        self.seen: dict[str, bytes] = {}  # each file read, by its digest
         self.entries = 0
 
     def check(self, uri: str, data: bytes) -> None:
@@ -97,9 +98,15 @@ class Budget:
         from service.catalog.avro import scan
 
         caps = self.limits
-        if uri in self.seen:  # pyiceberg opens a file once per read: counted once
+        digest = hashlib.sha256(data).digest()
+        if uri in self.seen:  # read again (pyiceberg opens a file once per read): counted once
+            if self.seen[uri] != digest:
+                raise InvalidRequest(
+                    f"{uri[:300]} changed while the commit was judged; a committed file "
+                    "never changes: write a new one"
+                )
             return
-        self.seen.add(uri)
+        self.seen[uri] = digest
         if len(self.seen) > caps.max_commit_manifests:
             raise InvalidRequest(
                 f"the commit names more than {caps.max_commit_manifests} manifest lists and "

@@ -5,7 +5,8 @@ specification from 1.11), kept for the key's lifetime (docs/catalog-front.md §4
     remember(conn, key, status=200, location=...)    kept; in the commit's own transaction for
                                                      a commit, so an applied commit always
                                                      has its answer; KeyTaken if another
-                                                     request kept one first
+                                                     request kept one first, which must roll
+                                                     the transaction back
     prune(conn, at, limit)                           expired answers deleted, how many
 
 A key is its token's own: (principal, key), so one token never reads, nor blocks, another's
@@ -18,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, delete, insert, select, tuple_
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
 
 from service.lock.db import idempotency_t, now
-from service.wire.errors import InvalidRequest, Refused
+from service.wire.errors import InvalidRequest
 
 __all__ = ["Key", "KeyReused", "KeyTaken", "Stored", "find", "prune", "remember"]
 
@@ -51,10 +52,10 @@ class Stored:
     location: str | None
 
 
-class KeyTaken(Refused):
-    """Another request with the same key kept its answer first; answer that one."""
-
-    status, slug, title = 409, "idempotency-key-taken", "Idempotency key taken"
+class KeyTaken(Exception):
+    """Another request with the same key kept its answer first; answer that one. No
+    LakelockError on purpose: a transaction commits what it did before a LakelockError (a
+    refusal is recorded), and one that meets this must roll back, its change undone."""
 
 
 class KeyReused(InvalidRequest):
@@ -95,7 +96,7 @@ def remember(
 
     Raises:
         KeyTaken: a live answer is kept for the key already (a request sent twice at once);
-            the caller's transaction must not commit.
+            raised out of the caller's transaction, it rolls it back.
     """
     at = now(conn)
     conn.execute(delete(idempotency_t).where(_one(key), _c.expires_at <= at))
@@ -112,7 +113,7 @@ def remember(
                 expires_at=at + key.lifetime,
             )
         )
-    except IntegrityError:  # the transaction is rolled back by the KeyTaken raised out of it
+    except IntegrityError:
         raise KeyTaken(
             f"another request with the Idempotency-Key {key.key} was answered first"
         ) from None
@@ -123,12 +124,11 @@ def prune(conn: Connection, at: datetime, limit: int) -> int:
     keys = conn.execute(
         select(_c.principal, _c.idempotency_key).where(_c.expires_at <= at).limit(limit)
     ).all()
-    for principal, idempotency_key in keys:
-        conn.execute(
-            delete(idempotency_t).where(
-                _c.principal == principal, _c.idempotency_key == idempotency_key
-            )
-        )
+    if keys:
+        found = [tuple(k) for k in keys]
+        # expired still: a key answered again meanwhile keeps its new answer
+        key = tuple_(_c.principal, _c.idempotency_key)
+        conn.execute(delete(idempotency_t).where(key.in_(found), _c.expires_at <= at))
     return len(keys)
 
 

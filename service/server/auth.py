@@ -8,10 +8,10 @@ request log names the token's `name` only.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import hmac
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -84,7 +84,7 @@ def may_hold(token: ApiToken, namespace: str) -> bool:
     """Whether `token` may touch some table of the namespace `namespace` (`catalog.namespace`,
     any case): one of its LAKELOCK_TOKEN_TABLES patterns matches a table name in it, or it has
     none. `lake.db.*`, `lake.*` and `lake.d?.events` hold `lake.db`; `lake.db.*` holds no other
-    namespace."""
+    namespace of catalog `lake` (but its nested ones, `lake.db.x`, as `may_touch` has it)."""
     if token.tables is None:
         return True
     prefix = namespace.lower() + "."
@@ -92,28 +92,39 @@ def may_hold(token: ApiToken, namespace: str) -> bool:
 
 
 def _matches_under(pattern: str, prefix: str) -> bool:
-    """Whether `pattern` (a glob, `*` matching dots too) matches `prefix` followed by some
-    table name: a non-empty name without dots."""
+    """Whether `pattern` (a glob of letters, digits, `_`, `.`, `*` and `?`, as
+    LAKELOCK_TOKEN_TABLES allows; `*` matching dots too) matches `prefix` followed by some
+    table name: a non-empty name without dots. Walks the pattern's positions as a set, one
+    character of `prefix` at a time: no recursion, linear in the name."""
 
-    @functools.cache
-    def match(p: int, t: int) -> bool:
-        if t == len(prefix):  # the rest of the pattern must match a name: no literal dot
-            rest = pattern[p:]
-            return rest != "" and "." not in rest.replace("[.]", "")
-        if p == len(pattern):
+    closure = partial(_star_closure, pattern)
+    states = closure({0})
+    for char in prefix:
+        after: set[int] = set()
+        for at in states:
+            if at == len(pattern):
+                continue
+            if pattern[at] == "*":
+                after.add(at)
+            elif pattern[at] in ("?", char):
+                after.add(at + 1)
+        states = closure(after)
+        if not states:
             return False
-        head = pattern[p]
-        if head == "*":
-            return match(p + 1, t) or match(p, t + 1)
-        if head == "[":
-            end = pattern.find("]", p + 2)
-            if end > 0:
-                return fnmatch.fnmatchcase(prefix[t], pattern[p : end + 1]) and match(
-                    end + 1, t + 1
-                )
-        return (head == "?" or head == prefix[t]) and match(p + 1, t + 1)
+    # what is left of the pattern must match a name: something, and no literal dot
+    return any(pattern[at:] and "." not in pattern[at:] for at in states)
 
-    return match(0, 0)
+
+def _star_closure(pattern: str, states: set[int]) -> set[int]:
+    """`states` with every position a star may skip to (a star may match nothing)."""
+    found, todo = set(), list(states)
+    while todo:
+        at = todo.pop()
+        if at not in found:
+            found.add(at)
+            if at < len(pattern) and pattern[at] == "*":
+                todo.append(at + 1)
+    return found
 
 
 def check_hold(token: ApiToken, namespace: str) -> None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
+from functools import partial
 from typing import Any
 
 import httpx
@@ -83,6 +85,18 @@ def commit(
         return c.post(f"/namespaces/{namespace}/tables/{name}", json=body, headers=headers)
 
 
+def at_once(copies: int, send: Callable[[], httpx.Response]) -> list[httpx.Response]:
+    """`copies` calls of `send`, released together."""
+    start = threading.Barrier(copies)
+
+    def one() -> httpx.Response:
+        start.wait()
+        return send()
+
+    with ThreadPoolExecutor(copies) as pool:
+        return [f.result(60) for f in [pool.submit(one) for _ in range(copies)]]
+
+
 def key() -> str:
     return str(uuid.uuid4())  # any UUID is taken; Iceberg's clients send UUIDv7
 
@@ -116,21 +130,30 @@ def test_a_commit_sent_again_with_its_key_is_answered_as_the_first_and_applied_o
 def test_two_copies_at_once_apply_once_and_both_get_the_answer(front):
     table = new_table(front, "twice")
     body, sent = append_body(table, [7]), key()
-    answers: list[httpx.Response] = []
-    start = threading.Barrier(2)
-
-    def send() -> None:
-        start.wait()
-        answers.append(commit(front, table, body, sent))
-
-    senders = [threading.Thread(target=send) for _ in range(2)]
-    for t in senders:
-        t.start()
-    for t in senders:
-        t.join(60)
+    answers = at_once(2, partial(commit, front, table, body, sent))
     assert sorted(a.status_code for a in answers) == [200, 200], [a.text for a in answers]
     assert len({a.json()["metadata-location"] for a in answers}) == 1
     assert rows_and_snapshots(front, table) == ([7], 1)
+
+
+def test_copies_of_a_property_change_at_once_apply_once_and_leave_the_table_readable(front):
+    """A change whose requirements a second copy still meets after the first landed (only the
+    table's uuid): the second copy's swap, meeting the key the first kept, is rolled back, and
+    the file the pointer names is never deleted."""
+    table = new_table(front, "props")
+    for round_ in range(5):
+        body = {
+            "requirements": [{"type": "assert-table-uuid", "uuid": str(table.metadata.table_uuid)}],
+            "updates": [{"action": "set-properties", "updates": {"round": str(round_)}}],
+        }
+        sent = key()
+        answers = at_once(3, partial(commit, front, table, body, sent))
+        assert [a.status_code for a in answers] == [200] * 3, [a.text for a in answers]
+        assert len({a.json()["metadata-location"] for a in answers}) == 1
+    catalog = SqlCatalog("lakelock", uri=front.db_url, warehouse=front.store.uri)
+    read = catalog.load_table(table.name())  # the file its pointer names is there
+    assert read.properties["round"] == "4"
+    assert len(read.metadata.metadata_log) == 5  # one change per round
 
 
 def test_a_key_sent_with_another_request_is_a_400_that_changes_nothing(front):

@@ -15,6 +15,7 @@ import pytest
 from pyiceberg.manifest import ManifestEntryStatus
 
 from service.catalog.avro import Scanned, scan
+from service.catalog.limits import Budget, Limits
 from service.wire.errors import InvalidRequest
 from testkit.avro import bomb, container, deflated, nested
 from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
@@ -61,6 +62,18 @@ def test_a_scan_counts_entries_and_inflated_bytes_of_every_codec():
 def test_a_file_past_a_bound_or_no_avro_is_the_clients_400(data, bounds, said):
     with pytest.raises(InvalidRequest, match=said):
         scan(data, what="m.avro", max_entries=bounds[0], max_inflated=bounds[1])
+
+
+def test_a_file_read_twice_for_one_commit_counts_once_and_must_not_change():
+    """The fence reads a new manifest in two passes; a client that swaps the file between
+    them (after the storage's cache let it go) would skip the scan of what it swapped in."""
+    budget = Budget(Limits(max_commit_entries=5))
+    first = container(b"null", [(3, b"\x02\x04\x06")])
+    budget.check("s3://b/wh/m.avro", first)
+    budget.check("s3://b/wh/m.avro", first)  # read again: counted once
+    assert budget.entries == 3
+    with pytest.raises(InvalidRequest, match="changed while the commit was judged"):
+        budget.check("s3://b/wh/m.avro", container(b"null", [(1, b"\x02")]))
 
 
 @pytest.fixture(scope="module", params=["sqlite"])

@@ -214,7 +214,7 @@ def _storage_defaults(request: Request) -> dict[str, str]:
 async def list_namespaces(
     request: Request, caller: Reader, parent: str | None = None
 ) -> dict[str, Any]:
-    under = _namespace(parent) if parent else ()
+    under = _held(request, caller, _namespace(parent)) if parent else ()
     found = await _call(request, lambda f: f.list_namespaces(under))
     # a token narrowed to some tables sees the namespaces that can hold them only
     mine = [n for n in found if may_hold(caller, _front(request).table_name(n))]
@@ -282,7 +282,7 @@ async def update_namespace(request: Request, caller: Operator, namespace: str) -
 
 @router.get("/v1/namespaces/{namespace}/tables")
 async def list_tables(request: Request, caller: Reader, namespace: str) -> dict[str, Any]:
-    levels = _namespace(namespace)
+    levels = _held(request, caller, _namespace(namespace))
     found = await _call(request, lambda f: f.list_tables(levels))
     # a token narrowed to some tables sees those only, as in GET /v1/tables
     mine = [t for t in found if may_touch(caller, _front(request).table_name(t))]
