@@ -49,6 +49,15 @@ TOKENS = {
     "operator": "operator-secret-003",
 }
 TOKENS_ENV = ",".join(f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items())
+# a second job token, another principal: for what one job token may not do to another's
+OTHER_JOB = "job-b-secret-00000005"
+TWO_JOBS_ENV = f"{TOKENS_ENV},job-b:job:{OTHER_JOB}"
+SECRETS = {
+    "a": TOKENS["job"],
+    "b": OTHER_JOB,
+    "reader": TOKENS["reader"],
+    "operator": TOKENS["operator"],
+}
 
 
 def auth(role: str) -> dict[str, str]:

@@ -134,17 +134,8 @@ def check_hold(token: ApiToken, namespace: str) -> None:
     Raises:
         Forbidden: 403, naming the token, the namespace and the setting.
     """
-    if may_hold(token, namespace):
-        return
-    patterns = ", ".join(token.tables or ())
-    raise Forbidden(
-        f"token {token.name} may not touch namespace {namespace.lower()}: LAKELOCK_TOKEN_TABLES "
-        f"lets it touch {patterns} only; use a token whose patterns cover a table of the "
-        "namespace, or have an operator add one",
-        token=token.name,
-        namespace=namespace.lower(),
-        setting="LAKELOCK_TOKEN_TABLES",
-    )
+    if not may_hold(token, namespace):
+        raise _outside(token, "namespace", namespace.lower(), "a table of the namespace")
 
 
 def check_touch(token: ApiToken, table: str) -> None:
@@ -154,16 +145,20 @@ def check_touch(token: ApiToken, table: str) -> None:
     Raises:
         Forbidden: 403, naming the token, the table and the setting.
     """
-    if may_touch(token, table):
-        return
+    if not may_touch(token, table):
+        raise _outside(token, "table", table.lower(), "the table")
+
+
+def _outside(token: ApiToken, kind: str, name: str, covering: str) -> Forbidden:
+    """The 403 of a token whose patterns do not reach the `kind` (table, namespace) `name`."""
     patterns = ", ".join(token.tables or ())
-    raise Forbidden(
-        f"token {token.name} may not touch table {table.lower()}: LAKELOCK_TOKEN_TABLES lets "
-        f"it touch {patterns} only; use a token whose patterns cover the table, or have an "
-        "operator add one",
+    return Forbidden(
+        f"token {token.name} may not touch {kind} {name}: LAKELOCK_TOKEN_TABLES lets it touch "
+        f"{patterns} only; use a token whose patterns cover {covering}, or have an operator "
+        "add one",
         token=token.name,
-        table=table.lower(),
         setting="LAKELOCK_TOKEN_TABLES",
+        **{kind: name},
     )
 
 

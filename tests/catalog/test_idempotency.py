@@ -28,13 +28,8 @@ from sqlalchemy import create_engine, select
 
 from service.lock import idempotency
 from service.lock.db import idempotency_t, now
-from tests.conftest import BOTH_DATABASES, TOKENS, start_front
+from tests.conftest import BOTH_DATABASES, SECRETS, TWO_JOBS_ENV, start_front
 
-OTHER = "job-b-secret-00000005"
-SECRETS = {"a": TOKENS["job"], "b": OTHER, "operator": TOKENS["operator"]}
-TOKENS_ENV = ",".join(
-    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()] + [f"job-b:job:{OTHER}"]
-)
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "dt", DateType(), required=False),
@@ -47,7 +42,7 @@ DAY = date(2024, 6, 20)
 def front(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "idempotency", LAKELOCK_TOKENS=TOKENS_ENV)
+    server = start_front(request, tmp_path_factory, "idempotency", LAKELOCK_TOKENS=TWO_JOBS_ENV)
     yield server
     server.stop()
 

@@ -30,14 +30,9 @@ from pyiceberg.types import DateType, LongType, NestedField
 
 from testkit.avro import bomb
 from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
-from tests.conftest import TOKENS, start_front
+from tests.conftest import SECRETS, TWO_JOBS_ENV, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 
-OTHER = "job-b-secret-00000005"
-SECRETS = {"a": TOKENS["job"], "b": OTHER, "reader": TOKENS["reader"]}
-TOKENS_ENV = ",".join(
-    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()] + [f"job-b:job:{OTHER}"]
-)
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "dt", DateType(), required=False),
@@ -55,7 +50,7 @@ def front(
         request,
         tmp_path_factory,
         "parked",
-        LAKELOCK_TOKENS=TOKENS_ENV,
+        LAKELOCK_TOKENS=TWO_JOBS_ENV,
         LAKELOCK_CATALOG_HOLD_WAIT_S="90",  # a bound against a hang: the holds end sooner
         LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN=str(PER_TOKEN),
         LAKELOCK_CATALOG_MAX_PARKED=str(IN_ALL),

@@ -27,16 +27,13 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from tests.conftest import BOTH_DATABASES, TOKENS, start_front
+from tests.conftest import BOTH_DATABASES, TWO_JOBS_ENV, start_front
+from tests.conftest import SECRETS as TWO_JOB_SECRETS
 from tests.iceberg_commits import rewrite_body
 
-OTHER = "job-b-secret-00000005"
 NARROW = "job-c-secret-00000006"  # a job token narrowed to lake.narrow.* (LAKELOCK_TOKEN_TABLES)
-TOKENS_ENV = ",".join(
-    [f"{role}-client:{role}:{secret}" for role, secret in TOKENS.items()]
-    + [f"job-b:job:{OTHER}", f"job-c:job:{NARROW}"]
-)
-SECRETS = {"a": TOKENS["job"], "b": OTHER, "c": NARROW, "operator": TOKENS["operator"]}
+TOKENS_ENV = f"{TWO_JOBS_ENV},job-c:job:{NARROW}"
+SECRETS = {**TWO_JOB_SECRETS, "c": NARROW}
 TABLE = "lake.db.events"
 CATALOG = "lakelock"
 SCHEMA = Schema(
