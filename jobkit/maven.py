@@ -78,6 +78,11 @@ HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.3.4"
 """Hadoop's `s3a://` file system for pyspark 3.5's Hadoop (3.3.4): a streaming query's
 checkpoints and a landing folder on S3. It brings the AWS SDK v1 bundle it was built with."""
 
+ICEBERG_SPARK_1_11 = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0"
+"""Iceberg 1.11's Spark runtime, for jobs that choose it over the bundled 1.9.2 (`use_bundled_jar`
+off, this set on): its REST client sends an Idempotency-Key with each mutation when the
+catalog advertises one (docs/catalog-front.md §4)."""
+
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
 """S3Proxy (Apache-2.0): an S3-compatible server over a local folder, one jar, Java 17."""
 
@@ -104,6 +109,11 @@ SETS = {
         probe_class="org.apache.iceberg.aws.s3.S3FileIO",
     ),
     "s3-server": JarSet((S3PROXY,), transitive=False),
+    "spark-iceberg-1.11": JarSet(
+        (ICEBERG_SPARK_1_11,),
+        transitive=False,  # one shaded jar
+        probe_class="org.apache.iceberg.spark.SparkCatalog",
+    ),
 }
 
 
