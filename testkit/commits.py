@@ -12,6 +12,7 @@ The tables are partitioned by one identity field; `data_file` names its partitio
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -28,7 +29,7 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.typedef import Record
 
-__all__ = ["data_file", "entry", "manifest_list", "new_manifest", "snapshot_commit"]
+__all__ = ["data_file", "entry", "manifest_list", "new_manifest", "rest_body", "snapshot_commit"]
 
 
 def data_file(
@@ -117,4 +118,13 @@ def snapshot_commit(
                 "snapshot-id": snapshot_id,
             },
         ],
+    }
+
+
+def rest_body(tx: Any) -> dict[str, Any]:
+    """The REST commit body of a pyiceberg transaction, as pyiceberg sends it (its files
+    written already), for a test to send itself."""
+    return {
+        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
+        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
     }

@@ -7,19 +7,19 @@ specification from 1.11), kept for the key's lifetime (docs/catalog-front.md §4
                                                      has its answer; KeyTaken if another
                                                      request kept one first, which must roll
                                                      the transaction back
-    prune(conn, at, limit)                           expired answers deleted, how many
 
 A key is its token's own: (principal, key), so one token never reads, nor blocks, another's
 answers. A key sent again with another request (method, path or body: its `fingerprint`) is
-the client's mistake (`KeyReused`).
+the client's mistake (`KeyReused`). Expired answers go with the retention's batches
+(service.lock.retention).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from sqlalchemy import and_, delete, insert, select, tuple_
+from sqlalchemy import and_, delete, insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.elements import ColumnElement
@@ -27,7 +27,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from service.lock.db import idempotency_t, now
 from service.wire.errors import InvalidRequest
 
-__all__ = ["Key", "KeyReused", "KeyTaken", "Stored", "find", "prune", "remember"]
+__all__ = ["Key", "KeyReused", "KeyTaken", "Stored", "find", "remember"]
 
 _c = idempotency_t.c
 
@@ -117,19 +117,6 @@ def remember(
         raise KeyTaken(
             f"another request with the Idempotency-Key {key.key} was answered first"
         ) from None
-
-
-def prune(conn: Connection, at: datetime, limit: int) -> int:
-    """Delete up to `limit` answers expired at `at`; how many."""
-    keys = conn.execute(
-        select(_c.principal, _c.idempotency_key).where(_c.expires_at <= at).limit(limit)
-    ).all()
-    if keys:
-        found = [tuple(k) for k in keys]
-        # expired still: a key answered again meanwhile keeps its new answer
-        key = tuple_(_c.principal, _c.idempotency_key)
-        conn.execute(delete(idempotency_t).where(key.in_(found), _c.expires_at <= at))
-    return len(keys)
 
 
 def _one(key: Key) -> ColumnElement[bool]:

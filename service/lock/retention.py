@@ -35,8 +35,8 @@ from itertools import takewhile
 
 from sqlalchemy import Engine, Table, delete, func, select, tuple_
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
-from service.lock import idempotency
 from service.lock.db import (
     claims_t,
     commit_leases_t,
@@ -44,6 +44,7 @@ from service.lock.db import (
     due_t,
     events_t,
     followers_t,
+    idempotency_t,
     maintenance_leases_t,
     now,
     run_transaction,
@@ -111,35 +112,22 @@ def prune(
             engine, _leases_batch(leases_t, cutoff, batch_rows), done=done, pause=pause
         )
         setattr(done, field, deleted)
-    day = cutoff + retention - SAMPLES_KEPT
+    at = cutoff + retention
+    day, n = at - SAMPLES_KEPT, batch_rows
     for field, batch in (
-        ("due_partitions", _due_batch(cutoff, batch_rows)),
-        ("due_samples", _samples_batch(day, batch_rows)),
-        ("followers", _followers_batch(day, batch_rows)),
-        ("idempotency_keys", _idempotency_batch(cutoff + retention, batch_rows)),
+        # counted partitions no commit, compaction or report touched since the cutoff
+        ("due_partitions", _stale_batch(due_t, due_t.c.updated_at < cutoff, n)),
+        ("due_samples", _samples_batch(day, n)),
+        # followers whose last long-poll began a day ago (and ended: none parks a day)
+        ("followers", _stale_batch(followers_t, followers_t.c.polled_at < day, n)),
+        # answers kept for Idempotency-Keys whose lifetime has ended
+        ("idempotency_keys", _stale_batch(idempotency_t, idempotency_t.c.expires_at <= at, n)),
     ):
         if stopped:
             break
         deleted, stopped = _in_batches(engine, batch, done=done, pause=pause)
         setattr(done, field, deleted)
     return done
-
-
-def _due_batch(cutoff: datetime, limit: int) -> Batch:
-    """Counted partitions no commit, compaction or report touched since `cutoff`."""
-    c = due_t.c
-    key = tuple_(c.table_name, c.partition_name)
-
-    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
-        keys = conn.execute(
-            select(c.table_name, c.partition_name).where(c.updated_at < cutoff).limit(limit)
-        ).all()
-        if keys:
-            found = [tuple(k) for k in keys]
-            conn.execute(delete(due_t).where(key.in_(found), c.updated_at < cutoff))
-        return len(keys), 0 if len(keys) == limit else None
-
-    return batch
 
 
 def _samples_batch(cutoff: datetime, limit: int) -> Batch:
@@ -158,29 +146,18 @@ def _samples_batch(cutoff: datetime, limit: int) -> Batch:
     return batch
 
 
-def _followers_batch(cutoff: datetime, limit: int) -> Batch:
-    """Followers whose last long-poll began before `cutoff` (and ended: none parks a day)."""
-    c = followers_t.c
-    key = tuple_(c.principal, c.holder)
+def _stale_batch(rows: Table, stale: ColumnElement[bool], limit: int) -> Batch:
+    """Up to `limit` rows of `rows` that are `stale`, found by their primary key, and deleted
+    only while stale still: a row touched meanwhile (a partition counted, a follower polling,
+    a key answered again) stays."""
+    key = tuple(rows.primary_key.columns)
 
     def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
-        keys = conn.execute(
-            select(c.principal, c.holder).where(c.polled_at < cutoff).limit(limit)
-        ).all()
+        keys = conn.execute(select(*key).where(stale).limit(limit)).all()
         if keys:
             found = [tuple(k) for k in keys]
-            conn.execute(delete(followers_t).where(key.in_(found), c.polled_at < cutoff))
+            conn.execute(delete(rows).where(tuple_(*key).in_(found), stale))
         return len(keys), 0 if len(keys) == limit else None
-
-    return batch
-
-
-def _idempotency_batch(at: datetime, limit: int) -> Batch:
-    """Answers kept for Idempotency-Keys whose lifetime ended before `at` (now)."""
-
-    def batch(conn: Connection, _cursor: int) -> tuple[int, int | None]:
-        deleted = idempotency.prune(conn, at, limit)
-        return deleted, 0 if deleted == limit else None
 
     return batch
 

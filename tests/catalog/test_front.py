@@ -32,6 +32,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
+from testkit.commits import rest_body
 from tests.conftest import FRONTS, TOKENS, auth, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
@@ -376,10 +377,7 @@ def test_a_parked_commit_whose_client_left_is_refused_once(parking_front):
     maintenance_lease(front, table, partitions=["dt=2024-06-20"])
     tx = table.transaction()
     tx.delete(EqualTo("dt", "2024-06-20"))
-    body = {
-        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
-        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
-    }
+    body = rest_body(tx)
     namespace, name = table.name()
     client = httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=1)
     with client, pytest.raises(httpx.ReadTimeout):  # the client gives up while it is parked

@@ -26,8 +26,10 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField
 from sqlalchemy import create_engine, select
 
-from service.lock import idempotency
-from service.lock.db import idempotency_t, now
+from service.lock import idempotency, retention
+from service.lock.db import idempotency_t
+from testkit.commits import rest_body
+from tests.catalog.test_parked_commits import delete_body
 from tests.conftest import BOTH_DATABASES, SECRETS, TWO_JOBS_ENV, start_front
 
 SCHEMA = Schema(
@@ -65,10 +67,7 @@ def append_body(table: Any, ids: list[int]) -> dict[str, Any]:
     """The REST body of an append, as pyiceberg sends it (its data file written already)."""
     tx = table.transaction()
     tx.append(pa.table({"id": pa.array(ids, pa.int64()), "dt": pa.array([DAY] * len(ids))}))
-    return {
-        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
-        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
-    }
+    return rest_body(tx)
 
 
 def commit(
@@ -194,7 +193,7 @@ def test_a_refusal_is_kept_and_a_held_commit_is_not(front):
             f"/v1/tables/{name}/maintenance-lease",
             json={"holder": "compactor-1", "ttl_s": 60, "partitions": [f"dt={DAY}"]},
         ).json()
-        delete = _delete_body(table)
+        delete = delete_body(table)
         sent = key()
         assert commit(front, table, delete, sent).status_code == 429
         c.delete(
@@ -208,17 +207,6 @@ def test_a_refusal_is_kept_and_a_held_commit_is_not(front):
 def _stale(table: Any) -> list[dict[str, Any]]:
     """A requirement the table no longer meets: its main branch at no snapshot."""
     return [{"type": "assert-ref-snapshot-id", "ref": "main", "snapshot-id": None}]
-
-
-def _delete_body(table: Any) -> dict[str, Any]:
-    from pyiceberg.expressions import EqualTo
-
-    tx = table.transaction()
-    tx.delete(EqualTo("dt", DAY.isoformat()))
-    return {
-        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
-        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
-    }
 
 
 def test_namespace_and_table_creation_sent_again_are_not_already_exists(front):
@@ -252,7 +240,9 @@ def test_kept_answers_expire_and_are_pruned(front):
             idempotency.remember(conn, live, status=204)
         with engine.begin() as conn:
             assert idempotency.find(conn, gone) is None  # expired: a resend runs again
-            assert idempotency.prune(conn, now(conn), 1000) >= 1
+        pruned = retention.prune(engine, retention=timedelta(days=30), batch_rows=1000)
+        assert pruned.idempotency_keys >= 1
+        with engine.begin() as conn:
             assert idempotency.find(conn, live) is not None
             keys = conn.execute(select(idempotency_t.c.idempotency_key)).scalars().all()
         assert gone.key not in keys and live.key in keys

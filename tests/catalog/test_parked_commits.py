@@ -8,7 +8,6 @@ token's lease renews on time."""
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
@@ -29,7 +28,14 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField
 
 from testkit.avro import bomb
-from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
+from testkit.commits import (
+    data_file,
+    entry,
+    manifest_list,
+    new_manifest,
+    rest_body,
+    snapshot_commit,
+)
 from tests.conftest import SECRETS, TWO_JOBS_ENV, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 
@@ -101,10 +107,7 @@ def delete_body(table: Any) -> dict[str, Any]:
     """The REST body of a delete of DAY's rows, as pyiceberg sends it."""
     tx = table.transaction()
     tx.delete(EqualTo("dt", DAY.isoformat()))
-    return {
-        "requirements": [json.loads(r.model_dump_json()) for r in tx._requirements],
-        "updates": [json.loads(u.model_dump_json()) for u in tx._updates],
-    }
+    return rest_body(tx)
 
 
 def post(front: Any, who: str, table: Any, body: dict[str, Any]) -> httpx.Response:
