@@ -7,7 +7,7 @@
 commit a snapshot take `snapshotProperty(k, v)`, so lakelock's fencing token, lease id and run id
 land in the snapshot summary of every commit the compactor makes (`lakelock audit` calls a commit
 without them a violation); the procedures cannot set them. Which commits each action makes in
-Iceberg 1.9.x, and how each is labelled:
+Iceberg 1.9.2 and 1.11.0 alike, and how each is labelled:
 
     rewrite_data_files      one commit (or one per `partial-progress.max-commits` batch), all
                             through its commit manager, which applies the action's properties.

@@ -5,7 +5,13 @@
     jars("flink-iceberg")      # Iceberg's Flink runtime, Hadoop's client, S3FileIO (jobkit.flink)
     jars("s3-server")          # S3Proxy, the S3-compatible server on loopback (demo.s3)
     jars("spark-s3")           # Iceberg's S3FileIO and Hadoop's s3a, for jobs on S3
-    SETS["spark-kafka"]        # what a set holds, every version named
+    jars("spark-iceberg")      # Iceberg's Spark runtime (the jobs' default Iceberg, 1.11.0)
+    jar_set("spark-kafka")     # what a set holds, every version named
+
+The jobs' Iceberg is 1.11.0; `LAKELOCK_ICEBERG_VERSION=1.9.2` picks 1.9.2 for a site whose
+cluster pins it (the Spark runtime then comes from the `spark` extra's wheel, with no Maven;
+the Flink runtime and the AWS bundle at 1.9.2 from Maven). `sets(version)` gives either
+version's sets; `jar_set(name)` is the chosen one's.
 
 A set is its artifacts (`group:artifact:version`, or `...:version:classifier`) and their
 dependencies as Maven resolves them (`dependency:copy-dependencies` over a small pom made for
@@ -28,7 +34,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SETS", "JarSet", "MavenMissing", "cache_root", "jars", "main", "spark_packages"]
+__all__ = [
+    "ICEBERG_VERSIONS",
+    "JarSet",
+    "MavenMissing",
+    "cache_root",
+    "iceberg_version",
+    "jar_set",
+    "jars",
+    "main",
+    "sets",
+    "spark_packages",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,63 +79,88 @@ Spark. On a cluster, the connector of the cluster's own Spark version."""
 KAFKA_VERSION = "4.1.1"
 """Apache Kafka's broker: 4.x runs in KRaft mode only (no ZooKeeper) on Java 17."""
 
-ICEBERG_FLINK = "org.apache.iceberg:iceberg-flink-runtime-1.20:1.9.2"
-"""Iceberg's Flink runtime for Flink 1.20, the Iceberg of the Spark jobs (1.9.2)."""
+ICEBERG_VERSIONS = ("1.11.0", "1.9.2")
+"""The Iceberg versions the jobs run on, the default first: 1.11.0 (its REST client sends an
+Idempotency-Key with each mutation when the catalog advertises one, docs/catalog-front.md §4),
+and 1.9.2 for a cluster that pins it."""
 
 HADOOP_VERSION = "3.3.6"
 """Hadoop's shaded client: Iceberg's Flink catalog needs Hadoop's `Configuration` even for a
 REST catalog over local files; Flink ships no Hadoop."""
 
-ICEBERG_AWS = "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
-"""Iceberg's AWS bundle of the jobs' Iceberg (1.9.2): `S3FileIO` (what `s3://` tables are read
-and written with, `io-impl` chosen by Iceberg's ResolvingFileIO) and the AWS SDK v2 it needs,
-shaded. The same jar serves Spark and Flink."""
-
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.3.4"
 """Hadoop's `s3a://` file system for pyspark 3.5's Hadoop (3.3.4): a streaming query's
 checkpoints and a landing folder on S3. It brings the AWS SDK v1 bundle it was built with."""
 
-ICEBERG_SPARK_1_11 = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0"
-"""Iceberg 1.11's Spark runtime, for jobs that choose it over the bundled 1.9.2 (`use_bundled_jar`
-off, this set on): its REST client sends an Idempotency-Key with each mutation when the
-catalog advertises one (docs/catalog-front.md §4)."""
-
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
 """S3Proxy (Apache-2.0): an S3-compatible server over a local folder, one jar, Java 17."""
-
-SETS = {
-    "spark-kafka": JarSet(
-        (f"org.apache.spark:spark-sql-kafka-0-10_2.12:{SPARK_KAFKA_VERSION}",),
-        skip_present_in="pyspark",
-        probe_class="org.apache.spark.sql.kafka010.KafkaSourceProvider",
-    ),
-    "kafka-broker": JarSet((f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",)),
-    "flink-iceberg": JarSet(
-        (
-            ICEBERG_FLINK,
-            f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
-            f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
-            # S3FileIO's SDK: a table on S3 is written as one on local files, through the
-            # catalog (its endpoint and region from the front's /v1/config)
-            ICEBERG_AWS,
-        )
-    ),
-    "spark-s3": JarSet(
-        (ICEBERG_AWS, HADOOP_AWS),
-        skip_present_in="pyspark",
-        probe_class="org.apache.iceberg.aws.s3.S3FileIO",
-    ),
-    "s3-server": JarSet((S3PROXY,), transitive=False),
-    "spark-iceberg-1.11": JarSet(
-        (ICEBERG_SPARK_1_11,),
-        transitive=False,  # one shaded jar
-        probe_class="org.apache.iceberg.spark.SparkCatalog",
-    ),
-}
 
 
 class MavenMissing(RuntimeError):
     """`mvn` is not installed, or could not fetch a set: the message says which."""
+
+
+def iceberg_version() -> str:
+    """The jobs' Iceberg: `LAKELOCK_ICEBERG_VERSION`, or the default (1.11.0).
+
+    Raises:
+        ValueError: a version lakelock does not run on (the message names those it does).
+    """
+    chosen = os.environ.get("LAKELOCK_ICEBERG_VERSION", "").strip() or ICEBERG_VERSIONS[0]
+    if chosen not in ICEBERG_VERSIONS:
+        raise ValueError(
+            f"LAKELOCK_ICEBERG_VERSION={chosen!r}: lakelock's jobs run on Iceberg "
+            f"{' or '.join(ICEBERG_VERSIONS)}; unset it for {ICEBERG_VERSIONS[0]}"
+        )
+    return chosen
+
+
+def sets(iceberg: str) -> dict[str, JarSet]:
+    """The jar sets of the jobs on Iceberg `iceberg` (one of ICEBERG_VERSIONS)."""
+    aws = f"org.apache.iceberg:iceberg-aws-bundle:{iceberg}"
+    return {
+        "spark-kafka": JarSet(
+            (f"org.apache.spark:spark-sql-kafka-0-10_2.12:{SPARK_KAFKA_VERSION}",),
+            skip_present_in="pyspark",
+            probe_class="org.apache.spark.sql.kafka010.KafkaSourceProvider",
+        ),
+        "kafka-broker": JarSet((f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",)),
+        # Iceberg's Spark runtime for Spark 3.5 (Scala 2.12): one shaded jar
+        "spark-iceberg": JarSet(
+            (f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{iceberg}",),
+            transitive=False,
+            probe_class="org.apache.iceberg.spark.SparkCatalog",
+        ),
+        # Iceberg's Flink runtime for Flink 1.20; Iceberg's Flink catalog needs Hadoop's
+        # client; S3FileIO's SDK: a table on S3 is written as one on local files, through the
+        # catalog (its endpoint and region from the front's /v1/config)
+        "flink-iceberg": JarSet(
+            (
+                f"org.apache.iceberg:iceberg-flink-runtime-1.20:{iceberg}",
+                f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
+                f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
+                aws,
+            )
+        ),
+        # S3FileIO (what `s3://` tables are read and written with, chosen by Iceberg's
+        # ResolvingFileIO) with the AWS SDK v2, shaded; and Hadoop's s3a
+        "spark-s3": JarSet(
+            (aws, HADOOP_AWS),
+            skip_present_in="pyspark",
+            probe_class="org.apache.iceberg.aws.s3.S3FileIO",
+        ),
+        "s3-server": JarSet((S3PROXY,), transitive=False),
+    }
+
+
+def jar_set(name: str) -> JarSet:
+    """Set `name` of the chosen Iceberg (`iceberg_version()`).
+
+    Raises:
+        KeyError: an unknown set.
+        ValueError: LAKELOCK_ICEBERG_VERSION names a version lakelock does not run on.
+    """
+    return sets(iceberg_version())[name]
 
 
 def cache_root() -> Path:
@@ -128,7 +170,7 @@ def cache_root() -> Path:
 
 def spark_packages(name: str) -> str:
     """The set's artifacts for `spark.jars.packages` / `--packages` (a cluster's own way)."""
-    return SETS[name].packages
+    return jar_set(name).packages
 
 
 def jars(name: str) -> list[Path]:
@@ -136,13 +178,14 @@ def jars(name: str) -> list[Path]:
 
     Raises:
         KeyError: an unknown set.
+        ValueError: LAKELOCK_ICEBERG_VERSION names a version lakelock does not run on.
         MavenMissing: not cached, and `mvn` is missing or failed (its last lines are named).
     """
-    jar_set = SETS[name]
-    folder = cache_root() / jar_set.folder_name
+    chosen = jar_set(name)
+    folder = cache_root() / chosen.folder_name
     listing = folder / "jars.txt"
     if not listing.is_file():
-        _fetch(jar_set, folder)
+        _fetch(chosen, folder)
     return [folder / line for line in listing.read_text().split() if line]
 
 
@@ -227,10 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     print where each is; bin/test runs it before the tests, so no test waits for Maven."""
     import sys
 
-    names = (sys.argv[1:] if argv is None else argv) or sorted(SETS)
+    try:
+        chosen = sets(iceberg_version())
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    names = (sys.argv[1:] if argv is None else argv) or sorted(chosen)
     for name in names:
-        if name not in SETS:
-            print(f"unknown jar set {name!r}; the sets: {', '.join(sorted(SETS))}", file=sys.stderr)
+        if name not in chosen:
+            known = ", ".join(sorted(chosen))
+            print(f"unknown jar set {name!r}; the sets: {known}", file=sys.stderr)
             return 2
         try:
             found = jars(name)

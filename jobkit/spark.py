@@ -3,9 +3,9 @@
 Both jobs call `build_session(CatalogConfig(...))`, started in one of two ways:
 
     python -m ingest_gate ...     Python starts Spark itself: the job's master (default
-                                  local[*]) and the Iceberg runtime jar of the `spark` extra
-                                  (`snowpark-connect-deps-iceberg==1.0.1`: Iceberg 1.9.2 for
-                                  Spark 3.5, Scala 2.12), or `jars_packages`
+                                  local[*]) and Iceberg's Spark runtime (`iceberg_runtime`:
+                                  1.11.0 through jobkit.maven, or 1.9.2 from the `spark`
+                                  extra's wheel), or `jars_packages`
     spark-submit <entry script>   spark-submit started the driver: its --master, --jars,
                                   --packages and --conf win; the job adds its catalog and fills
                                   in only the settings the submit left out. The Iceberg runtime
@@ -50,6 +50,7 @@ __all__ = [
     "catalog_place",
     "error_message",
     "fenced_table",
+    "iceberg_runtime",
     "load_table",
     "on_s3",
     "rest_catalog",
@@ -141,8 +142,23 @@ def s3_conf(catalog: CatalogConfig) -> dict[str, str]:
     return conf
 
 
+def iceberg_runtime() -> list[Path]:
+    """Iceberg's Spark runtime jar of the jobs' Iceberg (jobkit.maven.iceberg_version): 1.9.2's
+    from the `spark` extra's wheel (no Maven needed), any other's fetched with Maven.
+
+    Raises:
+        ValueError: LAKELOCK_ICEBERG_VERSION names a version lakelock does not run on.
+        jobkit.maven.MavenMissing: the jar is not cached and Maven cannot fetch it.
+    """
+    from jobkit.maven import iceberg_version, jars
+
+    if iceberg_version() == "1.9.2":
+        return [bundled_iceberg_jar()]
+    return jars("spark-iceberg")
+
+
 def bundled_iceberg_jar() -> Path:
-    """The Iceberg Spark runtime jar shipped by the `spark` extra's wheel."""
+    """Iceberg 1.9.2's Spark runtime jar, shipped by the `spark` extra's wheel."""
     import snowpark_connect_deps_iceberg
 
     jars = Path(snowpark_connect_deps_iceberg.__file__).parent / "jars"
@@ -193,11 +209,13 @@ def _on_driver(class_name: str) -> bool:
 
 
 def _check_iceberg_on_driver() -> None:
+    from jobkit.maven import spark_packages
+
     if not _on_driver("org.apache.iceberg.spark.SparkCatalog"):
         raise IcebergMissing(
             "the Iceberg Spark runtime is not on the driver's classpath: pass it to spark-submit "
             '(--jars "$(python -m lakelock_submit jars)", or --packages '
-            "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2); see docs/spark-submit.md"
+            f"{spark_packages('spark-iceberg')}); see docs/spark-submit.md"
         )
 
 
@@ -206,10 +224,10 @@ def _check_sets_on_driver(jar_sets: Sequence[str], *, running_jvm: bool = False)
     brings it; in a Python process whose Spark JVM an earlier session started (`running_jvm`),
     that first session fixed the driver's classpath: a later session's `spark.jars` reach the
     executors, not the driver."""
-    from jobkit.maven import SETS, spark_packages
+    from jobkit.maven import jar_set, spark_packages
 
     for name in jar_sets:
-        probe = SETS[name].probe_class
+        probe = jar_set(name).probe_class
         if probe is None or _on_driver(probe):
             continue
         if running_jvm:
@@ -232,7 +250,6 @@ def build_session(
     app_name: str = "lakelock",
     master: str | None = "local[*]",
     jars_packages: str | None = None,
-    use_bundled_jar: bool = True,
     extra_conf: dict[str, str] | None = None,
     executor_packages: Sequence[str] = (),
     jar_sets: Sequence[str] = (),
@@ -244,8 +261,8 @@ def build_session(
     `spark-s3` jars (Iceberg's S3FileIO, Hadoop's s3a) come too, and `s3_conf` when Python
     starts the driver.
 
-    Started by Python: `master` (None leaves it to Spark's defaults) and the bundled Iceberg
-    jar or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
+    Started by Python: `master` (None leaves it to Spark's defaults) and `iceberg_runtime()`
+    or `jars_packages`. Under spark-submit (see the module docstring): the submit's master,
     jars and conf, with the catalog and the defaults below added where the submit set nothing.
     `extra_conf` wins over everything here.
 
@@ -253,7 +270,7 @@ def build_session(
     elsewhere `executor_packages` (the packages the job's Python functions import) go to the
     executors as a zip, unless the submit already carried it (`--py-files`).
 
-    `jar_sets` names further jars (jobkit.maven.SETS, e.g. "spark-kafka"): fetched with Maven
+    `jar_sets` names further jars (jobkit.maven.sets, e.g. "spark-kafka"): fetched with Maven
     into a cache and added when Python starts the driver (as packages with `jars_packages`);
     under spark-submit they must come with the submit.
 
@@ -281,9 +298,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    conf = _defaults(
-        submitted, jars_packages=jars_packages, use_bundled_jar=use_bundled_jar, jar_sets=jar_sets
-    )
+    conf = _defaults(submitted, jars_packages=jars_packages, jar_sets=jar_sets)
     if s3 and submitted is None:
         # under spark-submit the cluster's Hadoop settings stand (EMR's s3:// is EMRFS)
         conf.update(s3_conf(catalog))
@@ -315,7 +330,6 @@ def _defaults(
     submitted: dict[str, str] | None,
     *,
     jars_packages: str | None,
-    use_bundled_jar: bool,
     jar_sets: Sequence[str] = (),
 ) -> dict[str, str]:
     """The conf lakelock sets unless spark-submit set it: Iceberg's SQL extensions (added to
@@ -341,9 +355,9 @@ def _defaults(
             )
         else:
             fetched = [str(jar) for name in jar_sets for jar in jars(name)]
-            bundled = [str(bundled_iceberg_jar())] if use_bundled_jar else []
-            if bundled or fetched:
-                defaults["spark.jars"] = ",".join(bundled + fetched)
+            runtime = [str(jar) for jar in iceberg_runtime()]
+            if runtime or fetched:
+                defaults["spark.jars"] = ",".join(runtime + fetched)
     conf = {k: v for k, v in defaults.items() if submitted is None or k not in submitted}
     if submitted is not None and "spark.sql.extensions" in submitted:
         extensions = submitted["spark.sql.extensions"].split(",")

@@ -45,9 +45,9 @@ def jars() -> list[Path]:
     Raises:
         ModuleNotFoundError, RuntimeError: the `spark` extra is not installed.
     """
-    from jobkit.spark import bundled_iceberg_jar
+    from jobkit.spark import iceberg_runtime
 
-    return [bundled_iceberg_jar()]
+    return iceberg_runtime()
 
 
 def py_files(folder: Path | None = None) -> Path:

@@ -21,7 +21,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "jars":
         with needs_extras("python -m lakelock_submit jars"):
-            print(",".join(str(path) for path in jars()))
+            from jobkit.maven import MavenMissing
+
+            try:
+                found = jars()
+            except (ValueError, MavenMissing) as exc:  # a bad LAKELOCK_ICEBERG_VERSION, no mvn
+                print(f"python -m lakelock_submit jars: {exc}", file=sys.stderr)
+                return 2
+            print(",".join(str(path) for path in found))
     elif args.what == "py-files":
         print(py_files())
     else:

@@ -12,7 +12,7 @@ import pytest
 from demo.generate import KEY_FIELDS, ChangeGenerator
 from demo.kafka import as_messages
 from ingest_gate.job.kafka import Gap, RetentionLoss, _offsets_json, lag_of, lost_ranges
-from jobkit.maven import SETS, _artifact_name, _pom
+from jobkit.maven import ICEBERG_VERSIONS, _artifact_name, _pom, jar_set, sets
 
 
 def test_a_partition_whose_earliest_offset_passed_the_checkpoint_lost_the_records_between():
@@ -56,13 +56,34 @@ def test_a_jar_is_known_by_its_artifact_name_without_the_version(jar, name):
 
 
 def test_each_jar_set_names_its_versions_and_gets_a_pom_of_its_own():
-    for jar_set in SETS.values():
-        assert all(a.count(":") in (2, 3) for a in jar_set.artifacts)
-        assert jar_set.artifacts[0].split(":")[2] in jar_set.folder_name
-        assert "<artifactId>" in _pom(jar_set.artifacts)
-        # a classifier goes into the pom, never into Spark's --packages
-        assert all(p.count(":") == 2 for p in jar_set.packages.split(","))
-    assert "<classifier>jar-with-dependencies</classifier>" in _pom(SETS["s3-server"].artifacts)
+    for version in ICEBERG_VERSIONS:
+        for each in sets(version).values():
+            assert all(a.count(":") in (2, 3) for a in each.artifacts)
+            assert each.artifacts[0].split(":")[2] in each.folder_name
+            assert "<artifactId>" in _pom(each.artifacts)
+            # a classifier goes into the pom, never into Spark's --packages
+            assert all(p.count(":") == 2 for p in each.packages.split(","))
+    s3 = sets(ICEBERG_VERSIONS[0])["s3-server"]
+    assert "<classifier>jar-with-dependencies</classifier>" in _pom(s3.artifacts)
+
+
+@pytest.mark.parametrize("version", ICEBERG_VERSIONS)
+def test_every_iceberg_jar_of_a_version_is_that_version(version):
+    iceberg = [a for each in sets(version).values() for a in each.artifacts if "iceberg" in a]
+    assert {a.split(":")[2] for a in iceberg} == {version}
+    assert {a.split(":")[1] for a in iceberg} == {
+        "iceberg-spark-runtime-3.5_2.12",
+        "iceberg-flink-runtime-1.20",
+        "iceberg-aws-bundle",
+    }
+
+
+def test_an_iceberg_version_lakelock_does_not_run_on_is_named_with_those_it_does(monkeypatch):
+    monkeypatch.setenv("LAKELOCK_ICEBERG_VERSION", "1.10.0")
+    with pytest.raises(ValueError, match=r"'1\.10\.0'.*1\.11\.0 or 1\.9\.2"):
+        jar_set("spark-iceberg")
+    monkeypatch.delenv("LAKELOCK_ICEBERG_VERSION")
+    assert jar_set("spark-iceberg").artifacts[0].endswith(":1.11.0")
 
 
 def _key(message):

@@ -275,8 +275,20 @@ def test_the_spark_install_names_what_spark_submit_takes(venvs):
     done = spark.run(spark.bin("python"), "-m", "lakelock_submit", "jars")
     assert done.returncode == 0, done.stderr
     jar = Path(done.stdout.strip())
+    assert jar.name == "iceberg-spark-runtime-3.5_2.12-1.11.0.jar" and jar.is_file()
+    # a cluster pinned to 1.9.2 gets the install's own jar, from the spark extra's wheel
+    done = spark.run(
+        spark.bin("python"), "-m", "lakelock_submit", "jars", LAKELOCK_ICEBERG_VERSION="1.9.2"
+    )
+    assert done.returncode == 0, done.stderr
+    jar = Path(done.stdout.strip())
     assert jar.name == "iceberg-spark-runtime-3.5_2.12-1.9.2.jar" and jar.is_file()
     assert str(spark.path) in str(jar)  # the install's own, not this checkout's venv
+    done = spark.run(
+        spark.bin("python"), "-m", "lakelock_submit", "jars", LAKELOCK_ICEBERG_VERSION="1.10.0"
+    )
+    assert done.returncode != 0
+    assert "LAKELOCK_ICEBERG_VERSION='1.10.0'" in done.stderr and "1.11.0 or 1.9.2" in done.stderr
     for job in ("ingest", "compactor"):
         script = Path(spark.run(spark.bin("python"), "-m", "lakelock_submit", job).stdout.strip())
         assert script.is_file() and str(spark.path) in str(script)

@@ -212,7 +212,10 @@ def test_equality_deletes_are_applied_dropped_and_the_table_then_planned_healthy
     report = run_table(spark, client=job_client, config=config)
 
     assert report.outcome == Outcome.COMPACTED, report.error
-    assert report.totals()["removed_delete_files"] == 2
+    # Iceberg 1.9.2 counts both in the steps' outputs; 1.11's rewrite commit drops the older
+    # one (older than every live data file) without counting it, the step the other
+    assert report.totals()["removed_delete_files"] in (1, 2)
+    assert report.before["equality_delete_files"] == 2
     assert report.after["equality_delete_files"] == 0
     assert report.after["dangling_delete_files"] == 0
     assert read_with_pyiceberg(spark, table) == expected
@@ -230,6 +233,10 @@ def test_dangling_deletes_are_removed_in_the_steps_partitions_only(spark):
         TBLPROPERTIES ('format-version' = '2', 'write.distribution-mode' = 'none')
         """
     )
+    # a partition no step touches, written first: its data file, the oldest live, keeps the
+    # table's delete files from being dropped by the rewrite's commit (Iceberg 1.11 drops those
+    # older than every live data file with any commit)
+    spark.sql(f"INSERT INTO {table} VALUES (-1, 2, 'old')")
     spark.sql(
         f"INSERT INTO {table} SELECT CAST(id AS INT), CAST(id % 2 AS INT), 'v' FROM range(40)"
     )
@@ -258,8 +265,8 @@ def test_dangling_deletes_are_removed_in_the_steps_partitions_only(spark):
 
     assert out == {"removed_delete_files": 1}
     assert deletes_by_part() == {0: 1}
+    # Spark's reading only: pyiceberg reads no table that holds an equality delete file
     assert rows(spark, table) == expected
-    assert read_with_pyiceberg(spark, table) == expected
     summary = spark.sql(
         f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
     ).first()["summary"]

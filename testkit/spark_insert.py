@@ -1,9 +1,10 @@
-"""A Spark job on Iceberg 1.11's runtime (jobkit.maven's `spark-iceberg-1.11`, not the bundled
-1.9.2) through a REST catalog: creates the table `lakelock.db.<table>` and inserts three rows
-in one statement, then prints what it reads back as one JSON line. Its own process, since a
-process's first Spark session fixes the driver's classpath.
+"""A Spark job on the jobs' Iceberg runtime (jobkit.spark.iceberg_runtime; run it with
+LAKELOCK_ICEBERG_VERSION=1.11.0 for Iceberg 1.11) through a REST catalog: creates the table
+`lakelock.db.<table>` and inserts three rows in one statement, then prints what it reads back
+as one JSON line. Its own process, since a process's first Spark session fixes the driver's
+classpath.
 
-    python -m testkit.spark_1_11 --uri http://127.0.0.1:8737/iceberg --token SECRET --table t
+    python -m testkit.spark_insert --uri http://127.0.0.1:8737/iceberg --token SECRET --table t
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ def main() -> None:
         catalog,
         app_name="lakelock-iceberg-1.11",
         master="local[1]",
-        use_bundled_jar=False,
-        jar_sets=("spark-iceberg-1.11",),
         extra_conf={"spark.sql.shuffle.partitions": "1"},
     )
     spark.sparkContext.setLogLevel("ERROR")
