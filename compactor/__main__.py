@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from jobkit.spark import IcebergMissing
+from jobkit.maven import MavenMissing
+from jobkit.spark import ConnectorMissing
 from service.extras import needs_extras
 
 __all__ = ["main"]
@@ -17,7 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         try:
             return job_main(argv)
-        except IcebergMissing as exc:
+        except (ConnectorMissing, MavenMissing) as exc:  # a jar not submitted or not fetched
             print(f"lakelock-compactor: {exc}", file=sys.stderr)
             return 2
 

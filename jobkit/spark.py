@@ -147,12 +147,16 @@ def iceberg_runtime() -> list[Path]:
     from the `spark` extra's wheel (no Maven needed), any other's fetched with Maven.
 
     Raises:
-        ValueError: LAKELOCK_ICEBERG_VERSION names a version lakelock does not run on.
+        IcebergMissing: LAKELOCK_ICEBERG_VERSION names a version lakelock does not run on.
         jobkit.maven.MavenMissing: the jar is not cached and Maven cannot fetch it.
     """
     from jobkit.maven import iceberg_version, jars
 
-    if iceberg_version() == "1.9.2":
+    try:
+        version = iceberg_version()
+    except ValueError as exc:
+        raise IcebergMissing(str(exc)) from exc
+    if version == "1.9.2":
         return [bundled_iceberg_jar()]
     return jars("spark-iceberg")
 

@@ -40,10 +40,13 @@ def script(job: str) -> Path:
 
 
 def jars() -> list[Path]:
-    """The jars the jobs need on the driver and the executors: the Iceberg Spark runtime.
+    """The jars the jobs need on the driver and the executors: the Iceberg Spark runtime of
+    the jobs' Iceberg (jobkit.spark.iceberg_runtime).
 
     Raises:
         ModuleNotFoundError, RuntimeError: the `spark` extra is not installed.
+        jobkit.spark.IcebergMissing: LAKELOCK_ICEBERG_VERSION names an unknown version.
+        jobkit.maven.MavenMissing: 1.11.0's jar is not cached and Maven cannot fetch it.
     """
     from jobkit.spark import iceberg_runtime
 

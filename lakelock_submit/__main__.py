@@ -22,10 +22,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.what == "jars":
         with needs_extras("python -m lakelock_submit jars"):
             from jobkit.maven import MavenMissing
+            from jobkit.spark import IcebergMissing
 
             try:
                 found = jars()
-            except (ValueError, MavenMissing) as exc:  # a bad LAKELOCK_ICEBERG_VERSION, no mvn
+            except (IcebergMissing, MavenMissing) as exc:  # a bad LAKELOCK_ICEBERG_VERSION, no mvn
                 print(f"python -m lakelock_submit jars: {exc}", file=sys.stderr)
                 return 2
             print(",".join(str(path) for path in found))
