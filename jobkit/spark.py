@@ -358,10 +358,10 @@ def _defaults(
                 [jars_packages, *(spark_packages(name) for name in jar_sets)]
             )
         else:
-            fetched = [str(jar) for name in jar_sets for jar in jars(name)]
-            runtime = [str(jar) for jar in iceberg_runtime()]
-            if runtime or fetched:
-                defaults["spark.jars"] = ",".join(runtime + fetched)
+            # the runtime first: a bad LAKELOCK_ICEBERG_VERSION is its IcebergMissing
+            runtime = iceberg_runtime()
+            fetched = [jar for name in jar_sets for jar in jars(name)]
+            defaults["spark.jars"] = ",".join(str(jar) for jar in runtime + fetched)
     conf = {k: v for k, v in defaults.items() if submitted is None or k not in submitted}
     if submitted is not None and "spark.sql.extensions" in submitted:
         extensions = submitted["spark.sql.extensions"].split(",")
