@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import hypothesis
@@ -216,6 +217,24 @@ BOTH_DATABASES = ["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
 FRONTS = [*BOTH_DATABASES, "sqlite-s3"]
 """Both databases with a warehouse of local files, and SQLite with one on S3 (the project's
 S3 server): the catalog front's tests that hold for any storage."""
+
+
+def front_fixture(name: str, params: list[Any], **env: str) -> Any:
+    """A module-scoped fixture of a front (start_front) on each of `params`, with `env`,
+    stopped after the module:
+
+        front = front_fixture("idempotency", ["sqlite"], LAKELOCK_TOKENS=TWO_JOBS_ENV)
+    """
+
+    @pytest.fixture(scope="module", params=params)
+    def front(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[LocalService]:
+        server = start_front(request, tmp_path_factory, name, **env)
+        yield server
+        server.stop()
+
+    return front
 
 
 # -- object storage --------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import json
 import os
 import random
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -38,7 +37,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
-from tests.conftest import FRONTS, TOKENS, auth, start_front
+from tests.conftest import FRONTS, TOKENS, auth, front_fixture
 
 CATALOG = "lakelock"
 SCHEMA = Schema(
@@ -48,13 +47,7 @@ SCHEMA = Schema(
 SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "p"))
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "fence-content")
-    yield server
-    server.stop()
+front = front_fixture("fence-content", FRONTS)
 
 
 def rest(front: Any) -> RestCatalog:

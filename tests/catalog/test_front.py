@@ -33,7 +33,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from testkit.commits import rest_body
-from tests.conftest import FRONTS, TOKENS, auth, start_front
+from tests.conftest import FRONTS, TOKENS, auth, front_fixture, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 
@@ -46,13 +46,7 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
 CATALOG = "lakelock"
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "front")
-    yield server
-    server.stop()
+front = front_fixture("front", FRONTS)
 
 
 def rest(front: Any, role: str = "job") -> RestCatalog:

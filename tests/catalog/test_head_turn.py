@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import date
 from typing import Any
 
 import httpx
-import pytest
 from pyiceberg.exceptions import CommitFailedException
 
 from tests.catalog.test_front import (
@@ -31,7 +29,7 @@ from tests.catalog.test_front import (
     rows,
     service,
 )
-from tests.conftest import FRONTS, auth, start_front
+from tests.conftest import FRONTS, auth, front_fixture
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import Rewritten, rewrite_body, rewrite_files
 from tests.invariants import check, load_history
@@ -43,32 +41,14 @@ OTHER = date(2024, 6, 21)
 BACKOFF_S = (0.1, 0.2, 0.4, 0.8)
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def front(request: Any, tmp_path_factory: Any) -> Iterator[Any]:
-    # a park and a turn far longer than any step here: a bound against a hang, so the turn
-    # ends by the lease's commit or its end in every test of this front, never by its bound
-    server = start_front(
-        request,
-        tmp_path_factory,
-        "turn",
-        LAKELOCK_CATALOG_HOLD_WAIT_S="100",
-        LAKELOCK_CATALOG_HEAD_TURN_S="100",
-    )
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module", params=["sqlite"])
-def lapsing_front(request: Any, tmp_path_factory: Any) -> Iterator[Any]:
-    server = start_front(
-        request,
-        tmp_path_factory,
-        "lapse",
-        LAKELOCK_CATALOG_HOLD_WAIT_S="100",
-        LAKELOCK_CATALOG_HEAD_TURN_S="0.2",
-    )
-    yield server
-    server.stop()
+# a park and a turn far longer than any step here: a bound against a hang, so the turn ends by
+# the lease's commit or its end in every test of this front, never by its bound
+front = front_fixture(
+    "turn", FRONTS, LAKELOCK_CATALOG_HOLD_WAIT_S="100", LAKELOCK_CATALOG_HEAD_TURN_S="100"
+)
+lapsing_front = front_fixture(
+    "lapse", ["sqlite"], LAKELOCK_CATALOG_HOLD_WAIT_S="100", LAKELOCK_CATALOG_HEAD_TURN_S="0.2"
+)
 
 
 def named(lease: dict[str, Any]) -> dict[str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, timedelta
 from functools import partial
@@ -17,7 +17,6 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
-import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -30,7 +29,7 @@ from service.lock import idempotency, retention
 from service.lock.db import idempotency_t
 from testkit.commits import rest_body
 from tests.catalog.test_parked_commits import delete_body
-from tests.conftest import BOTH_DATABASES, SECRETS, TWO_JOBS_ENV, start_front
+from tests.conftest import BOTH_DATABASES, SECRETS, TWO_JOBS_ENV, front_fixture
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
@@ -40,13 +39,7 @@ SPEC = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "dt"))
 DAY = date(2024, 6, 20)
 
 
-@pytest.fixture(scope="module", params=BOTH_DATABASES)
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "idempotency", LAKELOCK_TOKENS=TWO_JOBS_ENV)
-    yield server
-    server.stop()
+front = front_fixture("idempotency", BOTH_DATABASES, LAKELOCK_TOKENS=TWO_JOBS_ENV)
 
 
 def iceberg(front: Any, who: str = "a") -> httpx.Client:

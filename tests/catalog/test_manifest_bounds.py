@@ -8,8 +8,6 @@ does not read, is a 400 too. Checked on the Avro scan itself and through a real 
 from __future__ import annotations
 
 import bz2
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from pyiceberg.manifest import ManifestEntryStatus
@@ -20,7 +18,7 @@ from service.wire.errors import InvalidRequest
 from testkit.avro import bomb, container, deflated, nested
 from testkit.commits import data_file, entry, manifest_list, new_manifest, snapshot_commit
 from tests.catalog.test_fence_content import held_table, ids, post, rest
-from tests.conftest import start_front
+from tests.conftest import front_fixture
 
 
 def test_a_scan_counts_entries_and_inflated_bytes_of_every_codec():
@@ -76,13 +74,7 @@ def test_a_file_read_twice_for_one_commit_counts_once_and_must_not_change():
         budget.check("s3://b/wh/m.avro", container(b"null", [(1, b"\x02")]))
 
 
-@pytest.fixture(scope="module", params=["sqlite"])
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "manifest-bounds")
-    yield server
-    server.stop()
+front = front_fixture("manifest-bounds", ["sqlite"])
 
 
 @pytest.mark.parametrize("kind", ["nested", "cut-short"])

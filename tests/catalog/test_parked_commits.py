@@ -11,14 +11,12 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
 
 import httpx
 import pyarrow as pa
-import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.manifest import ManifestEntryStatus
@@ -36,7 +34,7 @@ from testkit.commits import (
     rest_body,
     snapshot_commit,
 )
-from tests.conftest import SECRETS, TWO_JOBS_ENV, start_front
+from tests.conftest import SECRETS, TWO_JOBS_ENV, front_fixture
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 
 SCHEMA = Schema(
@@ -48,21 +46,14 @@ DAY, OTHER_DAY = date(2024, 6, 20), date(2024, 6, 21)
 PER_TOKEN, IN_ALL = 150, 160
 
 
-@pytest.fixture(scope="module", params=["sqlite"])
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(
-        request,
-        tmp_path_factory,
-        "parked",
-        LAKELOCK_TOKENS=TWO_JOBS_ENV,
-        LAKELOCK_CATALOG_HOLD_WAIT_S="90",  # a bound against a hang: the holds end sooner
-        LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN=str(PER_TOKEN),
-        LAKELOCK_CATALOG_MAX_PARKED=str(IN_ALL),
-    )
-    yield server
-    server.stop()
+front = front_fixture(
+    "parked",
+    ["sqlite"],
+    LAKELOCK_TOKENS=TWO_JOBS_ENV,
+    LAKELOCK_CATALOG_HOLD_WAIT_S="90",  # a bound against a hang: the holds end sooner
+    LAKELOCK_CATALOG_MAX_PARKED_PER_TOKEN=str(PER_TOKEN),
+    LAKELOCK_CATALOG_MAX_PARKED=str(IN_ALL),
+)
 
 
 def api(front: Any, who: str) -> httpx.Client:

@@ -17,26 +17,19 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from testkit.lossy_proxy import LossyProxy
-from tests.conftest import start_front
+from tests.conftest import front_fixture
 from tests.helpers import HANG_GUARD_S
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module", params=["sqlite"])
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    server = start_front(request, tmp_path_factory, "resend")
-    yield server
-    server.stop()
+front = front_fixture("resend", ["sqlite"])
 
 
 def is_data_commit(method: str, path: str, body: bytes) -> bool:
