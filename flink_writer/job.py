@@ -1,12 +1,14 @@
 """The Flink writer's process: a local MiniCluster (PyFlink's TableEnvironment) that runs one
-INSERT from the landing folder into an Iceberg table at lakelock's catalog front, until the job
-ends or the process is told to stop (SIGTERM, SIGINT: the job is cancelled, its last checkpoint
-kept for a restart).
+INSERT from its source (a landing folder, or a Kafka topic) into an Iceberg table at
+lakelock's catalog front, until the job ends or the process is told to stop (SIGTERM, SIGINT:
+the job is cancelled, its last checkpoint kept for a restart).
 
-    python -m flink_writer --catalog-uri http://127.0.0.1:8737/iceberg --table db.events \\
+    lakelock-flink-writer --catalog-uri http://127.0.0.1:8737/iceberg --table db.events \\
         --columns 'event_id STRING, dt STRING, hr INT, v BIGINT' --key event_id,dt,hr \\
         --partitioned-by dt,hr --landing /data/landing --checkpoints file:///data/chk \\
         --report writer.json                     # the token: LAKELOCK_TOKEN
+    lakelock-flink-writer ... --source kafka --kafka-bootstrap 127.0.0.1:9092 \\
+        --kafka-topic events --format debezium-json --bounded
 
 The report (JSON, written when the process ends) says how the job fared: its id, final
 status, how many times Flink restarted it (`numRestarts`, read from the MiniCluster's REST
@@ -181,8 +183,12 @@ def _root_cause(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m flink_writer", description=__doc__.split("\n")[0])
+def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run a Flink job that writes an Iceberg table through lakelock's catalog "
+        "front, from a landing folder or a Kafka topic (docs/flink.md).",
+    )
     p.add_argument("--catalog-uri", required=True, help="lakelock's /iceberg URL")
     p.add_argument("--catalog-name", default="lakelock")
     p.add_argument("--table", required=True, help="namespace.table")
@@ -204,7 +210,27 @@ def _parser() -> argparse.ArgumentParser:
         metavar="K=V",
         help="write to this Iceberg catalog instead of lakelock's front (catalog-impl, uri, ...)",
     )
-    p.add_argument("--landing", required=True, help="folder of JSON-lines files, watched")
+    p.add_argument("--source", choices=sql.SOURCES, default="files")
+    p.add_argument("--landing", default="", help="files: a folder of JSON-lines files, watched")
+    p.add_argument("--kafka-bootstrap", default="", metavar="HOST:PORT[,HOST:PORT]")
+    p.add_argument("--kafka-topic", default="")
+    p.add_argument("--kafka-group", default="lakelock-flink-writer", help="the consumer group")
+    p.add_argument(
+        "--format",
+        choices=sql.FORMATS,
+        default="upsert-kafka",
+        help="kafka: the topic's change format (docs/flink.md)",
+    )
+    p.add_argument(
+        "--debezium-schema",
+        action="store_true",
+        help="debezium-json: each event carries Debezium's schema envelope",
+    )
+    p.add_argument(
+        "--bounded",
+        action="store_true",
+        help="read the topic up to its offsets at the start (the folder once), then finish",
+    )
     p.add_argument("--checkpoint-every-s", type=float, default=3.0)
     p.add_argument("--checkpoints", default="", help="checkpoint folder URI (kept on cancel)")
     p.add_argument("--restore-from", default="", help="a retained checkpoint to restart from")
@@ -218,9 +244,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
-    parser = _parser()
+def parse(
+    argv: Sequence[str] | None, *, prog: str = "python -m flink_writer"
+) -> tuple[argparse.Namespace, sql.Options, str]:
+    """The writer's arguments, options and the job's token (LAKELOCK_TOKEN); a bad option
+    exits 2 with argparse's message naming it, `--help` exits 0 (standard library only, so
+    lakelock's own Python checks a command line before PyFlink's runs it)."""
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     token = os.environ.get(TOKEN_ENV, "")
     if not token and not args.catalog_property:
@@ -237,9 +267,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             landing=args.landing,
             properties=dict(p.split("=", 1) for p in args.property),
             catalog_properties=dict(p.split("=", 1) for p in args.catalog_property),
+            source=args.source,
+            kafka_bootstrap=args.kafka_bootstrap,
+            kafka_topic=args.kafka_topic,
+            kafka_format=args.format,
+            kafka_group=args.kafka_group,
+            debezium_schema=args.debezium_schema,
+            bounded=args.bounded,
         )
     except ValueError as exc:
         parser.error(str(exc))
+    return args, options, token
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    args, options, token = parse(argv)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

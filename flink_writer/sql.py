@@ -3,8 +3,22 @@ without Flink.
 
     catalog(name, uri=..., token=...)          CREATE CATALOG over lakelock's /iceberg
     target(options)                             CREATE TABLE IF NOT EXISTS, with the key
-    source(options)                             the landing folder as a temporary table
+    source(options, columns)                    the source as a temporary table: a landing
+                                                folder, or a Kafka topic (below)
     insert(options)                             INSERT INTO target SELECT * FROM source
+
+Kafka (`source="kafka"`, Flink's Kafka SQL connector) in one of the change formats the seeds
+write, each read as a changelog the upsert table takes:
+
+    upsert-kafka     the message key (JSON of the key columns) and value (JSON of the row);
+                     a tombstone (null value) deletes its key
+    debezium-json    Debezium's change events (`before`/`after`/`op`), with or without its
+                     schema envelope (`debezium_schema`); a delete deletes its row
+    canal-json       canal's change events (`data`/`old`/`type`)
+
+`bounded` ends a Kafka source at the topic's offsets when the job started (Flink's
+`scan.bounded.mode = latest-offset`), and reads a landing folder once: the job then finishes,
+its last checkpoint committed, so a run can be checked.
 
 Names are quoted with backticks; a value in a WITH clause is a quoted literal. The token is a
 catalog property, so it is passed here and never logged (flink_writer.job logs the statements
@@ -17,12 +31,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Options", "catalog", "insert", "quote", "source", "target"]
+__all__ = ["FORMATS", "SOURCES", "Options", "catalog", "insert", "quote", "source", "target"]
 
 SOURCE = "lakelock_source"
 """The temporary table over the landing folder."""
 
+SOURCES = ("files", "kafka")
+FORMATS = ("upsert-kafka", "debezium-json", "canal-json")
+"""A Kafka topic's formats: Flink's upsert-kafka connector, or its kafka connector with a
+change format."""
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# a Kafka topic's legal name; a bootstrap list of host:port
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$")
 
 
 @dataclass(frozen=True)
@@ -48,10 +70,23 @@ class Options:
     # another Iceberg catalog than lakelock's front (its Flink catalog properties, e.g.
     # catalog-impl, uri, warehouse): the same job straight to the catalog, for comparison
     catalog_properties: dict[str, str] = field(default_factory=dict)
+    source: str = "files"  # one of SOURCES
+    kafka_bootstrap: str = ""
+    kafka_topic: str = ""
+    kafka_format: str = "upsert-kafka"  # one of FORMATS
+    kafka_group: str = "lakelock-flink-writer"
+    debezium_schema: bool = False  # Debezium's JSON carries its schema envelope
+    bounded: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("upsert", "append"):
             raise ValueError(f"mode {self.mode!r}: upsert or append")
+        if self.source not in SOURCES:
+            raise ValueError(f"source {self.source!r}: one of {', '.join(SOURCES)}")
+        if self.source == "files" and not self.landing:
+            raise ValueError("a files source needs its landing folder (--landing DIR)")
+        if self.source == "kafka":
+            self._check_kafka()
         if self.mode == "upsert" and not self.key:
             raise ValueError("an upsert writer needs its key columns (--key event_id,dt,hr)")
         parts = self.table.split(".")
@@ -60,6 +95,21 @@ class Options:
         for name in (*self.key, *self.partitioned_by, self.catalog_name):
             if not _NAME.match(name):
                 raise ValueError(f"{name!r} is not a plain column or catalog name")
+
+    def _check_kafka(self) -> None:
+        if self.kafka_format not in FORMATS:
+            raise ValueError(f"format {self.kafka_format!r}: one of {', '.join(FORMATS)}")
+        if not _BOOTSTRAP.match(self.kafka_bootstrap):
+            raise ValueError(
+                f"kafka bootstrap {self.kafka_bootstrap!r}: host:port[,host:port...] "
+                "(--kafka-bootstrap)"
+            )
+        if not _TOPIC.match(self.kafka_topic):
+            raise ValueError(f"kafka topic {self.kafka_topic!r}: a topic's name (--kafka-topic)")
+        if not _TOPIC.match(self.kafka_group):
+            raise ValueError(f"kafka group {self.kafka_group!r}: a consumer group's name")
+        if self.kafka_format == "upsert-kafka" and not self.key:
+            raise ValueError("an upsert-kafka source needs the key columns (--key)")
 
     @property
     def qualified(self) -> str:
@@ -112,17 +162,49 @@ def target(options: Options) -> str:
 
 
 def source(options: Options, columns: Sequence[tuple[str, str]]) -> str:
-    """The landing folder's JSON-lines files as a table of the target's columns (name, SQL
-    type, as `DESCRIBE` answers them), watched for new files every `monitor_interval_s` (an
-    unbounded source: the job runs until stopped)."""
-    props = {
-        "connector": "filesystem",
-        "path": options.landing,
-        "format": "json",
-        "source.monitor-interval": f"{int(options.monitor_interval_s * 1000)}ms",
-    }
+    """The source as a table of the target's columns (name, SQL type, as `DESCRIBE` answers
+    them): the landing folder's JSON-lines files, watched for new files every
+    `monitor_interval_s` (read once when `bounded`), or a Kafka topic (`_kafka`)."""
     fields = ",\n  ".join(f"{quote(name)} {kind}" for name, kind in columns)
+    if options.source == "kafka":
+        props = _kafka(options)
+        if options.kafka_format == "upsert-kafka":  # the key's columns are the message key's
+            fields += f",\n  PRIMARY KEY ({', '.join(map(quote, options.key))}) NOT ENFORCED"
+    else:
+        props = {"connector": "filesystem", "path": options.landing, "format": "json"}
+        if not options.bounded:
+            props["source.monitor-interval"] = f"{int(options.monitor_interval_s * 1000)}ms"
     return f"CREATE TEMPORARY TABLE {quote(SOURCE)} (\n  {fields}\n) WITH (\n  {_with(props)}\n)"
+
+
+def _kafka(options: Options) -> dict[str, str]:
+    """The Kafka connector's options for the topic in `options.kafka_format`. A job started
+    without a checkpoint reads the topic from its earliest offset (an upsert table then
+    converges to the topic's last value per key); restarted from one, from its offsets."""
+    props = {
+        "topic": options.kafka_topic,
+        "properties.bootstrap.servers": options.kafka_bootstrap,
+        "properties.group.id": options.kafka_group,
+    }
+    if options.kafka_format == "upsert-kafka":
+        props = {
+            "connector": "upsert-kafka",
+            **props,
+            "key.format": "json",
+            "value.format": "json",
+        }
+    else:
+        props = {
+            "connector": "kafka",
+            **props,
+            "scan.startup.mode": "earliest-offset",
+            "format": options.kafka_format,
+        }
+        if options.kafka_format == "debezium-json":
+            props["debezium-json.schema-include"] = str(options.debezium_schema).lower()
+    if options.bounded:
+        props["scan.bounded.mode"] = "latest-offset"
+    return props
 
 
 def insert(options: Options) -> str:

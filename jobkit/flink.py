@@ -7,6 +7,8 @@
     report["restarts"], report["status"]
 
     python -m jobkit.flink            # make the Python and fetch the jars now (bin/test does)
+    lakelock-flink-writer ...         # the writer as a command: checks its options here, then
+                                      # runs `python -m flink_writer` in PyFlink's Python (cli)
 
 PyFlink (`apache-flink`) pins NumPy, PyArrow and Beam at versions lakelock's own Python cannot
 share, so it gets a virtual environment of its own, made once under the cache
@@ -14,11 +16,15 @@ share, so it gets a virtual environment of its own, made once under the cache
 `LAKELOCK_FLINK_PYTHON` names. Iceberg's Flink runtime and Hadoop's client come from Maven
 (`jobkit.maven`'s `flink-iceberg` set) and reach Flink's own classpath through
 `HADOOP_CLASSPATH`, which PyFlink's gateway adds (a catalog is made in the client, so
-`pipeline.jars` is too late for it).
+`pipeline.jars` is too late for it); a Kafka source adds Flink's Kafka connector (`flink-kafka`).
+PyFlink's Python sees lakelock's `flink_writer` package alone (`writer_path`), never the rest of
+the install's packages, whose NumPy and PyArrow are not PyFlink's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -26,13 +32,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from jobkit.maven import MavenMissing, cache_root, jars
 
-__all__ = ["FLINK_VERSION", "FlinkMissing", "FlinkWriter", "classpath", "main", "python"]
+__all__ = [
+    "FLINK_VERSION",
+    "FlinkMissing",
+    "FlinkWriter",
+    "classpath",
+    "cli",
+    "main",
+    "python",
+    "writer_env",
+    "writer_path",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,16 +96,47 @@ def python() -> Path:
     return interpreter
 
 
-def classpath() -> str:
-    """The jars Flink needs for Iceberg, as a class path.
+def classpath(*, kafka: bool = False) -> str:
+    """The jars Flink needs for Iceberg (and for a Kafka source), as a class path.
 
     Raises:
         FlinkMissing: Maven could not fetch them.
     """
+    sets = ("flink-iceberg", "flink-kafka") if kafka else ("flink-iceberg",)
     try:
-        return os.pathsep.join(str(jar) for jar in jars("flink-iceberg"))
-    except MavenMissing as exc:
+        return os.pathsep.join(str(jar) for name in sets for jar in jars(name))
+    except (MavenMissing, ValueError) as exc:  # ValueError: LAKELOCK_ICEBERG_VERSION
         raise FlinkMissing(str(exc)) from exc
+
+
+def writer_path() -> Path:
+    """A folder holding only the `flink_writer` package (a link to it), for PyFlink's
+    `PYTHONPATH`: whether lakelock runs from a checkout or an install's site-packages, PyFlink's
+    Python imports the writer and nothing else of lakelock's."""
+    package = ROOT / "flink_writer"
+    digest = hashlib.sha256(str(package).encode()).hexdigest()[:12]
+    folder = _venv().parent / f"writer-{digest}"
+    link = folder / "flink_writer"
+    if not link.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            link.symlink_to(package, target_is_directory=True)
+    return folder
+
+
+def writer_env(token: str, *, kafka: bool = False, jars: Sequence[Path] = ()) -> dict[str, str]:
+    """The environment of a `python -m flink_writer` process: Flink's jars (Iceberg's runtime,
+    Kafka's connector for a Kafka source, and `jars`), the job's token, the writer's package.
+
+    Raises:
+        FlinkMissing: the jars could not be fetched.
+    """
+    return {
+        **os.environ,
+        "HADOOP_CLASSPATH": os.pathsep.join([classpath(kafka=kafka), *map(str, jars)]),
+        "LAKELOCK_TOKEN": token,
+        "PYTHONPATH": str(writer_path()),
+    }
 
 
 @dataclass
@@ -112,12 +160,7 @@ class FlinkWriter:
         """
         report_path = log_path.with_suffix(".report.json")
         report_path.unlink(missing_ok=True)
-        env = {
-            **os.environ,
-            "HADOOP_CLASSPATH": os.pathsep.join([classpath(), *map(str, jars)]),
-            "LAKELOCK_TOKEN": token,
-            "PYTHONPATH": str(ROOT),
-        }
+        env = writer_env(token, kafka="kafka" in args, jars=jars)
         log_file = log_path.open("ab")
         process = subprocess.Popen(
             [str(python()), "-m", "flink_writer", *args, "--report", str(report_path)],
@@ -156,6 +199,15 @@ class FlinkWriter:
         """
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
+        return self.wait(timeout_s=timeout_s)
+
+    def wait(self, *, timeout_s: float) -> dict[str, Any]:
+        """Wait for the writer to end (a bounded job finishes by itself; killed past
+        `timeout_s`) and answer its report, as `stop`.
+
+        Raises:
+            RuntimeError: the writer left no report.
+        """
         try:
             self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -172,11 +224,29 @@ class FlinkWriter:
         return "\n".join([line for line in lines if not line.startswith("\t")][-15:])
 
 
+def cli(argv: Sequence[str] | None = None) -> int:
+    """`lakelock-flink-writer`: flink_writer's options are checked (and `--help` answered) in
+    this Python; then PyFlink's Python is made if missing, the jars fetched, and the writer
+    runs in its place (`exec`: signals reach the writer, its exit status is the command's)."""
+    from flink_writer.job import TOKEN_ENV, parse
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    _, options, token = parse(args, prog="lakelock-flink-writer")
+    try:
+        env = writer_env(token, kafka=options.source == "kafka")
+        interpreter = str(python())
+    except FlinkMissing as exc:
+        print(f"lakelock-flink-writer: {exc}", file=sys.stderr)
+        return 1
+    env[TOKEN_ENV] = token
+    os.execve(interpreter, [interpreter, "-m", "flink_writer", *args], env)
+
+
 def main() -> int:
     """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits."""
     try:
         interpreter = python()
-        jar_path = classpath()
+        jar_path = classpath(kafka=True)
     except FlinkMissing as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
     jars("spark-kafka")        # Spark's Kafka source, for a job that Python starts (local master)
     jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
     jars("flink-iceberg")      # Iceberg's Flink runtime, Hadoop's client, S3FileIO (jobkit.flink)
+    jars("flink-kafka")        # Flink's Kafka connector, for the Flink writer's Kafka source
     jars("s3-server")          # S3Proxy, the S3-compatible server on loopback (demo.s3)
     jars("spark-s3")           # Iceberg's S3FileIO and Hadoop's s3a, for jobs on S3
     jars("spark-iceberg")      # Iceberg's Spark runtime (the jobs' default Iceberg, 1.11.0)
@@ -76,6 +77,10 @@ SPARK_KAFKA_VERSION = "3.5.7"
 release of the connector that Maven Central serves here; a 3.5.x connector runs on any 3.5.x
 Spark. On a cluster, the connector of the cluster's own Spark version."""
 
+FLINK_KAFKA_VERSION = "3.4.0-1.20"
+"""Flink's Kafka connector built for Flink 1.20. Maven Central serves its plain jar here, not the
+shaded `flink-sql-connector-kafka`; the plain one with its dependencies is the same connector."""
+
 KAFKA_VERSION = "4.1.1"
 """Apache Kafka's broker: 4.x runs in KRaft mode only (no ZooKeeper) on Java 17."""
 
@@ -142,6 +147,9 @@ def sets(iceberg: str) -> dict[str, JarSet]:
                 aws,
             )
         ),
+        # Flink's Kafka connector for Flink 1.20 (upsert-kafka and kafka; the formats
+        # debezium-json and canal-json are flink-json's, in Flink's own lib) and kafka-clients
+        "flink-kafka": JarSet((f"org.apache.flink:flink-connector-kafka:{FLINK_KAFKA_VERSION}",)),
         # S3FileIO (what `s3://` tables are read and written with, chosen by Iceberg's
         # ResolvingFileIO) with the AWS SDK v2, shaded; and Hadoop's s3a
         "spark-s3": JarSet(

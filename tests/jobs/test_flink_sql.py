@@ -77,3 +77,67 @@ def test_another_catalog_replaces_the_front_for_a_comparison():
     ddl = sql.catalog(options(catalog_properties=straight), token="unused")
     assert "'catalog-impl' = 'org.apache.iceberg.jdbc.JdbcCatalog'" in ddl
     assert "rest" not in ddl and "unused" not in ddl
+
+
+COLUMNS = [("event_id", "STRING"), ("dt", "STRING"), ("hr", "INT"), ("v", "BIGINT")]
+
+
+def kafka(**overrides: object) -> sql.Options:
+    values: dict[str, object] = {
+        "source": "kafka",
+        "landing": "",
+        "kafka_bootstrap": "127.0.0.1:9092",
+        "kafka_topic": "events.upserts",
+    }
+    values.update(overrides)
+    return options(**values)
+
+
+def test_an_upsert_kafka_topic_is_keyed_by_the_tables_key_and_ends_when_bounded():
+    ddl = sql.source(kafka(bounded=True), COLUMNS)
+    assert "'connector' = 'upsert-kafka'" in ddl
+    assert "'topic' = 'events.upserts'" in ddl
+    assert "'properties.bootstrap.servers' = '127.0.0.1:9092'" in ddl
+    assert "'key.format' = 'json'" in ddl and "'value.format' = 'json'" in ddl
+    assert "PRIMARY KEY (`event_id`, `dt`, `hr`) NOT ENFORCED" in ddl
+    assert "'scan.bounded.mode' = 'latest-offset'" in ddl
+    # upsert-kafka always starts at the earliest offset; it takes no startup mode
+    assert "scan.startup.mode" not in ddl
+
+
+@pytest.mark.parametrize(
+    ("fmt", "schema", "says"),
+    [
+        ("debezium-json", False, "'debezium-json.schema-include' = 'false'"),
+        ("debezium-json", True, "'debezium-json.schema-include' = 'true'"),
+        ("canal-json", False, "'format' = 'canal-json'"),
+    ],
+)
+def test_a_change_stream_topic_is_read_from_its_earliest_offset_in_its_format(fmt, schema, says):
+    ddl = sql.source(kafka(kafka_format=fmt, debezium_schema=schema), COLUMNS)
+    assert "'connector' = 'kafka'" in ddl and says in ddl
+    assert "'scan.startup.mode' = 'earliest-offset'" in ddl
+    assert "PRIMARY KEY" not in ddl and "scan.bounded.mode" not in ddl
+
+
+def test_a_bounded_landing_folder_is_read_once():
+    ddl = sql.source(options(bounded=True), COLUMNS)
+    assert "'connector' = 'filesystem'" in ddl and "monitor-interval" not in ddl
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"source": "pulsar"}, "files, kafka"),
+        ({"source": "files", "landing": ""}, "--landing"),
+        ({"kafka_format": "avro"}, "upsert-kafka, debezium-json, canal-json"),
+        ({"kafka_bootstrap": "broker"}, "--kafka-bootstrap"),
+        ({"kafka_bootstrap": "h:1' , 'x' = 'y"}, "--kafka-bootstrap"),
+        ({"kafka_topic": "t'opic"}, "--kafka-topic"),
+        ({"kafka_group": ""}, "consumer group"),
+        ({"key": (), "mode": "append"}, "needs the key columns"),
+    ],
+)
+def test_kafka_options_a_writer_refuses(overrides, says):
+    with pytest.raises(ValueError, match=says):
+        kafka(**overrides)

@@ -36,7 +36,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 ROOT = Path(__file__).resolve().parents[2]
 UV = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
-SCRIPTS = ("lakelock", "lakelock-service", "lakelock-ingest", "lakelock-compactor")
+SCRIPTS = (
+    "lakelock",
+    "lakelock-service",
+    "lakelock-ingest",
+    "lakelock-compactor",
+    "lakelock-flink-writer",
+)
 MODULES = (
     "service",
     "service.ops.cli",
