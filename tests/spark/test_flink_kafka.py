@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 from pyiceberg.exceptions import NoSuchTableError
 
+from compactor.report import Outcome
 from demo.flink import COLUMNS, KEY, Compactor, rows_of, wait_until
 from demo.kafka import LocalKafka
 from jobkit.flink import FlinkWriter
@@ -43,6 +44,12 @@ def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     server = sqlite_front(tmp_path_factory.mktemp("flink-kafka-front"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def lakelock_server(front: Any) -> Any:
+    """The front is the module's service: conftest's job_client talks to it."""
+    return front
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +106,7 @@ def start_writer(
 def table_rows(front: Any, spark: Any, table: str) -> dict[Any, int] | None:
     """The table's rows by key, read by Iceberg's reader in Spark (None: no table yet)."""
     try:
-        metadata = direct(front, f"{CATALOG}.{table}").metadata_location
+        metadata = direct(front, f"{CATALOG}.db.{table}").metadata_location
     except NoSuchTableError:
         return None
     return rows_of(spark, metadata)
@@ -118,8 +125,9 @@ def until_rows(front: Any, spark: Any, table: str, expected: dict[Any, int], **h
 
 def flink_commits(front: Any, table: str) -> list[dict[str, str]]:
     """The summaries of the writer's snapshots, oldest first."""
-    history = direct(front, f"{CATALOG}.{table}").metadata.snapshots
-    return [dict(s.summary or {}) for s in history if "flink.job-id" in (s.summary or {})]
+    history = direct(front, f"{CATALOG}.db.{table}").metadata.snapshots
+    summaries = [s.summary.additional_properties for s in history if s.summary is not None]
+    return [summary for summary in summaries if "flink.job-id" in summary]
 
 
 @pytest.mark.parametrize(
@@ -193,6 +201,8 @@ def test_a_restart_from_the_checkpoint_commits_only_what_came_after_and_a_reset_
     finally:
         compactor.stop(WAIT_S)
     assert not compactor.failures, compactor.failures
+    outcomes = [(run.outcome, run.error) for run in compactor.runs]
+    assert outcomes and all(outcome == Outcome.COMPACTED for outcome, _ in outcomes), outcomes
     assert second["status"] == "CANCELED" and second["restarts"] == 0, second
     added = [int(s.get("added-records", 0)) for s in flink_commits(front, name)]
     values = sum(1 for _, value in stream.messages(fmt) if value is not None)
