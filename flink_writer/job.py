@@ -41,6 +41,8 @@ __all__ = ["Report", "main"]
 log = logging.getLogger("flink_writer")
 
 TOKEN_ENV = "LAKELOCK_TOKEN"
+MYSQL_PASSWORD_ENV = "LAKELOCK_MYSQL_PASSWORD"
+"""A mysql-cdc source's password: from the environment, never a command-line option."""
 _POLL_S = 0.5
 _ENDED = {"FINISHED", "FAILED", "CANCELED"}
 
@@ -132,7 +134,7 @@ def run(
     described = env.execute_sql(f"DESCRIBE {options.qualified}").collect()
     with described as rows:
         columns = [(str(row[0]), str(row[1])) for row in rows]
-    env.execute_sql(sql.source(options, columns))
+    env.execute_sql(sql.source(options, columns, password=os.environ.get(MYSQL_PASSWORD_ENV, "")))
     statement = sql.insert(options)
     log.info("running %s", statement)
     result = env.execute_sql(statement)
@@ -226,6 +228,10 @@ def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
         action="store_true",
         help="debezium-json: each event carries Debezium's schema envelope",
     )
+    p.add_argument("--mysql", default="", metavar="HOST:PORT", help="mysql-cdc: the database")
+    p.add_argument("--mysql-user", default="root")
+    p.add_argument("--mysql-database", default="")
+    p.add_argument("--mysql-table", default="")
     p.add_argument(
         "--bounded",
         action="store_true",
@@ -274,6 +280,10 @@ def parse(
             kafka_group=args.kafka_group,
             debezium_schema=args.debezium_schema,
             bounded=args.bounded,
+            mysql_address=args.mysql,
+            mysql_user=args.mysql_user,
+            mysql_database=args.mysql_database,
+            mysql_table=args.mysql_table,
         )
     except ValueError as exc:
         parser.error(str(exc))

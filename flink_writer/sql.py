@@ -36,7 +36,7 @@ __all__ = ["FORMATS", "SOURCES", "Options", "catalog", "insert", "quote", "sourc
 SOURCE = "lakelock_source"
 """The temporary table over the landing folder."""
 
-SOURCES = ("files", "kafka")
+SOURCES = ("files", "kafka", "mysql-cdc")
 FORMATS = ("upsert-kafka", "debezium-json", "canal-json")
 """A Kafka topic's formats: Flink's upsert-kafka connector, or its kafka connector with a
 change format."""
@@ -77,6 +77,13 @@ class Options:
     kafka_group: str = "lakelock-flink-writer"
     debezium_schema: bool = False  # Debezium's JSON carries its schema envelope
     bounded: bool = False
+    # mysql-cdc: the database's host:port, user, database and table (the password is the
+    # job's, from its environment, never an option)
+    mysql_address: str = ""
+    mysql_user: str = ""
+    mysql_database: str = ""
+    mysql_table: str = ""
+    mysql_server_id: str = "5400-5404"
 
     def __post_init__(self) -> None:
         if self.mode not in ("upsert", "append"):
@@ -87,6 +94,8 @@ class Options:
             raise ValueError("a files source needs its landing folder (--landing DIR)")
         if self.source == "kafka":
             self._check_kafka()
+        if self.source == "mysql-cdc":
+            self._check_mysql()
         if self.mode == "upsert" and not self.key:
             raise ValueError("an upsert writer needs its key columns (--key event_id,dt,hr)")
         parts = self.table.split(".")
@@ -95,6 +104,15 @@ class Options:
         for name in (*self.key, *self.partitioned_by, self.catalog_name):
             if not _NAME.match(name):
                 raise ValueError(f"{name!r} is not a plain column or catalog name")
+
+    def _check_mysql(self) -> None:
+        if not _BOOTSTRAP.match(self.mysql_address) or "," in self.mysql_address:
+            raise ValueError(f"mysql address {self.mysql_address!r}: host:port (--mysql)")
+        for what, name in (("database", self.mysql_database), ("table", self.mysql_table)):
+            if not _NAME.match(name):
+                raise ValueError(f"mysql {what} {name!r}: a plain name (--mysql-{what})")
+        if not self.key:
+            raise ValueError("a mysql-cdc source needs the table's primary key (--key)")
 
     def _check_kafka(self) -> None:
         if self.kafka_format not in FORMATS:
@@ -161,7 +179,7 @@ def target(options: Options) -> str:
     )
 
 
-def source(options: Options, columns: Sequence[tuple[str, str]]) -> str:
+def source(options: Options, columns: Sequence[tuple[str, str]], *, password: str = "") -> str:
     """The source as a table of the target's columns (name, SQL type, as `DESCRIBE` answers
     them): the landing folder's JSON-lines files, watched for new files every
     `monitor_interval_s` (read once when `bounded`), or a Kafka topic (`_kafka`)."""
@@ -170,11 +188,33 @@ def source(options: Options, columns: Sequence[tuple[str, str]]) -> str:
         props = _kafka(options)
         if options.kafka_format == "upsert-kafka":  # the key's columns are the message key's
             fields += f",\n  PRIMARY KEY ({', '.join(map(quote, options.key))}) NOT ENFORCED"
+    elif options.source == "mysql-cdc":
+        props = _mysql_cdc(options, password)
+        fields += f",\n  PRIMARY KEY ({', '.join(map(quote, options.key))}) NOT ENFORCED"
     else:
         props = {"connector": "filesystem", "path": options.landing, "format": "json"}
         if not options.bounded:
             props["source.monitor-interval"] = f"{int(options.monitor_interval_s * 1000)}ms"
     return f"CREATE TEMPORARY TABLE {quote(SOURCE)} (\n  {fields}\n) WITH (\n  {_with(props)}\n)"
+
+
+def _mysql_cdc(options: Options, password: str) -> dict[str, str]:
+    """Flink CDC's MySQL source: a snapshot of the table, then its binlog from the position the
+    snapshot read at (`scan.startup.mode = initial`); a restart from a checkpoint goes on from
+    the checkpoint's binlog position."""
+    host, port = options.mysql_address.rsplit(":", 1)
+    return {
+        "connector": "mysql-cdc",
+        "hostname": host,
+        "port": port,
+        "username": options.mysql_user,
+        "password": password,
+        "database-name": options.mysql_database,
+        "table-name": options.mysql_table,
+        "server-id": options.mysql_server_id,
+        "server-time-zone": "UTC",
+        "scan.startup.mode": "initial",
+    }
 
 
 def _kafka(options: Options) -> dict[str, str]:

@@ -96,13 +96,14 @@ def python() -> Path:
     return interpreter
 
 
-def classpath(*, kafka: bool = False) -> str:
-    """The jars Flink needs for Iceberg (and for a Kafka source), as a class path.
+def classpath(*, source: str = "files") -> str:
+    """The jars Flink needs for Iceberg and for the writer's `source`, as a class path.
 
     Raises:
         FlinkMissing: Maven could not fetch them.
     """
-    sets = ("flink-iceberg", "flink-kafka") if kafka else ("flink-iceberg",)
+    connector = {"kafka": ("flink-kafka",), "mysql-cdc": ("flink-mysql-cdc",)}
+    sets = ("flink-iceberg", *connector.get(source, ()))
     try:
         return os.pathsep.join(str(jar) for name in sets for jar in jars(name))
     except (MavenMissing, ValueError) as exc:  # ValueError: LAKELOCK_ICEBERG_VERSION
@@ -124,16 +125,16 @@ def writer_path() -> Path:
     return folder
 
 
-def writer_env(token: str, *, kafka: bool = False, jars: Sequence[Path] = ()) -> dict[str, str]:
+def writer_env(token: str, *, source: str = "files", jars: Sequence[Path] = ()) -> dict[str, str]:
     """The environment of a `python -m flink_writer` process: Flink's jars (Iceberg's runtime,
-    Kafka's connector for a Kafka source, and `jars`), the job's token, the writer's package.
+    the connector of its `source`, and `jars`), the job's token, the writer's package.
 
     Raises:
         FlinkMissing: the jars could not be fetched.
     """
     return {
         **os.environ,
-        "HADOOP_CLASSPATH": os.pathsep.join([classpath(kafka=kafka), *map(str, jars)]),
+        "HADOOP_CLASSPATH": os.pathsep.join([classpath(source=source), *map(str, jars)]),
         "LAKELOCK_TOKEN": token,
         "PYTHONPATH": str(writer_path()),
     }
@@ -160,7 +161,8 @@ class FlinkWriter:
         """
         report_path = log_path.with_suffix(".report.json")
         report_path.unlink(missing_ok=True)
-        env = writer_env(token, kafka="kafka" in args, jars=jars)
+        source = args[args.index("--source") + 1] if "--source" in args else "files"
+        env = writer_env(token, source=source, jars=jars)
         log_file = log_path.open("ab")
         process = subprocess.Popen(
             [str(python()), "-m", "flink_writer", *args, "--report", str(report_path)],
@@ -233,7 +235,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _, options, token = parse(args, prog="lakelock-flink-writer")
     try:
-        env = writer_env(token, kafka=options.source == "kafka")
+        env = writer_env(token, source=options.source)
         interpreter = str(python())
     except FlinkMissing as exc:
         print(f"lakelock-flink-writer: {exc}", file=sys.stderr)
@@ -246,7 +248,7 @@ def main() -> int:
     """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits."""
     try:
         interpreter = python()
-        jar_path = classpath(kafka=True)
+        jar_path = os.pathsep.join(classpath(source=source) for source in ("kafka", "mysql-cdc"))
     except FlinkMissing as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -81,6 +81,9 @@ FLINK_KAFKA_VERSION = "3.4.0-1.20"
 """Flink's Kafka connector built for Flink 1.20. Maven Central serves its plain jar here, not the
 shaded `flink-sql-connector-kafka`; the plain one with its dependencies is the same connector."""
 
+FLINK_CDC_VERSION = "3.3.0"
+"""Flink CDC's release built for Flink 1.20 (its MySQL source reads a MySQL or MariaDB binlog)."""
+
 KAFKA_VERSION = "4.1.1"
 """Apache Kafka's broker: 4.x runs in KRaft mode only (no ZooKeeper) on Java 17."""
 
@@ -150,6 +153,16 @@ def sets(iceberg: str) -> dict[str, JarSet]:
         # Flink's Kafka connector for Flink 1.20 (upsert-kafka and kafka; the formats
         # debezium-json and canal-json are flink-json's, in Flink's own lib) and kafka-clients
         "flink-kafka": JarSet((f"org.apache.flink:flink-connector-kafka:{FLINK_KAFKA_VERSION}",)),
+        # Flink CDC's MySQL source, for Flink 1.20 (one shaded jar), and the JDBC driver it
+        # reads the snapshot with, which Flink CDC 3 no longer bundles (its X DevAPI parts,
+        # and their protobuf, unused)
+        "flink-mysql-cdc": JarSet(
+            (
+                f"org.apache.flink:flink-sql-connector-mysql-cdc:{FLINK_CDC_VERSION}",
+                "com.mysql:mysql-connector-j:8.0.33",
+            ),
+            transitive=False,
+        ),
         # S3FileIO (what `s3://` tables are read and written with, chosen by Iceberg's
         # ResolvingFileIO) with the AWS SDK v2, shaded; and Hadoop's s3a
         "spark-s3": JarSet(

@@ -141,3 +141,42 @@ def test_a_bounded_landing_folder_is_read_once():
 def test_kafka_options_a_writer_refuses(overrides, says):
     with pytest.raises(ValueError, match=says):
         kafka(**overrides)
+
+
+def mysql(**overrides: object) -> sql.Options:
+    values: dict[str, object] = {
+        "source": "mysql-cdc",
+        "landing": "",
+        "key": ("id",),
+        "mysql_address": "db.internal:3306",
+        "mysql_user": "cdc",
+        "mysql_database": "shop",
+        "mysql_table": "user_member",
+    }
+    values.update(overrides)
+    return options(**values)
+
+
+def test_a_mysql_table_is_read_snapshot_first_with_its_key_and_the_password_given_apart():
+    ddl = sql.source(mysql(), [("id", "INT"), ("name", "STRING")], password="pa'ss")
+    assert "'connector' = 'mysql-cdc'" in ddl
+    assert "'hostname' = 'db.internal'" in ddl and "'port' = '3306'" in ddl
+    assert "'database-name' = 'shop'" in ddl and "'table-name' = 'user_member'" in ddl
+    assert "'scan.startup.mode' = 'initial'" in ddl and "'server-time-zone' = 'UTC'" in ddl
+    assert "'password' = 'pa''ss'" in ddl
+    assert "PRIMARY KEY (`id`) NOT ENFORCED" in ddl
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"mysql_address": "db"}, "--mysql"),
+        ({"mysql_address": "a:1,b:2"}, "--mysql"),
+        ({"mysql_database": "sh op"}, "--mysql-database"),
+        ({"mysql_table": "t;x"}, "--mysql-table"),
+        ({"key": (), "mode": "append"}, "primary key"),
+    ],
+)
+def test_mysql_options_a_writer_refuses(overrides, says):
+    with pytest.raises(ValueError, match=says):
+        mysql(**overrides)

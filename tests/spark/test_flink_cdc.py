@@ -1,0 +1,144 @@
+"""MySQL CDC -> Flink -> Iceberg through the catalog front: the Flink writer (`--source
+mysql-cdc`, Flink CDC's MySQL source) reads a private MariaDB's row binlog, a snapshot of a
+dimension table then its changes, into an upsert table at the front, beside lakelock's
+compactor. Rows change while the snapshot is read and after it; at the end the Iceberg table
+(read by Iceberg's reader in Spark from its metadata file) equals the MySQL table."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import NoSuchTableError
+
+from compactor.report import Outcome
+from demo.flink import Compactor, snapshot_read, wait_until
+from demo.mariadb import PrivateMariaDB
+from jobkit.flink import FlinkWriter
+from tests.spark.test_catalog_front import CATALOG, direct, sqlite_front
+from tests.spark.test_flink_writer import compactor_config, flink_session
+
+pytestmark = [pytest.mark.spark, pytest.mark.flink]
+
+WAIT_S = 300  # a guard against a hang only
+COLUMNS = "id INT, name STRING, level INT"
+
+
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    server = sqlite_front(tmp_path_factory.mktemp("flink-cdc-front"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def lakelock_server(front: Any) -> Any:
+    """The front is the module's service: conftest's job_client talks to it."""
+    return front
+
+
+@pytest.fixture(scope="module")
+def spark(front: Any) -> Iterator[Any]:
+    session = flink_session(front, "lakelock-flink-cdc")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def mariadb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateMariaDB]:
+    with PrivateMariaDB.start(tmp_path_factory.mktemp("mariadb")) as server:
+        yield server
+
+
+def mysql_rows(mariadb: PrivateMariaDB) -> dict[int, tuple[str, int]]:
+    with mariadb.connect("shop") as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, name, level FROM user_member")
+        return {int(i): (str(n), int(level)) for i, n, level in cur.fetchall()}
+
+
+def iceberg_rows(front: Any, spark: Any) -> dict[int, tuple[str, int]] | None:
+    try:
+        metadata = direct(front, f"{CATALOG}.db.user_member").metadata_location
+    except NoSuchTableError:
+        return None
+    rows = snapshot_read(spark, metadata).collect()
+    return {row.id: (row.name, row.level) for row in rows}
+
+
+def change(mariadb: PrivateMariaDB, rng: random.Random, count: int, next_id: list[int]) -> None:
+    """`count` inserts, updates and deletes of random members, each its own transaction."""
+    with mariadb.connect("shop") as conn, conn.cursor() as cur:
+        for _ in range(count):
+            cur.execute("SELECT id FROM user_member")
+            ids = [int(r[0]) for r in cur.fetchall()]
+            roll = rng.random()
+            if roll < 0.3 or not ids:
+                next_id[0] += 1
+                cur.execute(
+                    "INSERT INTO user_member VALUES (%s, %s, %s)",
+                    (next_id[0], f"m{next_id[0]}", 1),
+                )
+            elif roll < 0.8:
+                cur.execute(
+                    "UPDATE user_member SET level = level + 1, name = %s WHERE id = %s",
+                    (f"u{rng.randrange(10**6)}", rng.choice(ids)),
+                )
+            else:
+                cur.execute("DELETE FROM user_member WHERE id = %s", (rng.choice(ids),))
+
+
+def test_a_dimension_table_ends_equal_to_its_mysql_table(
+    front, spark, mariadb, tmp_path, writers, job_client
+):
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("CREATE DATABASE shop")
+        cur.execute(
+            "CREATE TABLE shop.user_member (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, "
+            "level INT NOT NULL)"
+        )
+        cur.executemany(
+            "INSERT INTO shop.user_member VALUES (%s, %s, %s)",
+            [(i, f"m{i}", 1) for i in range(500)],
+        )
+    rng, next_id = random.Random(17), [499]
+    args = [
+        *("--catalog-uri", f"{front.url}/iceberg"),
+        *("--table", "db.user_member"),
+        *("--columns", COLUMNS),
+        *("--key", "id"),
+        *("--source", "mysql-cdc"),
+        *("--mysql", f"127.0.0.1:{mariadb.port}"),
+        *("--mysql-database", "shop"),
+        *("--mysql-table", "user_member"),
+        *("--checkpoints", (tmp_path / "checkpoints").as_uri()),
+        *("--checkpoint-every-s", "1"),
+    ]
+    writer = FlinkWriter.start(args=args, token=front.token("job"), log_path=tmp_path / "f.log")
+    writers.append(writer)
+    writer.job_id(timeout_s=WAIT_S)
+    change(mariadb, rng, 100, next_id)  # while the snapshot is read, or just after
+    compactor = Compactor(spark, job_client, compactor_config(f"{CATALOG}.db.user_member"), print)
+    compactor.start()
+    try:
+        for _ in range(3):
+            change(mariadb, rng, 100, next_id)
+            expected = mysql_rows(mariadb)
+            wait_until(
+                "the Iceberg table equal to MySQL's",
+                lambda: iceberg_rows(front, spark) == expected,  # noqa: B023
+                writer=writer,
+                deadline=time.monotonic() + WAIT_S,
+                compactor=compactor,
+            )
+        report = writer.stop()
+    finally:
+        compactor.stop(WAIT_S)
+    assert not compactor.failures, compactor.failures
+    assert all(run.outcome == Outcome.COMPACTED for run in compactor.runs), [
+        (run.outcome, run.error) for run in compactor.runs
+    ]
+    assert report["status"] == "CANCELED" and report["restarts"] == 0, report
+    assert iceberg_rows(front, spark) == mysql_rows(mariadb)
