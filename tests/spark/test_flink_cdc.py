@@ -68,6 +68,18 @@ def iceberg_rows(front: Any, spark: Any) -> dict[int, tuple[str, int]] | None:
     return {row.id: (row.name, row.level) for row in rows}
 
 
+def difference(found: dict[int, Any] | None, expected: dict[int, Any]) -> str:
+    """The keys the Iceberg table lacks, has over, or holds other values of (the first 10)."""
+    found = found or {}
+    lacks = sorted(set(expected) - set(found))
+    over = sorted(set(found) - set(expected))
+    other = sorted(k for k in set(found) & set(expected) if found[k] != expected[k])
+    return (
+        f"lacks {lacks[:10]} ({len(lacks)}), has over {over[:10]} ({len(over)}), "
+        f"other values {[(k, found[k], expected[k]) for k in other[:10]]} ({len(other)})"
+    )
+
+
 def change(mariadb: PrivateMariaDB, rng: random.Random, count: int, next_id: list[int]) -> None:
     """`count` inserts, updates and deletes of random members, each its own transaction."""
     with mariadb.connect("shop") as conn, conn.cursor() as cur:
@@ -126,13 +138,17 @@ def test_a_dimension_table_ends_equal_to_its_mysql_table(
         for _ in range(3):
             change(mariadb, rng, 100, next_id)
             expected = mysql_rows(mariadb)
-            wait_until(
-                "the Iceberg table equal to MySQL's",
-                lambda: iceberg_rows(front, spark) == expected,  # noqa: B023
-                writer=writer,
-                deadline=time.monotonic() + WAIT_S,
-                compactor=compactor,
-            )
+            try:
+                wait_until(
+                    "the Iceberg table equal to MySQL's",
+                    lambda: iceberg_rows(front, spark) == expected,  # noqa: B023
+                    writer=writer,
+                    deadline=time.monotonic() + WAIT_S,
+                    compactor=compactor,
+                )
+            except TimeoutError:
+                found = iceberg_rows(front, spark)
+                pytest.fail(f"the tables differ: {difference(found, expected)}")
         report = writer.stop()
     finally:
         compactor.stop(WAIT_S)
