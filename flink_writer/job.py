@@ -1,7 +1,8 @@
-"""The Flink writer's process: a local MiniCluster (PyFlink's TableEnvironment) that runs one
-INSERT from its source (a landing folder, or a Kafka topic) into an Iceberg table at
-lakelock's catalog front, until the job ends or the process is told to stop (SIGTERM, SIGINT:
-the job is cancelled, its last checkpoint kept for a restart).
+"""The Flink writer's process: PyFlink's TableEnvironment, on a local MiniCluster or submitting
+to a session cluster (`--jobmanager`), that runs one INSERT from its source (a landing folder,
+a Kafka topic, a MySQL table's binlog) into an Iceberg table at lakelock's catalog front,
+until the job ends or the process is told to stop (SIGTERM, SIGINT: the job is cancelled, its
+last checkpoint kept for a restart).
 
     lakelock-flink-writer --catalog-uri http://127.0.0.1:8737/iceberg --table db.events \\
         --columns 'event_id STRING, dt STRING, hr INT, v BIGINT' --key event_id,dt,hr \\
@@ -9,10 +10,11 @@ the job is cancelled, its last checkpoint kept for a restart).
         --report writer.json                     # the token: LAKELOCK_TOKEN
     lakelock-flink-writer ... --source kafka --kafka-bootstrap 127.0.0.1:9092 \\
         --kafka-topic events --format debezium-json --bounded
+    lakelock-flink-writer ... --jobmanager 127.0.0.1:8081    # on a session cluster
 
 The report (JSON, written when the process ends) says how the job fared: its id, final
-status, how many times Flink restarted it (`numRestarts`, read from the MiniCluster's REST
-API while it runs), and its checkpoints completed. Flink's committer catches nothing, so a
+status, how many times Flink restarted it (`numRestarts`, read from the cluster's REST API
+while it runs), and its checkpoints completed. Flink's committer catches nothing, so a
 commit the catalog refused shows as a restart (docs/catalog-front.md, "Flink writers").
 
 Run it in a Python with PyFlink and the Iceberg Flink runtime on the classpath: `jobkit.flink`
@@ -25,6 +27,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import threading
@@ -70,10 +73,10 @@ def _get(url: str) -> Any:
 
 
 class _Watch:
-    """The job's restarts and checkpoints, read from the MiniCluster's REST API."""
+    """The job's restarts and checkpoints, read from its cluster's REST API (`address`)."""
 
-    def __init__(self, port: int, job_id: str) -> None:
-        self.base = f"http://127.0.0.1:{port}/jobs/{job_id}"
+    def __init__(self, address: str, job_id: str) -> None:
+        self.base = f"http://{address}/jobs/{job_id}"
 
     def read(self, report: Report) -> None:
         try:
@@ -94,6 +97,14 @@ class _Watch:
 
 
 def _environment(args: argparse.Namespace, port: int) -> Any:
+    """A TableEnvironment on a MiniCluster whose REST API listens on `port`; or, with
+    `--jobmanager`, one whose jobs go to that session cluster: PyFlink then starts its gateway
+    inside Flink's own CLI (`flink run -m ADDRESS [-s RESTORE]`), as `flink run -py` does."""
+    if args.jobmanager:
+        submit = ["remote", "-m", args.jobmanager]
+        if args.restore_from:
+            submit += ["-s", args.restore_from]
+        os.environ["SUBMIT_ARGS"] = shlex.join(submit)  # read by PyFlink's gateway launcher
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
@@ -105,10 +116,11 @@ def _environment(args: argparse.Namespace, port: int) -> Any:
         "restart-strategy.type": "fixed-delay",
         "restart-strategy.fixed-delay.attempts": str(args.restarts),
         "restart-strategy.fixed-delay.delay": "1s",
-        "rest.port": str(port),
-        "rest.bind-address": "127.0.0.1",
-        "rest.address": "127.0.0.1",
     }
+    if not args.jobmanager:
+        settings.update(
+            {"rest.port": str(port), "rest.bind-address": "127.0.0.1", "rest.address": "127.0.0.1"}
+        )
     if args.checkpoints:
         settings["state.checkpoints.dir"] = args.checkpoints
     if args.restore_from:
@@ -140,12 +152,12 @@ def run(
     result = env.execute_sql(statement)
     client = result.get_job_client()
     report.job_id = str(client.get_job_id())
-    watch = _Watch(port, report.job_id)
+    watch = _Watch(args.jobmanager or f"127.0.0.1:{port}", report.job_id)
     print(json.dumps({"job_id": report.job_id}), flush=True)
     while True:
         try:
             status = client.get_job_status().result()
-        except Exception:  # the MiniCluster is gone: the job ended, as the wait below says
+        except Exception:  # the cluster is gone, or forgot the job: it ended, as `wait` says
             report.status = _outcome(result, report)
             break
         report.status = str(status).rsplit(".", 1)[-1]
@@ -233,6 +245,13 @@ def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
     p.add_argument("--mysql-database", default="")
     p.add_argument("--mysql-table", default="")
     p.add_argument(
+        "--mysql-snapshot",
+        choices=sql.MYSQL_SNAPSHOTS,
+        default="consistent",
+        help="mysql-cdc: one consistent snapshot under a brief lock, or lock-free chunks "
+        "(docs/flink.md says when each is safe)",
+    )
+    p.add_argument(
         "--bounded",
         action="store_true",
         help="read the topic up to its offsets at the start (the folder once), then finish",
@@ -242,6 +261,12 @@ def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
     p.add_argument("--restore-from", default="", help="a retained checkpoint to restart from")
     p.add_argument("--restarts", type=int, default=5, help="Flink's fixed-delay attempts")
     p.add_argument("--parallelism", type=int, default=1)
+    p.add_argument(
+        "--jobmanager",
+        default="",
+        metavar="HOST:PORT",
+        help="submit to this Flink session cluster's REST address (default: a local MiniCluster)",
+    )
     p.add_argument("--report", type=Path, help="write the job's report here as JSON")
     return p
 
@@ -261,6 +286,8 @@ def parse(
     token = os.environ.get(TOKEN_ENV, "")
     if not token and not args.catalog_property:
         parser.error(f"set {TOKEN_ENV} to the job's lakelock token")
+    if args.jobmanager and not sql.is_address(args.jobmanager):
+        parser.error(f"--jobmanager {args.jobmanager!r}: the cluster's REST address, HOST:PORT")
     try:
         options = sql.Options(
             catalog_uri=args.catalog_uri,
@@ -284,6 +311,7 @@ def parse(
             mysql_user=args.mysql_user,
             mysql_database=args.mysql_database,
             mysql_table=args.mysql_table,
+            mysql_snapshot=args.mysql_snapshot,
         )
     except ValueError as exc:
         parser.error(str(exc))

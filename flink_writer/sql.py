@@ -38,6 +38,11 @@ SOURCE = "lakelock_source"
 
 SOURCES = ("files", "kafka", "mysql-cdc")
 FORMATS = ("upsert-kafka", "debezium-json", "canal-json")
+MYSQL_SNAPSHOTS = ("consistent", "incremental")
+"""How a mysql-cdc source reads the table before its binlog (docs/flink.md): one consistent
+snapshot under a brief read lock, or Flink CDC's lock-free chunks, which can skip a change
+committed in the snapshot's last second on a server without GTIDs (MariaDB, or MySQL with
+`gtid_mode=OFF`)."""
 """A Kafka topic's formats: Flink's upsert-kafka connector, or its kafka connector with a
 change format."""
 
@@ -45,6 +50,11 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # a Kafka topic's legal name; a bootstrap list of host:port
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$")
+
+
+def is_address(text: str) -> bool:
+    """One `host:port`."""
+    return bool(_BOOTSTRAP.match(text)) and "," not in text
 
 
 @dataclass(frozen=True)
@@ -84,6 +94,7 @@ class Options:
     mysql_database: str = ""
     mysql_table: str = ""
     mysql_server_id: str = "5400-5404"
+    mysql_snapshot: str = "consistent"  # one of MYSQL_SNAPSHOTS
 
     def __post_init__(self) -> None:
         if self.mode not in ("upsert", "append"):
@@ -106,7 +117,12 @@ class Options:
                 raise ValueError(f"{name!r} is not a plain column or catalog name")
 
     def _check_mysql(self) -> None:
-        if not _BOOTSTRAP.match(self.mysql_address) or "," in self.mysql_address:
+        if self.mysql_snapshot not in MYSQL_SNAPSHOTS:
+            raise ValueError(
+                f"mysql snapshot {self.mysql_snapshot!r}: consistent or incremental "
+                "(--mysql-snapshot)"
+            )
+        if not is_address(self.mysql_address):
             raise ValueError(f"mysql address {self.mysql_address!r}: host:port (--mysql)")
         for what, name in (("database", self.mysql_database), ("table", self.mysql_table)):
             if not _NAME.match(name):
@@ -201,8 +217,17 @@ def source(options: Options, columns: Sequence[tuple[str, str]], *, password: st
 def _mysql_cdc(options: Options, password: str) -> dict[str, str]:
     """Flink CDC's MySQL source: a snapshot of the table, then its binlog from the position the
     snapshot read at (`scan.startup.mode = initial`); a restart from a checkpoint goes on from
-    the checkpoint's binlog position."""
+    the checkpoint's binlog position.
+
+    A `consistent` snapshot is Debezium's: a read lock held only while the binlog position is
+    read, then the rows in one consistent-snapshot transaction, so no change is lost or seen
+    twice. An `incremental` one reads chunks without a lock and merges the binlog read meanwhile;
+    it decides which binlog events came after a chunk by their second when the server has no
+    GTIDs, and skips those of that second (apache/flink-cdc#2794)."""
     host, port = options.mysql_address.rsplit(":", 1)
+    incremental = options.mysql_snapshot == "incremental"
+    # a range, one id per parallel reader; Debezium's one reader takes a single id
+    server_id = options.mysql_server_id if incremental else options.mysql_server_id.split("-")[0]
     return {
         "connector": "mysql-cdc",
         "hostname": host,
@@ -211,9 +236,10 @@ def _mysql_cdc(options: Options, password: str) -> dict[str, str]:
         "password": password,
         "database-name": options.mysql_database,
         "table-name": options.mysql_table,
-        "server-id": options.mysql_server_id,
+        "server-id": server_id,
         "server-time-zone": "UTC",
         "scan.startup.mode": "initial",
+        "scan.incremental.snapshot.enabled": str(incremental).lower(),
     }
 
 

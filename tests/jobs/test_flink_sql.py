@@ -165,12 +165,19 @@ def test_a_mysql_table_is_read_snapshot_first_with_its_key_and_the_password_give
     assert "'scan.startup.mode' = 'initial'" in ddl and "'server-time-zone' = 'UTC'" in ddl
     assert "'password' = 'pa''ss'" in ddl
     assert "PRIMARY KEY (`id`) NOT ENFORCED" in ddl
+    # Debezium's consistent snapshot unless asked: Flink CDC's chunks can skip changes
+    assert "'scan.incremental.snapshot.enabled' = 'false'" in ddl
+    assert "'server-id' = '5400'" in ddl  # its one reader's
+    chunked = sql.source(mysql(mysql_snapshot="incremental"), [("id", "INT")], password="p")
+    assert "'scan.incremental.snapshot.enabled' = 'true'" in chunked
+    assert "'server-id' = '5400-5404'" in chunked
 
 
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [
         ({"mysql_address": "db"}, "--mysql"),
+        ({"mysql_snapshot": "fast"}, "mysql snapshot"),
         ({"mysql_address": "a:1,b:2"}, "--mysql"),
         ({"mysql_database": "sh op"}, "--mysql-database"),
         ({"mysql_table": "t;x"}, "--mysql-table"),

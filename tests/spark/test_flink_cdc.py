@@ -1,12 +1,16 @@
 """MySQL CDC -> Flink -> Iceberg through the catalog front: the Flink writer (`--source
 mysql-cdc`, Flink CDC's MySQL source) reads a private MariaDB's row binlog, a snapshot of a
 dimension table then its changes, into an upsert table at the front, beside lakelock's
-compactor. Rows change while the snapshot is read and after it; at the end the Iceberg table
-(read by Iceberg's reader in Spark from its metadata file) equals the MySQL table."""
+compactor. Rows change from before the snapshot is read until after it; at the end the Iceberg
+table (read by Iceberg's reader in Spark from its metadata file) equals the MySQL table.
+
+With `--mysql-snapshot incremental` (Flink CDC's lock-free chunks) this test fails on MariaDB:
+changes committed in the second a chunk's read ended are skipped (docs/flink.md)."""
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +28,7 @@ from tests.spark.test_flink_writer import compactor_config, flink_session
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
 WAIT_S = 300  # a guard against a hang only
+ROWS = 5000
 COLUMNS = "id INT, name STRING, level INT"
 
 
@@ -102,6 +107,33 @@ def change(mariadb: PrivateMariaDB, rng: random.Random, count: int, next_id: lis
                 cur.execute("DELETE FROM user_member WHERE id = %s", (rng.choice(ids),))
 
 
+class Changes(threading.Thread):
+    """Inserts, updates and deletes (`change`, a batch at a time) in a thread of its own, from
+    before the job reads the table until `stop`: whenever the snapshot is read, rows change
+    while it is, and in the same second as it ends."""
+
+    def __init__(self, mariadb: PrivateMariaDB, rng: random.Random, next_id: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.mariadb, self.rng, self.next_id = mariadb, rng, next_id
+        self.batches = 0
+        self.halt = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.halt.is_set():
+                change(self.mariadb, self.rng, 10, self.next_id)
+                self.batches += 1
+        except BaseException as exc:  # the test raises it from `stop`
+            self.error = exc
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(60)
+        if self.error is not None:
+            raise self.error
+
+
 def test_a_dimension_table_ends_equal_to_its_mysql_table(
     front, spark, mariadb, tmp_path, writers, job_client
 ):
@@ -113,9 +145,9 @@ def test_a_dimension_table_ends_equal_to_its_mysql_table(
         )
         cur.executemany(
             "INSERT INTO shop.user_member VALUES (%s, %s, %s)",
-            [(i, f"m{i}", 1) for i in range(500)],
+            [(i, f"m{i}", 1) for i in range(ROWS)],
         )
-    rng, next_id = random.Random(17), [499]
+    rng, next_id = random.Random(17), [ROWS - 1]
     args = [
         *("--catalog-uri", f"{front.url}/iceberg"),
         *("--table", "db.user_member"),
@@ -128,14 +160,31 @@ def test_a_dimension_table_ends_equal_to_its_mysql_table(
         *("--checkpoints", (tmp_path / "checkpoints").as_uri()),
         *("--checkpoint-every-s", "1"),
     ]
+    changes = Changes(mariadb, rng, next_id)
+    changes.start()
     writer = FlinkWriter.start(args=args, token=front.token("job"), log_path=tmp_path / "f.log")
     writers.append(writer)
-    writer.job_id(timeout_s=WAIT_S)
-    change(mariadb, rng, 100, next_id)  # while the snapshot is read, or just after
     compactor = Compactor(spark, job_client, compactor_config(f"{CATALOG}.db.user_member"), print)
-    compactor.start()
     try:
-        for _ in range(3):
+        # the snapshot is committed once the table holds rows: the rows went on changing
+        wait_until(
+            "the snapshot in Iceberg",
+            lambda: bool(iceberg_rows(front, spark)),
+            writer=writer,
+            deadline=time.monotonic() + WAIT_S,
+        )
+        compactor.start()
+        seen = changes.batches
+        wait_until(
+            "more changes after the snapshot",
+            lambda: changes.batches >= seen + 5,
+            writer=writer,
+            deadline=time.monotonic() + WAIT_S,
+        )
+    finally:
+        changes.stop()
+    try:
+        for _ in range(2):
             change(mariadb, rng, 100, next_id)
             expected = mysql_rows(mariadb)
             try:
