@@ -45,6 +45,8 @@ __all__ = [
     "FlinkWriter",
     "classpath",
     "cli",
+    "cluster_classpath",
+    "flink_home",
     "main",
     "python",
     "writer_env",
@@ -96,18 +98,52 @@ def python() -> Path:
     return interpreter
 
 
+_CONNECTORS = {"kafka": ("flink-kafka",), "mysql-cdc": ("flink-mysql-cdc",)}
+"""The jar sets (jobkit.maven) of each source the writer reads beyond a folder of files."""
+
+
 def classpath(*, source: str = "files") -> str:
     """The jars Flink needs for Iceberg and for the writer's `source`, as a class path.
 
     Raises:
         FlinkMissing: Maven could not fetch them.
     """
-    connector = {"kafka": ("flink-kafka",), "mysql-cdc": ("flink-mysql-cdc",)}
-    sets = ("flink-iceberg", *connector.get(source, ()))
+    return _joined(("flink-iceberg", *_CONNECTORS.get(source, ())))
+
+
+def cluster_classpath() -> str:
+    """A session cluster's jars: Iceberg's and every source's, so any writer job runs on it.
+
+    Raises:
+        FlinkMissing: Maven could not fetch them.
+    """
+    return _joined(("flink-iceberg", *(s for sets in _CONNECTORS.values() for s in sets)))
+
+
+def _joined(sets: Sequence[str]) -> str:
     try:
-        return os.pathsep.join(str(jar) for name in sets for jar in jars(name))
+        paths = [str(jar) for name in sets for jar in jars(name)]
     except (MavenMissing, ValueError) as exc:  # ValueError: LAKELOCK_ICEBERG_VERSION
         raise FlinkMissing(str(exc)) from exc
+    return os.pathsep.join(dict.fromkeys(paths))
+
+
+def flink_home() -> Path:
+    """PyFlink's Flink distribution (its `bin/`, `conf/`, `lib/`), as `flink_home` finds it.
+
+    Raises:
+        FlinkMissing: no PyFlink.
+    """
+    found = subprocess.run(
+        [str(python()), "-c", "import pyflink, os; print(os.path.dirname(pyflink.__file__))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if found.returncode != 0:
+        raise FlinkMissing(f"PyFlink's folder not found: {found.stderr.strip()[-500:]}")
+    return Path(found.stdout.strip())
 
 
 def writer_path() -> Path:
@@ -248,7 +284,7 @@ def main() -> int:
     """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits."""
     try:
         interpreter = python()
-        jar_path = os.pathsep.join(classpath(source=source) for source in ("kafka", "mysql-cdc"))
+        jar_path = cluster_classpath()
     except FlinkMissing as exc:
         print(exc, file=sys.stderr)
         return 1
