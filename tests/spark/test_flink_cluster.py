@@ -1,7 +1,7 @@
 """The Flink writer on a standalone session cluster (demo.flink_cluster: a JobManager and a
 TaskManager, each a process of its own), submitted through Flink's own CLI (`lakelock-flink-writer
---jobmanager`), reading a Kafka topic into an upsert table at the front beside lakelock's
-compactor, as its users run it:
+--jobmanager`), reading a Kafka topic into an upsert table of an S3 warehouse at the front
+beside lakelock's compactor, as its users run it:
 
 - the TaskManager killed mid-run (SIGKILL): the job restarts on a new TaskManager from its last
   checkpoint, and the table ends exact with nothing committed twice;
@@ -26,7 +26,8 @@ from demo.flink import Compactor
 from demo.flink_cluster import FlinkCluster
 from demo.kafka import LocalKafka
 from testkit.change_topic import ChangeStream
-from tests.spark.test_catalog_front import CATALOG, sqlite_front
+from tests.conftest import Warehouse
+from tests.spark.test_catalog_front import CATALOG, direct, sqlite_front
 from tests.spark.test_flink_kafka import (
     WAIT_S,
     flink_commits,
@@ -42,8 +43,12 @@ FORMAT = "upsert-kafka"
 
 
 @pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = sqlite_front(tmp_path_factory.mktemp("flink-cluster-front"))
+def front(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The front on an S3 warehouse (the project's S3 server): the cluster's processes reach it
+    with Iceberg's S3FileIO, the keys in their environment (tests/spark/test_flink_kafka.py runs
+    the same source on local files)."""
+    folder = tmp_path_factory.mktemp("flink-cluster")
+    server = sqlite_front(folder, Warehouse(s3_server.warehouse(folder.name), s3_server))
     yield server
     server.stop()
 
@@ -131,6 +136,7 @@ def test_a_lost_taskmanager_and_a_savepoint_resume_keep_the_table_exact(
     assert first["status"] == "FINISHED" and first["restarts"] >= 1, first
     assert second["status"] == "CANCELED" and second["restarts"] == 0, second
     assert values_written(front, name) == value_messages(stream)
+    assert direct(front, f"{CATALOG}.{table}").metadata_location.startswith("s3://")
     assert not compactor.failures, compactor.failures
     outcomes = [(run.outcome, run.error) for run in compactor.runs]
     assert outcomes and all(outcome == Outcome.COMPACTED for outcome, _ in outcomes), outcomes
