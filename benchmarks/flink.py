@@ -3,11 +3,14 @@ straight to a JdbcCatalog on the same MariaDB server (the real limit: what the j
 lakelock), each with and without lakelock's compactor compacting the table meanwhile.
 
     python -m benchmarks.flink --files 60 --rows-per-file 2000 --file-every-s 1
+    python -m benchmarks.flink --source kafka  # the rows as messages on a Kafka topic
     python -m benchmarks.flink --held 20     # each writer against 20 compactions instead
 
 Per cell, a fresh MariaDB database for the catalog (the front's lock database, or the bare
 JdbcCatalog's) and a new table, then the job started and idle; then `--files` files of
-`--rows-per-file` upserts land, one every `--file-every-s` (a stream of that many rows/s). The
+`--rows-per-file` upserts land, one every `--file-every-s` (a stream of that many rows/s); with
+`--source kafka` each file's rows are produced to a topic of `--partitions` partitions on a
+broker the run starts (bin/kafka-local's), which the job reads with Flink's Kafka connector. The
 figures:
 
     rows/s       rows landed / (the commit that took the last of them - the first landing)
@@ -116,12 +119,13 @@ class Bench:
     """The cells of one run, over one Spark session (the compactor's), each cell's catalog
     registered in it under a name of its own."""
 
-    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, workdir: Path, kafka: Any = None) -> None:
         from demo.flink import PATH_READS
         from jobkit.spark import CatalogConfig, build_session
 
         self.args = args
         self.workdir = workdir
+        self.kafka = kafka  # --source kafka: the broker each cell's topic lives on
         self.spark = build_session(
             CatalogConfig(name="scratch", warehouse=(workdir / "scratch").as_uri()),
             app_name="lakelock-bench-flink",
@@ -196,18 +200,30 @@ class Bench:
         db_url: str,
     ) -> Cell:
         from compactor.config import LeaseConfig, PlanConfig, TableConfig
-        from demo.flink import Compactor, UpsertFeed, wait_until, writer_args
+        from demo.flink import (
+            Compactor,
+            TopicFeed,
+            UpsertFeed,
+            source_args,
+            wait_until,
+            writer_args,
+        )
         from jobkit.flink import FlinkWriter
 
         args = self.args
         feed = UpsertFeed(folder / "landing", keys=args.keys, seed=1)
+        if self.kafka is not None:  # each file's rows as messages on a topic of the cell's
+            self.kafka.create_topic(name, partitions=args.partitions)
+            feed = TopicFeed(self.kafka, name, folder / "landing", keys=args.keys, seed=1)
+        source = source_args(feed)
         argv = writer_args(
             catalog_uri=f"{service.url}/iceberg",
             catalog_name=name,
             table=TABLE,
-            landing=feed.folder,
+            landing=None if source else feed.folder,
             checkpoints=folder / "checkpoints",
             checkpoint_every_s=args.checkpoint_every_s,
+            **source,
         )
         if catalog == "jdbc":  # the same job, straight to the catalog
             properties = {**jdbc_properties(db_url), "warehouse": (folder / "warehouse").as_uri()}
@@ -416,6 +432,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-s", type=float, default=900.0)
     p.add_argument("--mariadb-url", default=DEFAULT_MARIADB_URL)
     p.add_argument("--held", type=int, help="each writer against this many compactions")
+    p.add_argument(
+        "--source",
+        choices=("files", "kafka"),
+        default="files",
+        help="the job reads landed files, or each file's rows as messages on a topic of a "
+        "broker the run starts (upsert-kafka)",
+    )
+    p.add_argument("--partitions", type=int, default=3, help="--source kafka: the topics'")
     p.add_argument("--json", type=Path)
     return p
 
@@ -438,8 +462,13 @@ def main(argv: list[str] | None = None) -> int:
             write_figures(args.json, argv, results)
         return 0
     cells: list[Cell] = []
-    with tempfile.TemporaryDirectory(prefix="lakelock-bench-flink-") as tmp:
-        bench = Bench(args, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="lakelock-bench-flink-") as tmp, ExitStack() as stack:
+        kafka = None
+        if args.source == "kafka":
+            from demo.kafka import LocalKafka
+
+            kafka = stack.enter_context(LocalKafka.start(Path(tmp) / "kafka"))
+        bench = Bench(args, Path(tmp), kafka)
         try:
             n = 0
             for compactor in args.compactor:

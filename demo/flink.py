@@ -3,9 +3,13 @@ parts its benchmark (benchmarks.flink) and tests share.
 
     python -m demo --writer flink                       # about a minute
     python -m demo --writer flink --files 30 --rows-per-file 500
+    python -m demo --writer flink --source kafka        # from a topic on a local broker
+    python -m demo --writer flink --source binlog       # from a MariaDB table's binlog
 
 Starts the lakelock service with its catalog front (SQLite), a Flink SQL upsert job
-(flink_writer, in PyFlink's own Python: jobkit.flink) reading a landing folder, and lakelock's
+(flink_writer, in PyFlink's own Python: jobkit.flink) reading a landing folder (or a Kafka
+topic of three partitions on a broker the run starts, `--source kafka`; or the binlog of a
+private MariaDB's table the upserts go to, `--source binlog`), and lakelock's
 compactor compacting the same table through the front while the job commits. Then stops the
 job and checks: the table holds the last row written for every key (read by Iceberg's reader
 in Spark from the metadata file, not through the front), the job never restarted (Flink's
@@ -36,7 +40,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -48,6 +52,8 @@ __all__ = [
     "Compactor",
     "FlinkDemo",
     "GrowingFeed",
+    "TableFeed",
+    "TopicFeed",
     "UpsertFeed",
     "committed",
     "current_metadata",
@@ -57,6 +63,7 @@ __all__ = [
     "main",
     "marker",
     "snapshot_read",
+    "source_args",
     "start_writer",
     "table_problems",
     "wait_until",
@@ -72,6 +79,9 @@ MARKER = "marker"
 files the table holds. Other values start at 1,000,000 and never collide with it."""
 
 Key = tuple[str, str, int]
+
+BINLOG_DATABASE = "demo"
+"""The private MariaDB's database whose table `events` the binlog source reads."""
 
 TABLE = "lakelock.db.events"
 """The demo's table, as Spark and the service name it: the front's catalog `lakelock`."""
@@ -108,18 +118,63 @@ class UpsertFeed:
             self.latest[key] = value
         lines.append({"event_id": MARKER, "dt": "2024-06-20", "hr": 0, "v": n})
         self.latest[MARKER, "2024-06-20", 0] = n
-        tmp = self.folder / f".{n:06d}.json.tmp"
-        tmp.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        tmp.rename(self.folder / f"{n:06d}.json")
+        self._land(n, lines)
         self.files += 1
         self.rows += len(lines)
         return n
+
+    def _land(self, n: int, lines: list[dict[str, Any]]) -> None:
+        tmp = self.folder / f".{n:06d}.json.tmp"
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        tmp.rename(self.folder / f"{n:06d}.json")
 
     def _draw(self, rows: int | None, repeat: bool) -> list[Key]:
         """The keys of one file's upserts, in order (see write)."""
         if rows is None:
             return [self.key(k) for k in range(self.keys) for _ in range(2 if repeat else 1)]
         return [self.key(self.random.randrange(self.keys)) for _ in range(rows)]
+
+
+class TopicFeed(UpsertFeed):
+    """An UpsertFeed that lands each batch on a Kafka topic instead of a file, as upsert-kafka
+    messages (key: the key columns as JSON; value: the row). One key's messages go to one
+    partition, in order, so each key still ends with its last row; the marker row tells only
+    that its own partition is read up to the batch."""
+
+    def __init__(self, kafka: Any, topic: str, folder: Path, **how: Any) -> None:
+        super().__init__(folder, **how)
+        self.kafka, self.topic = kafka, topic
+
+    def _land(self, n: int, lines: list[dict[str, Any]]) -> None:
+        def key(line: dict[str, Any]) -> bytes:
+            return json.dumps({k: line[k] for k in KEY}, sort_keys=True).encode()
+
+        self.kafka.produce(self.topic, [(key(line), json.dumps(line).encode()) for line in lines])
+
+
+class TableFeed(UpsertFeed):
+    """An UpsertFeed that lands each batch as upserts into a MySQL table (`INSERT ... ON
+    DUPLICATE KEY UPDATE`, one transaction per batch) whose row binlog the job reads. The
+    binlog is one ordered log, so the marker row tells that the whole batch is read."""
+
+    def __init__(self, mariadb: Any, folder: Path, **how: Any) -> None:
+        super().__init__(folder, **how)
+        self.mariadb = mariadb
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {BINLOG_DATABASE}")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {BINLOG_DATABASE}.events (event_id VARCHAR(64), "
+                "dt VARCHAR(10), hr INT, v BIGINT NOT NULL, PRIMARY KEY (event_id, dt, hr))"
+            )
+
+    def _land(self, n: int, lines: list[dict[str, Any]]) -> None:
+        with self.mariadb.connect(BINLOG_DATABASE) as conn, conn.cursor() as cur:
+            conn.begin()
+            cur.executemany(
+                "INSERT INTO events VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE v = VALUES(v)",
+                [(line["event_id"], line["dt"], line["hr"], line["v"]) for line in lines],
+            )
+            conn.commit()
 
 
 class GrowingFeed(UpsertFeed):
@@ -163,7 +218,7 @@ def writer_args(
     *,
     catalog_uri: str,
     table: str,
-    landing: Path,
+    landing: Path | None,
     checkpoints: Path,
     mode: str = "upsert",
     checkpoint_every_s: float = 1.0,
@@ -171,7 +226,8 @@ def writer_args(
     **extra: str,
 ) -> list[str]:
     """flink_writer's options (flink_writer.job): the table made with COLUMNS when missing,
-    partitioned by dt, hr; an upsert table keyed by KEY. `extra`: more options by flag."""
+    partitioned by dt, hr; an upsert table keyed by KEY; its source the `landing` folder, or
+    the one `extra` names. `extra`: more options by flag."""
     args = {
         "--catalog-uri": catalog_uri,
         "--catalog-name": catalog_name,
@@ -179,7 +235,7 @@ def writer_args(
         "--mode": mode,
         "--columns": COLUMNS,
         "--partitioned-by": "dt,hr",
-        "--landing": landing.as_uri(),
+        **({"--landing": landing.as_uri()} if landing is not None else {}),
         "--checkpoints": checkpoints.as_uri(),
         "--checkpoint-every-s": f"{checkpoint_every_s:g}",
         **extra,
@@ -242,6 +298,9 @@ class FlinkDemo:
     compactor: bool = True
     timeout_s: float = 600.0
     seed: int = 1
+    source: str = "files"  # a landing folder; "kafka": a topic of a local broker; "binlog": a
+    # private MariaDB's table
+    partitions: int = 3  # the topic's
     on_progress: Callable[[str], None] = print
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -251,9 +310,9 @@ class FlinkDemo:
         from service.client import LeaseClient
 
         table = TABLE
-        with front_service(self.workdir) as service:
+        with front_service(self.workdir) as service, ExitStack() as stack:
             self.on_progress(f"lakelock service at {service.url}, its catalog at /iceberg")
-            feed = UpsertFeed(self.workdir / "landing", keys=self.keys, seed=self.seed)
+            feed = self._feed(stack)
             client = LeaseClient(service.url, token=service.token("job"))
             spark = front_session(service, self.workdir, app_name="lakelock-flink-demo")
             writer = start_writer(service, feed, self.workdir, self.checkpoint_every_s)
@@ -268,6 +327,14 @@ class FlinkDemo:
                 started = time.monotonic()
                 compacted = self._stream(spark, client, config, feed, writer, service.db_url)
                 elapsed = time.monotonic() - started
+                # a topic's partitions are read side by side: the last marker is no proof
+                # that the other partitions are read as far, so wait for every key's last row
+                wait_until(
+                    "every key's last row",
+                    lambda: not table_problems(_rows(spark, service.db_url), feed),
+                    writer=writer,
+                    deadline=time.monotonic() + self.timeout_s,
+                )
             finally:
                 report = writer.stop()
             metadata = _metadata(service.db_url, self.workdir / "warehouse", table)
@@ -298,6 +365,24 @@ class FlinkDemo:
         if self.compactor and len(compacted) < self.compactions:
             problems.append(f"{len(compacted)} compactions, fewer than {self.compactions}")
         return problems + table_problems(rows, feed)
+
+    def _feed(self, stack: ExitStack) -> UpsertFeed:
+        """The landing folder, or a topic on a broker started in the workdir (kept to `stack`)."""
+        how = {"keys": self.keys, "seed": self.seed}
+        if self.source == "files":
+            return UpsertFeed(self.workdir / "landing", **how)
+        if self.source == "binlog":
+            from demo.mariadb import PrivateMariaDB
+
+            mariadb = stack.enter_context(PrivateMariaDB.start(self.workdir / "mariadb"))
+            self.on_progress(f"MariaDB at 127.0.0.1:{mariadb.port}, table demo.events")
+            return TableFeed(mariadb, self.workdir / "landing", **how)
+        from demo.kafka import LocalKafka
+
+        kafka = stack.enter_context(LocalKafka.start(self.workdir / "kafka"))
+        kafka.create_topic("events", partitions=self.partitions)
+        self.on_progress(f"Kafka broker at {kafka.bootstrap}, topic events ({self.partitions})")
+        return TopicFeed(kafka, "events", self.workdir / "landing", **how)
 
     def _stream(
         self, spark: Any, client: Any, config: Any, feed: UpsertFeed, writer: Any, db_url: str
@@ -379,18 +464,38 @@ def front_session(
     return spark
 
 
+def source_args(feed: UpsertFeed) -> dict[str, str]:
+    """The writer's options that point it at `feed`'s topic or table ({}: its folder)."""
+    if isinstance(feed, TopicFeed):
+        return {
+            "--source": "kafka",
+            "--kafka-bootstrap": feed.kafka.bootstrap,
+            "--kafka-topic": feed.topic,
+            "--format": "upsert-kafka",
+        }
+    if isinstance(feed, TableFeed):
+        return {
+            "--source": "mysql-cdc",
+            "--mysql": f"127.0.0.1:{feed.mariadb.port}",
+            "--mysql-database": BINLOG_DATABASE,
+            "--mysql-table": "events",
+        }
+    return {}
+
+
 def start_writer(service: Any, feed: UpsertFeed, workdir: Path, checkpoint_every_s: float) -> Any:
-    """The Flink upsert job (jobkit.flink.FlinkWriter) on `feed`'s folder, into TABLE through
-    the front, its checkpoints and log in `workdir`."""
+    """The Flink upsert job (jobkit.flink.FlinkWriter) on `feed`'s folder, or its topic, into
+    TABLE through the front, its checkpoints and log in `workdir`."""
     from jobkit.flink import FlinkWriter
 
     return FlinkWriter.start(
         args=writer_args(
             catalog_uri=f"{service.url}/iceberg",
             table=TABLE.split(".", 1)[1],
-            landing=feed.folder,
+            landing=None if source_args(feed) else feed.folder,
             checkpoints=workdir / "checkpoints",
             checkpoint_every_s=checkpoint_every_s,
+            **source_args(feed),
         ),
         token=service.token("job"),
         log_path=workdir / "flink.log",
@@ -462,6 +567,11 @@ def committed(spark: Any, db_url: str, table: str = TABLE) -> int:
     metadata file as the front's database names it."""
     metadata = current_metadata(db_url, table)
     return -1 if metadata is None else marker(spark, metadata)
+
+
+def _rows(spark: Any, db_url: str) -> dict[Key, int]:
+    metadata = current_metadata(db_url)
+    return {} if metadata is None else rows_of(spark, metadata)
 
 
 def current_metadata(db_url: str, table: str = TABLE) -> str | None:
@@ -548,6 +658,14 @@ def _parser() -> argparse.ArgumentParser:
     ):
         p.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     p.add_argument("--no-compactor", action="store_true", help="the Flink job alone")
+    p.add_argument(
+        "--source",
+        choices=("files", "kafka", "binlog"),
+        default=defaults.source,
+        help="the job reads a landing folder, a Kafka topic of 3 partitions on a broker the "
+        "run starts, or the binlog of a table of a private MariaDB it starts, which each "
+        "file's upserts go to (default %(default)s)",
+    )
     return p
 
 
@@ -562,9 +680,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         compactions=0 if args.no_compactor else args.compactions,
         compactor=not args.no_compactor,
         timeout_s=args.timeout_s,
+        source=args.source,
         on_progress=lambda line: print(line, flush=True),
     )
-    print(f"lakelock Flink demo: {args.files} files of {args.rows_per_file} upserts")
+    batches = {"files": "files", "kafka": "batches on a Kafka topic", "binlog": "transactions"}[
+        args.source
+    ]
+    print(f"lakelock Flink demo: {args.files} {batches} of {args.rows_per_file} upserts")
     try:
         problems = demo.run()
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from demo.generate import KEY_FIELDS, create_events_table
+from demo.kafka import LocalKafka
 from ingest_gate.job.config import IngestConfig, load_config
 from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
@@ -68,6 +69,13 @@ def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A broker on loopback (demo.kafka, bin/kafka-local's) for the module's tests."""
+    with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
+        yield broker
 
 
 @pytest.fixture

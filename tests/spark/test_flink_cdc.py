@@ -22,34 +22,16 @@ from compactor.report import Outcome
 from demo.flink import Compactor, snapshot_read, wait_until
 from demo.mariadb import PrivateMariaDB
 from jobkit.flink import FlinkWriter
-from tests.spark.test_catalog_front import CATALOG, direct, sqlite_front
-from tests.spark.test_flink_writer import compactor_config, flink_session
+from tests.spark.test_catalog_front import CATALOG, direct
+from tests.spark.test_flink_writer import compactor_config, flink_fixtures
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
+
+front, lakelock_server, spark = flink_fixtures("flink-cdc")
 
 WAIT_S = 300  # a guard against a hang only
 ROWS = 5000
 COLUMNS = "id INT, name STRING, level INT"
-
-
-@pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = sqlite_front(tmp_path_factory.mktemp("flink-cdc-front"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def lakelock_server(front: Any) -> Any:
-    """The front is the module's service: conftest's job_client talks to it."""
-    return front
-
-
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
-    session = flink_session(front, "lakelock-flink-cdc")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,7 @@ from demo.flink import Compactor
 from demo.flink_cluster import FlinkCluster
 from demo.kafka import LocalKafka
 from testkit.change_topic import ChangeStream
-from tests.conftest import Warehouse
-from tests.spark.test_catalog_front import CATALOG, direct, sqlite_front
+from tests.spark.test_catalog_front import CATALOG, direct
 from tests.spark.test_flink_kafka import (
     WAIT_S,
     flink_commits,
@@ -35,41 +34,13 @@ from tests.spark.test_flink_kafka import (
     topic_of,
     until_rows,
 )
-from tests.spark.test_flink_writer import compactor_config, flink_session
+from tests.spark.test_flink_writer import compactor_config, flink_fixtures
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
+front, lakelock_server, spark = flink_fixtures("flink-cluster", s3=True)
+
 FORMAT = "upsert-kafka"
-
-
-@pytest.fixture(scope="module")
-def front(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The front on an S3 warehouse (the project's S3 server): the cluster's processes reach it
-    with Iceberg's S3FileIO, the keys in their environment (tests/spark/test_flink_kafka.py runs
-    the same source on local files)."""
-    folder = tmp_path_factory.mktemp("flink-cluster")
-    server = sqlite_front(folder, Warehouse(s3_server.warehouse(folder.name), s3_server))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def lakelock_server(front: Any) -> Any:
-    """The front is the module's service: conftest's job_client talks to it."""
-    return front
-
-
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
-    session = flink_session(front, "lakelock-flink-cluster")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
-        yield broker
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,39 +29,19 @@ from demo.flink import COLUMNS, KEY, Compactor, rows_of, wait_until
 from demo.kafka import LocalKafka
 from jobkit.flink import FlinkWriter
 from testkit.change_topic import ChangeStream
-from tests.spark.test_catalog_front import CATALOG, direct, sqlite_front
-from tests.spark.test_flink_writer import compactor_config, flink_session, latest_checkpoint
+from tests.spark.test_catalog_front import CATALOG, direct
+from tests.spark.test_flink_writer import (
+    compactor_config,
+    flink_fixtures,
+    latest_checkpoint,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
+front, lakelock_server, spark = flink_fixtures("flink-kafka")
+
 WAIT_S = 300  # a guard against a hang only
 PARTITIONS = 3
-
-
-@pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = sqlite_front(tmp_path_factory.mktemp("flink-kafka-front"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def lakelock_server(front: Any) -> Any:
-    """The front is the module's service: conftest's job_client talks to it."""
-    return front
-
-
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
-    session = flink_session(front, "lakelock-flink-kafka")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
-        yield broker
 
 
 def topic_of(kafka: LocalKafka, name: str, stream: ChangeStream, fmt: str, **how: Any) -> str:

@@ -8,19 +8,16 @@ by Iceberg's own reader in Spark from the metadata file the front's database poi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from compactor.report import Outcome
 from demo.flink import Compactor, UpsertFeed, rows_of, wait_until
-from tests.conftest import Warehouse
-from tests.spark.test_catalog_front import CATALOG, direct, events, sqlite_front
+from tests.spark.test_catalog_front import CATALOG, direct, events
 from tests.spark.test_flink_writer import (
     WAIT_S,
     compactor_config,
-    flink_session,
+    flink_fixtures,
     land,
     start_writer,
     upserted,
@@ -28,25 +25,7 @@ from tests.spark.test_flink_writer import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
-
-@pytest.fixture(scope="module")
-def front(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    folder = tmp_path_factory.mktemp("flink-s3")
-    server = sqlite_front(folder, Warehouse(s3_server.warehouse(folder.name), s3_server))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def lakelock_server(front: Any) -> Any:
-    return front
-
-
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
-    session = flink_session(front, "lakelock-flink-s3")
-    yield session
-    session.stop()
+front, lakelock_server, spark = flink_fixtures("flink-s3", s3=True)
 
 
 def test_a_flink_upsert_job_writes_an_s3_table_through_the_front_beside_the_compactor(

@@ -35,6 +35,7 @@ from demo.flink import (
 )
 from jobkit.flink import FlinkWriter
 from jobkit.spark import error_message
+from tests.conftest import Warehouse
 from tests.helpers import run_module
 from tests.invariants import check, load_history
 from tests.spark.test_catalog_front import (
@@ -50,19 +51,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.flink]
 WAIT_S = 240  # a guard against a hang only
 
 
-@pytest.fixture(scope="module")
-def front(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    server = sqlite_front(tmp_path_factory.mktemp("flink-front"))
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def lakelock_server(front: Any) -> Any:
-    """The front is the module's service: conftest's job_client and operator talk to it."""
-    return front
-
-
 def flink_session(front: Any, app_name: str) -> Any:
     """The module's session on `front`, with the path catalog that reads an upsert table by
     its metadata file (demo.flink.snapshot_read)."""
@@ -74,11 +62,41 @@ def flink_session(front: Any, app_name: str) -> Any:
     )
 
 
-@pytest.fixture(scope="module")
-def spark(front: Any) -> Iterator[Any]:
-    session = flink_session(front, "lakelock-flink-writer")
-    yield session
-    session.stop()
+def flink_fixtures(name: str, *, s3: bool = False) -> tuple[Any, Any, Any]:
+    """A Flink module's module-scoped fixtures: `front` (a front on SQLite in a folder named
+    `name`, its warehouse on the project's S3 server when `s3`), `lakelock_server` (the front:
+    conftest's job_client and operator talk to it) and `spark` (flink_session on it):
+
+        front, lakelock_server, spark = flink_fixtures("flink-cdc")
+    """
+
+    @pytest.fixture(scope="module")
+    def front(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[Any]:
+        folder = tmp_path_factory.mktemp(name)
+        store = None
+        if s3:
+            server = request.getfixturevalue("s3_server")
+            store = Warehouse(server.warehouse(folder.name), server)
+        running = sqlite_front(folder, store)
+        yield running
+        running.stop()
+
+    @pytest.fixture(scope="module")
+    def lakelock_server(front: Any) -> Any:
+        return front
+
+    @pytest.fixture(scope="module")
+    def spark(front: Any) -> Iterator[Any]:
+        session = flink_session(front, f"lakelock-{name}")
+        yield session
+        session.stop()
+
+    return front, lakelock_server, spark
+
+
+front, lakelock_server, spark = flink_fixtures("flink-writer")
 
 
 def start_writer(
@@ -300,11 +318,16 @@ def latest_checkpoint(folder: Path) -> str:
     return found[-1].as_uri()
 
 
-def test_bin_run_writer_flink_runs_the_demo_and_its_check(tmp_path):
+@pytest.mark.parametrize("source", ["files", "kafka", "binlog"])
+def test_bin_run_writer_flink_runs_the_demo_and_its_check(tmp_path, source):
+    """`bin/run --writer flink [--source kafka|binlog]`: the demo from a landing folder, a
+    topic of three partitions on a broker it starts, or a private MariaDB table's binlog,
+    beside the compactor, with the same end check."""
     summary = tmp_path / "summary.json"
     run_module(
         "demo",
         *("--writer", "flink", "--files", "3", "--rows-per-file", "100", "--keys", "200"),
+        *("--source", source),
         *("--compactions", "1", "--workdir", str(tmp_path / "run"), "--summary", str(summary)),
         timeout=WAIT_S * 2,
     )

@@ -44,12 +44,6 @@ WAIT_S = 300.0  # a bound on each wait, so that a stuck step fails instead of ha
 PARTITIONS = 4
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
-        yield broker
-
-
 def _values(tmp_path: Path, kafka: LocalKafka, server, table: str, topic: str, **more) -> dict:
     return {
         "table": table,
