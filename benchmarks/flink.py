@@ -19,7 +19,8 @@ figures:
                  the snapshot summaries, no Spark scan)
     commits      the job's commits; restarts (Flink's numRestarts: a refused commit restarts
                  the job); the front's refusals; compactions and how each ended
-    files        the worst partition's data and delete files at the end
+    files        the worst partition's data and delete files at the end, and every 10 s while
+                 the stream lands (`worst_over_time`, in --json; its peak on the line printed)
 
 With the compactor, lakelock's compactor (one Spark session, local[2]) runs after run on the
 table from the job's first commit, through the front (front cells) or the JdbcCatalog with
@@ -71,6 +72,11 @@ class Cell:
     compactions: list[str] = field(default_factory=list)
     worst_data_files: int = 0
     worst_delete_files: int = 0
+    # the worst partition's files, sampled every SAMPLE_EVERY_S while the stream lands
+    worst_over_time: list[tuple[float, int, int]] = field(default_factory=list)
+
+
+SAMPLE_EVERY_S = 10.0
 
 
 @dataclass
@@ -215,15 +221,13 @@ class Bench:
         if self.kafka is not None:  # each file's rows as messages on a topic of the cell's
             self.kafka.create_topic(name, partitions=args.partitions)
             feed = TopicFeed(self.kafka, name, folder / "landing", keys=args.keys, seed=1)
-        source = source_args(feed)
         argv = writer_args(
             catalog_uri=f"{service.url}/iceberg",
             catalog_name=name,
             table=TABLE,
-            landing=None if source else feed.folder,
             checkpoints=folder / "checkpoints",
             checkpoint_every_s=args.checkpoint_every_s,
-            **source,
+            **source_args(feed),
         )
         if catalog == "jdbc":  # the same job, straight to the catalog
             properties = {**jdbc_properties(db_url), "warehouse": (folder / "warehouse").as_uri()}
@@ -265,10 +269,14 @@ class Bench:
                     seen = total
                 return total >= feed.rows
 
-            start = time.monotonic()
+            start = sampled = time.monotonic()
             for i in range(args.files):
                 while time.monotonic() < start + i * args.file_every_s:
                     caught_up()  # commits seen as they land, not after the last file
+                    if time.monotonic() >= sampled + SAMPLE_EVERY_S:
+                        sampled = time.monotonic()
+                        worst = table.worst_partition()
+                        cell.worst_over_time.append((round(sampled - start, 1), *worst))
                     time.sleep(0.2)
                 feed.write(rows=args.rows_per_file)
                 landed.append((time.monotonic(), feed.rows))
@@ -491,7 +499,9 @@ def _line(cell: Cell) -> str:
         f"lag p50 {cell.lag_p50_s:.1f}s p95 {cell.lag_p95_s:.1f}s  commits {cell.commits}  "
         f"restarts {cell.restarts}  refusals {sum(cell.refusals.values())}  "
         f"compactions {len(cell.compactions)} {sorted(set(cell.compactions))}  "
-        f"worst partition {cell.worst_data_files} data / {cell.worst_delete_files} delete files"
+        f"worst partition {cell.worst_data_files} data / {cell.worst_delete_files} delete files "
+        f"(peak while landing {max((w[1] for w in cell.worst_over_time), default=0)} / "
+        f"{max((w[2] for w in cell.worst_over_time), default=0)})"
     )
 
 

@@ -218,8 +218,8 @@ def writer_args(
     *,
     catalog_uri: str,
     table: str,
-    landing: Path | None,
     checkpoints: Path,
+    landing: Path | None = None,
     mode: str = "upsert",
     checkpoint_every_s: float = 1.0,
     catalog_name: str = "lakelock",
@@ -465,7 +465,8 @@ def front_session(
 
 
 def source_args(feed: UpsertFeed) -> dict[str, str]:
-    """The writer's options that point it at `feed`'s topic or table ({}: its folder)."""
+    """The writer's options that point it at `feed`: its topic, its MySQL table, or else its
+    folder."""
     if isinstance(feed, TopicFeed):
         return {
             "--source": "kafka",
@@ -480,7 +481,7 @@ def source_args(feed: UpsertFeed) -> dict[str, str]:
             "--mysql-database": BINLOG_DATABASE,
             "--mysql-table": "events",
         }
-    return {}
+    return {"--landing": feed.folder.as_uri()}
 
 
 def start_writer(service: Any, feed: UpsertFeed, workdir: Path, checkpoint_every_s: float) -> Any:
@@ -492,7 +493,6 @@ def start_writer(service: Any, feed: UpsertFeed, workdir: Path, checkpoint_every
         args=writer_args(
             catalog_uri=f"{service.url}/iceberg",
             table=TABLE.split(".", 1)[1],
-            landing=None if source_args(feed) else feed.folder,
             checkpoints=workdir / "checkpoints",
             checkpoint_every_s=checkpoint_every_s,
             **source_args(feed),

@@ -1,7 +1,8 @@
 """A standalone Flink session cluster on loopback, from PyFlink's own distribution: a
 JobManager and TaskManagers, each a process of its own (`jobmanager.sh` and `taskmanager.sh
 start-foreground`), with Iceberg's Flink runtime and the Kafka and MySQL CDC connectors on the
-cluster's classpath (`HADOOP_CLASSPATH`, which Flink's scripts add; `jobkit.flink.classpath`).
+cluster's classpath (`HADOOP_CLASSPATH`, which Flink's scripts add;
+`jobkit.flink.cluster_classpath`).
 
     bin/flink-cluster --port 8081 --dir var/flink-cluster   # foreground, until SIGTERM/Ctrl-C
     lakelock-flink-writer --jobmanager 127.0.0.1:8081 ...     # a job submitted to it
@@ -122,26 +123,27 @@ class FlinkCluster:
         """The JobManager's REST address, which `flink run -m` and `--jobmanager` take."""
         return f"127.0.0.1:{self.port}"
 
-    def taskmanagers_registered(self) -> int:
-        """How many TaskManagers the JobManager knows (0 while it is not up)."""
+    def registered(self) -> set[str]:
+        """The ids of the TaskManagers the JobManager knows (none while it is not up)."""
         try:
             url = f"http://{self.address}/taskmanagers"
             with urllib.request.urlopen(url, timeout=5) as answer:
-                return len(json.load(answer).get("taskmanagers", []))
+                return {str(tm["id"]) for tm in json.load(answer).get("taskmanagers", [])}
         except OSError:
-            return 0
+            return set()
 
     def add_taskmanager(self, *, timeout_s: float = 120.0) -> subprocess.Popen[bytes]:
-        """Start another TaskManager and wait until the JobManager has registered it.
+        """Start another TaskManager and wait until the JobManager has registered it (a new
+        id: one killed stays registered until its heartbeat times out).
 
         Raises:
             RuntimeError: it or the JobManager exited, or it did not register in `timeout_s`.
         """
-        live = sum(1 for p in self.taskmanagers if p.poll() is None)
+        known = self.registered()
         process = self._spawn(self.folder, "taskmanager", self.settings)
         self.taskmanagers.append(process)
         deadline = time.monotonic() + timeout_s
-        while self.taskmanagers_registered() <= live:
+        while not self.registered() - known:
             for role, proc in (("jobmanager", self.jobmanager), ("taskmanager", process)):
                 if proc.poll() is not None:
                     raise RuntimeError(f"the Flink {role} exited; see {self.folder}/{role}.out")

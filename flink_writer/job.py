@@ -96,15 +96,26 @@ class _Watch:
             log.debug("job metrics not read: %s", exc)
 
 
+def submit_args(args: argparse.Namespace) -> str | None:
+    """What PyFlink's gateway launcher is given (`SUBMIT_ARGS`) to start inside Flink's CLI,
+    `flink run -m JOBMANAGER [-s RESTORE]`; None: a local MiniCluster."""
+    if not args.jobmanager:
+        return None
+    submit = ["remote", "-m", args.jobmanager]
+    if args.restore_from:
+        submit += ["-s", args.restore_from]
+    return shlex.join(submit)
+
+
 def _environment(args: argparse.Namespace, port: int) -> Any:
     """A TableEnvironment on a MiniCluster whose REST API listens on `port`; or, with
     `--jobmanager`, one whose jobs go to that session cluster: PyFlink then starts its gateway
     inside Flink's own CLI (`flink run -m ADDRESS [-s RESTORE]`), as `flink run -py` does."""
-    if args.jobmanager:
-        submit = ["remote", "-m", args.jobmanager]
-        if args.restore_from:
-            submit += ["-s", args.restore_from]
-        os.environ["SUBMIT_ARGS"] = shlex.join(submit)  # read by PyFlink's gateway launcher
+    submit = submit_args(args)
+    if submit is None:  # one inherited from the environment would send the job elsewhere
+        os.environ.pop("SUBMIT_ARGS", None)
+    else:
+        os.environ["SUBMIT_ARGS"] = submit  # read by PyFlink's gateway launcher
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
     env = TableEnvironment.create(EnvironmentSettings.in_streaming_mode())
@@ -121,6 +132,10 @@ def _environment(args: argparse.Namespace, port: int) -> Any:
         settings.update(
             {"rest.port": str(port), "rest.bind-address": "127.0.0.1", "rest.address": "127.0.0.1"}
         )
+    if args.source == "mysql-cdc" and args.mysql_snapshot == "consistent":
+        # Debezium's snapshot holds the checkpoint lock until the table is read: checkpoints
+        # fail meanwhile, and must not fail the job (Flink CDC's FAQ)
+        settings["execution.checkpointing.tolerable-failed-checkpoints"] = "1000"
     if args.checkpoints:
         settings["state.checkpoints.dir"] = args.checkpoints
     if args.restore_from:
@@ -157,9 +172,19 @@ def run(
     while True:
         try:
             status = client.get_job_status().result()
-        except Exception:  # the cluster is gone, or forgot the job: it ended, as `wait` says
-            report.status = _outcome(result, report)
-            break
+        except Exception as exc:
+            if not args.jobmanager:  # the MiniCluster is gone: the job ended, as `wait` says
+                report.status = _outcome(result, report)
+                break
+            # a session cluster that does not answer (failing over, unreachable) may still run
+            # the job: ask again until told to stop, and then say so
+            log.warning("the cluster did not answer for the job's status: %s", exc)
+            if stop.is_set():
+                report.status = "UNKNOWN"
+                report.error = f"the cluster did not answer; the job may still run: {exc}"[:2000]
+                break
+            stop.wait(_POLL_S)
+            continue
         report.status = str(status).rsplit(".", 1)[-1]
         if report.status in _ENDED:
             if report.status == "FAILED":
@@ -201,7 +226,8 @@ def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=prog,
         description="Run a Flink job that writes an Iceberg table through lakelock's catalog "
-        "front, from a landing folder or a Kafka topic (docs/flink.md).",
+        "front, from a landing folder, a Kafka topic or a MySQL table's binlog, on a local "
+        "MiniCluster or a session cluster (docs/flink.md).",
     )
     p.add_argument("--catalog-uri", required=True, help="lakelock's /iceberg URL")
     p.add_argument("--catalog-name", default="lakelock")
@@ -244,6 +270,13 @@ def _parser(prog: str = "python -m flink_writer") -> argparse.ArgumentParser:
     p.add_argument("--mysql-user", default="root")
     p.add_argument("--mysql-database", default="")
     p.add_argument("--mysql-table", default="")
+    p.add_argument(
+        "--mysql-server-id",
+        default="5400-5404",
+        metavar="ID[-ID]",
+        help="mysql-cdc: the replica ids the readers take, one each, unused by other replicas",
+    )
+    p.add_argument("--mysql-time-zone", default="UTC", help="mysql-cdc: the server's time zone")
     p.add_argument(
         "--mysql-snapshot",
         choices=sql.MYSQL_SNAPSHOTS,
@@ -288,6 +321,8 @@ def parse(
         parser.error(f"set {TOKEN_ENV} to the job's lakelock token")
     if args.jobmanager and not sql.is_address(args.jobmanager):
         parser.error(f"--jobmanager {args.jobmanager!r}: the cluster's REST address, HOST:PORT")
+    if args.restore_from.startswith("-"):
+        parser.error(f"--restore-from {args.restore_from!r}: a checkpoint's or savepoint's URI")
     try:
         options = sql.Options(
             catalog_uri=args.catalog_uri,
@@ -312,6 +347,9 @@ def parse(
             mysql_database=args.mysql_database,
             mysql_table=args.mysql_table,
             mysql_snapshot=args.mysql_snapshot,
+            mysql_server_id=args.mysql_server_id,
+            mysql_time_zone=args.mysql_time_zone,
+            parallelism=args.parallelism,
         )
     except ValueError as exc:
         parser.error(str(exc))

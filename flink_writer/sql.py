@@ -31,30 +31,44 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["FORMATS", "SOURCES", "Options", "catalog", "insert", "quote", "source", "target"]
+__all__ = [
+    "FORMATS",
+    "MYSQL_SNAPSHOTS",
+    "SOURCES",
+    "Options",
+    "catalog",
+    "insert",
+    "is_address",
+    "quote",
+    "source",
+    "target",
+]
 
 SOURCE = "lakelock_source"
-"""The temporary table over the landing folder."""
+"""The temporary table over the source: the landing folder, the topic, the MySQL table."""
 
 SOURCES = ("files", "kafka", "mysql-cdc")
 FORMATS = ("upsert-kafka", "debezium-json", "canal-json")
+"""A Kafka topic's formats: Flink's upsert-kafka connector, or its kafka connector with a
+change format."""
 MYSQL_SNAPSHOTS = ("consistent", "incremental")
 """How a mysql-cdc source reads the table before its binlog (docs/flink.md): one consistent
 snapshot under a brief read lock, or Flink CDC's lock-free chunks, which can skip a change
 committed in the snapshot's last second on a server without GTIDs (MariaDB, or MySQL with
 `gtid_mode=OFF`)."""
-"""A Kafka topic's formats: Flink's upsert-kafka connector, or its kafka connector with a
-change format."""
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# a Kafka topic's legal name; a bootstrap list of host:port
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*$")
+# each matched whole (fullmatch: a trailing newline is no part of a name)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a Kafka topic's legal name; a bootstrap list of host:port; a server id or a range of them
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_BOOTSTRAP = re.compile(r"[A-Za-z0-9.-]+:\d+(,[A-Za-z0-9.-]+:\d+)*")
+_SERVER_IDS = re.compile(r"(\d{1,10})(-(\d{1,10}))?")
+_TIME_ZONE = re.compile(r"[A-Za-z0-9_/+:-]{1,64}")
 
 
 def is_address(text: str) -> bool:
     """One `host:port`."""
-    return bool(_BOOTSTRAP.match(text)) and "," not in text
+    return bool(_BOOTSTRAP.fullmatch(text)) and "," not in text
 
 
 @dataclass(frozen=True)
@@ -93,28 +107,40 @@ class Options:
     mysql_user: str = ""
     mysql_database: str = ""
     mysql_table: str = ""
-    mysql_server_id: str = "5400-5404"
+    mysql_server_id: str = "5400-5404"  # ids the readers take, one per parallel reader
     mysql_snapshot: str = "consistent"  # one of MYSQL_SNAPSHOTS
+    mysql_time_zone: str = "UTC"  # the server's, for its TIMESTAMP columns
+    parallelism: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in ("upsert", "append"):
             raise ValueError(f"mode {self.mode!r}: upsert or append")
-        if self.source not in SOURCES:
-            raise ValueError(f"source {self.source!r}: one of {', '.join(SOURCES)}")
-        if self.source == "files" and not self.landing:
-            raise ValueError("a files source needs its landing folder (--landing DIR)")
-        if self.source == "kafka":
-            self._check_kafka()
-        if self.source == "mysql-cdc":
-            self._check_mysql()
+        self._check_source()
         if self.mode == "upsert" and not self.key:
             raise ValueError("an upsert writer needs its key columns (--key event_id,dt,hr)")
         parts = self.table.split(".")
-        if len(parts) != 2 or not all(_NAME.match(p) for p in parts):
+        if len(parts) != 2 or not all(_NAME.fullmatch(p) for p in parts):
             raise ValueError(f"table {self.table!r}: namespace.table, each a plain name")
         for name in (*self.key, *self.partitioned_by, self.catalog_name):
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a plain column or catalog name")
+
+    def _check_source(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source {self.source!r}: one of {', '.join(SOURCES)}")
+        if self.source == "files":
+            if not self.landing:
+                raise ValueError("a files source needs its landing folder (--landing DIR)")
+            return
+        if self.landing:
+            raise ValueError(f"--landing is for a files source, not {self.source}")
+        if self.mode != "upsert":
+            # a change stream's deletes and updates would land as rows of an append table
+            raise ValueError(f"a {self.source} source writes an upsert table (--mode upsert)")
+        if self.source == "kafka":
+            self._check_kafka()
+        else:
+            self._check_mysql()
 
     def _check_mysql(self) -> None:
         if self.mysql_snapshot not in MYSQL_SNAPSHOTS:
@@ -125,25 +151,32 @@ class Options:
         if not is_address(self.mysql_address):
             raise ValueError(f"mysql address {self.mysql_address!r}: host:port (--mysql)")
         for what, name in (("database", self.mysql_database), ("table", self.mysql_table)):
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"mysql {what} {name!r}: a plain name (--mysql-{what})")
-        if not self.key:
-            raise ValueError("a mysql-cdc source needs the table's primary key (--key)")
+        if self.bounded:
+            raise ValueError("a mysql-cdc source reads its binlog without end (no --bounded)")
+        if not _TIME_ZONE.fullmatch(self.mysql_time_zone):
+            raise ValueError(f"mysql time zone {self.mysql_time_zone!r}: a zone name")
+        ids = _SERVER_IDS.fullmatch(self.mysql_server_id)
+        first, last = (int(ids[1]), int(ids[3] or ids[1])) if ids else (1, 0)
+        if not ids or not 0 < first <= last or last - first + 1 < self.parallelism:
+            raise ValueError(
+                f"mysql server id {self.mysql_server_id!r}: an id or a range of them (5400-5404), "
+                "one per reader, none any other replica of the server uses (--mysql-server-id)"
+            )
 
     def _check_kafka(self) -> None:
         if self.kafka_format not in FORMATS:
             raise ValueError(f"format {self.kafka_format!r}: one of {', '.join(FORMATS)}")
-        if not _BOOTSTRAP.match(self.kafka_bootstrap):
+        if not _BOOTSTRAP.fullmatch(self.kafka_bootstrap):
             raise ValueError(
                 f"kafka bootstrap {self.kafka_bootstrap!r}: host:port[,host:port...] "
                 "(--kafka-bootstrap)"
             )
-        if not _TOPIC.match(self.kafka_topic):
+        if not _TOPIC.fullmatch(self.kafka_topic):
             raise ValueError(f"kafka topic {self.kafka_topic!r}: a topic's name (--kafka-topic)")
-        if not _TOPIC.match(self.kafka_group):
+        if not _TOPIC.fullmatch(self.kafka_group):
             raise ValueError(f"kafka group {self.kafka_group!r}: a consumer group's name")
-        if self.kafka_format == "upsert-kafka" and not self.key:
-            raise ValueError("an upsert-kafka source needs the key columns (--key)")
 
     @property
     def qualified(self) -> str:
@@ -237,7 +270,7 @@ def _mysql_cdc(options: Options, password: str) -> dict[str, str]:
         "database-name": options.mysql_database,
         "table-name": options.mysql_table,
         "server-id": server_id,
-        "server-time-zone": "UTC",
+        "server-time-zone": options.mysql_time_zone,
         "scan.startup.mode": "initial",
         "scan.incremental.snapshot.enabled": str(incremental).lower(),
     }

@@ -7,6 +7,7 @@
     report["restarts"], report["status"]
 
     python -m jobkit.flink            # make the Python and fetch the jars now (bin/test does)
+    python -m jobkit.flink --classpath  # the jars a Flink cluster needs for the writer
     lakelock-flink-writer ...         # the writer as a command: checks its options here, then
                                       # runs `python -m flink_writer` in PyFlink's Python (cli)
 
@@ -16,7 +17,8 @@ share, so it gets a virtual environment of its own, made once under the cache
 `LAKELOCK_FLINK_PYTHON` names. Iceberg's Flink runtime and Hadoop's client come from Maven
 (`jobkit.maven`'s `flink-iceberg` set) and reach Flink's own classpath through
 `HADOOP_CLASSPATH`, which PyFlink's gateway adds (a catalog is made in the client, so
-`pipeline.jars` is too late for it); a Kafka source adds Flink's Kafka connector (`flink-kafka`).
+`pipeline.jars` is too late for it); a Kafka or MySQL CDC source adds its connector
+(`flink-kafka`, `flink-mysql-cdc`), and a session cluster takes them all (`cluster_classpath`).
 PyFlink's Python sees lakelock's `flink_writer` package alone (`writer_path`), never the rest of
 the install's packages, whose NumPy and PyArrow are not PyFlink's.
 """
@@ -24,6 +26,7 @@ the install's packages, whose NumPy and PyArrow are not PyFlink's.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -55,6 +58,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+TOKEN_ENV = "LAKELOCK_TOKEN"
+"""The job's lakelock token, in the writer's environment (flink_writer.job reads it)."""
+
+WRITER_MODULE = ("-P", "-m", "flink_writer")
+"""How PyFlink's Python runs the writer: `-P` (Python 3.11) keeps the working folder off
+`sys.path`, which `-m` would put first: an install's site-packages, say, whose py4j and NumPy
+are not PyFlink's."""
+
 FLINK_VERSION = "1.20.3"
 """PyFlink's release: Flink 1.20, whose Iceberg runtime is `iceberg-flink-runtime-1.20`."""
 
@@ -70,8 +81,9 @@ def _venv() -> Path:
 
 
 def python() -> Path:
-    """An interpreter with PyFlink: `LAKELOCK_FLINK_PYTHON`, else the cache's, made on first
-    use (a few minutes: PyFlink and its libraries are about 700 MB).
+    """An interpreter with PyFlink: `LAKELOCK_FLINK_PYTHON` (Python 3.11, for WRITER_MODULE's
+    `-P`), else the cache's, made on first use (a few minutes: PyFlink and its libraries are
+    about 700 MB).
 
     Raises:
         FlinkMissing: the virtual environment could not be made.
@@ -128,8 +140,10 @@ def _joined(sets: Sequence[str]) -> str:
     return os.pathsep.join(dict.fromkeys(paths))
 
 
+@functools.cache
 def flink_home() -> Path:
-    """PyFlink's Flink distribution (its `bin/`, `conf/`, `lib/`), as `flink_home` finds it.
+    """The Flink distribution inside PyFlink's package (its `bin/`, `conf/`, `lib/`), asked
+    of PyFlink's own Python once per process.
 
     Raises:
         FlinkMissing: no PyFlink.
@@ -163,15 +177,17 @@ def writer_path() -> Path:
 
 def writer_env(token: str, *, source: str = "files", jars: Sequence[Path] = ()) -> dict[str, str]:
     """The environment of a `python -m flink_writer` process: Flink's jars (Iceberg's runtime,
-    the connector of its `source`, and `jars`), the job's token, the writer's package.
+    the connector of its `source`, `jars`, and those already in `HADOOP_CLASSPATH`: a JDBC
+    driver, say), the job's token, the writer's package.
 
     Raises:
         FlinkMissing: the jars could not be fetched.
     """
+    own = [p for p in os.environ.get("HADOOP_CLASSPATH", "").split(os.pathsep) if p]
     return {
         **os.environ,
-        "HADOOP_CLASSPATH": os.pathsep.join([classpath(source=source), *map(str, jars)]),
-        "LAKELOCK_TOKEN": token,
+        "HADOOP_CLASSPATH": os.pathsep.join([classpath(source=source), *map(str, jars), *own]),
+        TOKEN_ENV: token,
         "PYTHONPATH": str(writer_path()),
     }
 
@@ -197,11 +213,16 @@ class FlinkWriter:
         """
         report_path = log_path.with_suffix(".report.json")
         report_path.unlink(missing_ok=True)
-        source = args[args.index("--source") + 1] if "--source" in args else "files"
+        source = "files"
+        for i, arg in enumerate(args):
+            if arg == "--source" and i + 1 < len(args):
+                source = args[i + 1]
+            elif arg.startswith("--source="):
+                source = arg.split("=", 1)[1]
         env = writer_env(token, source=source, jars=jars)
         log_file = log_path.open("ab")
         process = subprocess.Popen(
-            [str(python()), "-m", "flink_writer", *args, "--report", str(report_path)],
+            [str(python()), *WRITER_MODULE, *args, "--report", str(report_path)],
             env=env,
             cwd=ROOT,
             stdout=log_file,
@@ -266,7 +287,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     """`lakelock-flink-writer`: flink_writer's options are checked (and `--help` answered) in
     this Python; then PyFlink's Python is made if missing, the jars fetched, and the writer
     runs in its place (`exec`: signals reach the writer, its exit status is the command's)."""
-    from flink_writer.job import TOKEN_ENV, parse
+    from flink_writer.job import parse
 
     args = list(sys.argv[1:] if argv is None else argv)
     _, options, token = parse(args, prog="lakelock-flink-writer")
@@ -276,18 +297,22 @@ def cli(argv: Sequence[str] | None = None) -> int:
     except FlinkMissing as exc:
         print(f"lakelock-flink-writer: {exc}", file=sys.stderr)
         return 1
-    env[TOKEN_ENV] = token
-    os.execve(interpreter, [interpreter, "-m", "flink_writer", *args], env)
+    os.execve(interpreter, [interpreter, *WRITER_MODULE, *args], env)
 
 
-def main() -> int:
-    """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m jobkit.flink`: make PyFlink's Python and fetch the jars, so no test waits;
+    `--classpath` prints the jars a Flink cluster needs for the writer (for its `lib/` or its
+    `HADOOP_CLASSPATH`), one per line."""
     try:
         interpreter = python()
         jar_path = cluster_classpath()
     except FlinkMissing as exc:
         print(exc, file=sys.stderr)
         return 1
+    if "--classpath" in (sys.argv[1:] if argv is None else argv):
+        print("\n".join(jar_path.split(os.pathsep)))
+        return 0
     print(f"flink: {interpreter}; {len(jar_path.split(os.pathsep))} jars")
     return 0
 

@@ -4,6 +4,7 @@
     jars("kafka-broker")       # Apache Kafka's broker (bin/kafka-local)
     jars("flink-iceberg")      # Iceberg's Flink runtime, Hadoop's client, S3FileIO (jobkit.flink)
     jars("flink-kafka")        # Flink's Kafka connector, for the Flink writer's Kafka source
+    jars("flink-mysql-cdc")    # Flink CDC's MySQL source and MySQL's JDBC driver (its mysql-cdc)
     jars("s3-server")          # S3Proxy, the S3-compatible server on loopback (demo.s3)
     jars("spark-s3")           # Iceberg's S3FileIO and Hadoop's s3a, for jobs on S3
     jars("spark-iceberg")      # Iceberg's Spark runtime (the jobs' default Iceberg, 1.11.0)

@@ -135,7 +135,9 @@ def test_a_bounded_landing_folder_is_read_once():
         ({"kafka_bootstrap": "h:1' , 'x' = 'y"}, "--kafka-bootstrap"),
         ({"kafka_topic": "t'opic"}, "--kafka-topic"),
         ({"kafka_group": ""}, "consumer group"),
-        ({"key": (), "mode": "append"}, "needs the key columns"),
+        ({"key": ()}, "needs its key columns"),
+        ({"mode": "append"}, "writes an upsert table"),  # its deletes would land as rows
+        ({"landing": "/data"}, "--landing is for a files source"),
     ],
 )
 def test_kafka_options_a_writer_refuses(overrides, says):
@@ -181,7 +183,14 @@ def test_a_mysql_table_is_read_snapshot_first_with_its_key_and_the_password_give
         ({"mysql_address": "a:1,b:2"}, "--mysql"),
         ({"mysql_database": "sh op"}, "--mysql-database"),
         ({"mysql_table": "t;x"}, "--mysql-table"),
-        ({"key": (), "mode": "append"}, "primary key"),
+        ({"key": ()}, "needs its key columns"),
+        ({"mode": "append"}, "writes an upsert table"),
+        ({"bounded": True}, "no --bounded"),
+        ({"mysql_server_id": "0"}, "--mysql-server-id"),
+        ({"mysql_server_id": "5400-5401", "parallelism": 3}, "one per reader"),
+        ({"mysql_server_id": "5400;x"}, "--mysql-server-id"),
+        ({"mysql_time_zone": "UTC'"}, "time zone"),
+        ({"mysql_database": "shop\n"}, "--mysql-database"),  # a name is matched whole
     ],
 )
 def test_mysql_options_a_writer_refuses(overrides, says):

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from demo.flink_cluster import FlinkCluster
 from demo.generate import KEY_FIELDS, create_events_table
 from demo.kafka import LocalKafka
 from ingest_gate.job.config import IngestConfig, load_config
@@ -76,6 +77,14 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
     """A broker on loopback (demo.kafka, bin/kafka-local's) for the module's tests."""
     with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlinkCluster]:
+    """A Flink session cluster (demo.flink_cluster, bin/flink-cluster's) for the module's jobs:
+    a JobManager and a TaskManager, each a process of its own."""
+    with FlinkCluster.start(tmp_path_factory.mktemp("flink-cluster")) as running:
+        yield running
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """MySQL CDC -> Flink -> Iceberg through the catalog front: the Flink writer (`--source
-mysql-cdc`, Flink CDC's MySQL source) reads a private MariaDB's row binlog, a snapshot of a
-dimension table then its changes, into an upsert table at the front, beside lakelock's
-compactor. Rows change from before the snapshot is read until after it; at the end the Iceberg
-table (read by Iceberg's reader in Spark from its metadata file) equals the MySQL table.
+mysql-cdc`, Flink CDC's MySQL source), submitted to a Flink session cluster, reads a private
+MariaDB's row binlog, a snapshot of a dimension table then its changes, into an upsert table at
+the front, beside lakelock's compactor. Rows change from before the snapshot is read until
+after it; at the end the Iceberg table (read by Iceberg's reader in Spark from its metadata
+file) equals the MySQL table.
 
 With `--mysql-snapshot incremental` (Flink CDC's lock-free chunks) this test fails on MariaDB:
 changes committed in the second a chunk's read ended are skipped (docs/flink.md)."""
@@ -117,7 +118,7 @@ class Changes(threading.Thread):
 
 
 def test_a_dimension_table_ends_equal_to_its_mysql_table(
-    front, spark, mariadb, tmp_path, writers, job_client
+    front, spark, mariadb, cluster, tmp_path, writers, job_client
 ):
     with mariadb.connect() as conn, conn.cursor() as cur:
         cur.execute("CREATE DATABASE shop")
@@ -141,6 +142,7 @@ def test_a_dimension_table_ends_equal_to_its_mysql_table(
         *("--mysql-table", "user_member"),
         *("--checkpoints", (tmp_path / "checkpoints").as_uri()),
         *("--checkpoint-every-s", "1"),
+        *("--jobmanager", cluster.address),  # the demo's test runs it on a MiniCluster
     ]
     changes = Changes(mariadb, rng, next_id)
     changes.start()

@@ -15,7 +15,6 @@ commits added, summed over every run, equal the topic's value messages.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ import pytest
 
 from compactor.report import Outcome
 from demo.flink import Compactor
-from demo.flink_cluster import FlinkCluster
 from demo.kafka import LocalKafka
 from testkit.change_topic import ChangeStream
 from tests.spark.test_catalog_front import CATALOG, direct
@@ -41,12 +39,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.flink]
 front, lakelock_server, spark = flink_fixtures("flink-cluster", s3=True)
 
 FORMAT = "upsert-kafka"
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlinkCluster]:
-    with FlinkCluster.start(tmp_path_factory.mktemp("flink-cluster")) as running:
-        yield running
 
 
 def values_written(front: Any, table: str) -> int:

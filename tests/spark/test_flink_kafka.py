@@ -193,6 +193,9 @@ def test_a_restart_from_the_checkpoint_commits_only_what_came_after_and_a_reset_
     reset = fresh.wait(timeout_s=WAIT_S)
     assert reset["status"] == "FINISHED" and reset["restarts"] == 0, reset
     assert table_rows(front, spark, name) == stream.expected()
+    # it read the whole topic again: its own commits added every value message once more
+    again = [s for s in flink_commits(front, name) if s["flink.job-id"] == reset["job_id"]]
+    assert sum(int(s.get("added-records", 0)) for s in again) == values
 
 
 def test_the_command_runs_a_bounded_job_and_exits_with_its_report(front, spark, kafka, tmp_path):
