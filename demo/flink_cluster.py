@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from demo.service import free_port, terminate
+from demo.service import foreground, free_port, terminate
 from jobkit.flink import cluster_classpath, flink_home
 
 __all__ = ["FlinkCluster", "main"]
@@ -201,21 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("var/flink-cluster"), help="its folder")
     parser.add_argument("--slots", type=int, default=2, help="the TaskManager's slots")
     args = parser.parse_args(argv)
-    stop: list[bool] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append(True))
-    cluster = FlinkCluster.start(args.dir, port=args.port, slots=args.slots)
-    print(
-        f"flink on {cluster.address} (logs in {cluster.folder}); submit with "
-        f"lakelock-flink-writer --jobmanager {cluster.address}; stop with SIGTERM",
-        flush=True,
+    return foreground(
+        lambda: FlinkCluster.start(args.dir, port=args.port, slots=args.slots),
+        lambda cluster: (
+            f"flink on {cluster.address} (logs in {cluster.folder}); submit with "
+            f"lakelock-flink-writer --jobmanager {cluster.address}; stop with SIGTERM"
+        ),
+        lambda cluster: cluster.jobmanager,
     )
-    try:
-        while not stop and cluster.jobmanager.poll() is None:
-            time.sleep(0.2)
-    finally:
-        cluster.stop()
-    return 0 if stop else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import argparse
 import base64
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from demo.service import free_port, terminate
+from demo.service import foreground, free_port, terminate
 from jobkit.maven import jars
 
 __all__ = ["LocalKafka", "Message", "as_messages", "main"]
@@ -326,17 +325,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=9092, help="listener port (default 9092)")
     parser.add_argument("--dir", type=Path, default=Path("var/kafka"), help="its data folder")
     args = parser.parse_args(argv)
-    stop = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append(True))
-    kafka = LocalKafka.start(args.dir, port=args.port)
-    print(f"kafka on {kafka.bootstrap} (data in {kafka.folder}); stop with SIGTERM", flush=True)
-    try:
-        while not stop and kafka.process.poll() is None:
-            time.sleep(0.2)
-    finally:
-        kafka.stop()
-    return 0 if stop else 1
+    return foreground(
+        lambda: LocalKafka.start(args.dir, port=args.port),
+        lambda kafka: f"kafka on {kafka.bootstrap} (data in {kafka.folder}); stop with SIGTERM",
+        lambda kafka: kafka.process,
+    )
 
 
 if __name__ == "__main__":

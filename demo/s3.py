@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from typing import IO, Any
 
 import httpx
 
-from demo.service import free_port, terminate
+from demo.service import foreground, free_port, terminate
 from jobkit.maven import jars
 
 __all__ = ["ACCESS_KEY", "BUCKET", "ENV", "REGION", "SECRET_KEY", "LocalS3", "main"]
@@ -234,22 +233,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("var/s3"), help="its data folder")
     parser.add_argument("--bucket", default=BUCKET, help=f"the bucket made (default {BUCKET})")
     args = parser.parse_args(argv)
-    stop: list[bool] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.append(True))
-    s3 = LocalS3.start(args.dir, port=args.port, bucket=args.bucket)
-    exports = " ".join(f"{k}={v}" for k, v in s3.env.items())
-    print(
-        f"S3 on {s3.endpoint}, bucket {args.bucket} (objects in {s3.folder / 'data'}); its "
-        f"clients: {exports}; stop with SIGTERM",
-        flush=True,
+
+    def banner(s3: LocalS3) -> str:
+        exports = " ".join(f"{k}={v}" for k, v in s3.env.items())
+        return (
+            f"S3 on {s3.endpoint}, bucket {args.bucket} (objects in {s3.folder / 'data'}); its "
+            f"clients: {exports}; stop with SIGTERM"
+        )
+
+    return foreground(
+        lambda: LocalS3.start(args.dir, port=args.port, bucket=args.bucket),
+        banner,
+        lambda s3: s3.process,
     )
-    try:
-        while not stop and s3.process.poll() is None:
-            time.sleep(0.2)
-    finally:
-        s3.stop()
-    return 0 if stop else 1
 
 
 if __name__ == "__main__":

@@ -12,18 +12,27 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any, Protocol, TypeVar
 
 import httpx
 
-__all__ = ["LocalService", "free_port", "terminate"]
+__all__ = ["LocalService", "foreground", "free_port", "terminate"]
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> Any: ...
+
+
+S = TypeVar("S", bound=_Stoppable)
 
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("reader", "job", "operator")
@@ -40,6 +49,28 @@ def terminate(process: subprocess.Popen[bytes], timeout_s: float) -> int:
             process.kill()
             process.wait(5)
     return process.returncode
+
+
+def foreground(
+    start: Callable[[], S],
+    banner: Callable[[S], str],
+    process: Callable[[S], subprocess.Popen[bytes]],
+) -> int:
+    """A local server's command (bin/kafka-local, bin/s3-local, bin/flink-cluster) in the
+    foreground: `start` it with SIGTERM and SIGINT caught first (a Ctrl-C while it starts still
+    stops what started), print its `banner`, wait for a signal or for its main `process` to
+    end, stop it. Exit status 0 when told to stop, 1 when it ended by itself."""
+    stop: list[bool] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+    server = start()
+    print(banner(server), flush=True)
+    try:
+        while not stop and process(server).poll() is None:
+            time.sleep(0.2)
+    finally:
+        server.stop()
+    return 0 if stop else 1
 
 
 def free_port() -> int:
