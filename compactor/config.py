@@ -115,6 +115,7 @@ __all__ = [
     "FOLLOW_OPTIONS",
     "CompactorConfig",
     "ConfigError",
+    "ConvertEqualityDeletesConfig",
     "ExpireSnapshotsConfig",
     "FleetConfig",
     "FollowConfig",
@@ -332,6 +333,18 @@ class FollowConfig:
 
 
 @dataclass(frozen=True, config=STRICT)
+class ConvertEqualityDeletesConfig:
+    """`convert_equality_deletes` (compactor.convert, docs/jobs.md §3): a follow run first
+    resolves its partitions' equality deletes into position deletes, and its rewrite then
+    leaves a data file with position deletes as it is (unless small) until `delete_ratio` of
+    its rows are deleted (Iceberg's `delete-ratio-threshold`), instead of rewriting every data
+    file a delete applies to. Off by default in this release."""
+
+    enabled: Bool = False
+    delete_ratio: Annotated[float, Field(gt=0, le=1)] = 0.3
+
+
+@dataclass(frozen=True, config=STRICT)
 class RewritePositionDeletesConfig:
     """`rewrite_position_delete_files`: also drops deletes left dangling by a data rewrite."""
 
@@ -430,6 +443,7 @@ class TableConfig:
     plan: PlanConfig = PlanConfig()
     rewrite_data_files: RewriteDataFilesConfig = RewriteDataFilesConfig()
     rewrite_position_delete_files: RewritePositionDeletesConfig = RewritePositionDeletesConfig()
+    convert_equality_deletes: ConvertEqualityDeletesConfig = ConvertEqualityDeletesConfig()
     rewrite_manifests: RewriteManifestsConfig = RewriteManifestsConfig()
     follow: FollowConfig = FollowConfig()
     expire_snapshots: ExpireSnapshotsConfig = ExpireSnapshotsConfig()

@@ -18,6 +18,8 @@ Iceberg 1.9.2 and 1.11.0 alike, and how each is labelled:
     remove_dangling_deletes one commit, removing only delete files that apply to no live data
                             file; Iceberg's action reads the whole table (it takes no filter),
                             so a step limited to partitions applies its rule to theirs alone
+    convert_equality_deletes  one commit (a RewriteFiles: equality delete files out, position
+                            delete files in), with the properties (compactor.convert)
     rewrite_position_delete_files  one commit (or one per partial-progress batch) through its
                             commit manager, with the properties
     rewrite_manifests       one commit, with the properties
@@ -41,6 +43,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from compactor.convert import ConversionConflict, convert_equality_deletes
+from compactor.entries import delete_files, partition_match
 from compactor.plan import REMOVE_DANGLING, Step
 from jobkit.partition import spec_of
 from jobkit.predicate import partition_predicate
@@ -153,13 +157,7 @@ def _remove_dangling_in(
         return 0
     fields = [f.name for f in spec_of(jtable).fields]
     partition = F.col("data_file")["partition"]
-    chosen = F.lit(False)
-    for values in partitions:
-        match = F.lit(True)
-        for name in fields:
-            value = values[name]
-            match &= partition[name].isNull() if value is None else partition[name] == value
-        chosen |= match
+    chosen = partition_match(partition, fields, partitions)
     entries = spark.table(f"{table}.entries").where("status < 2").where(chosen)
     floors = (
         entries.where("data_file.content = 0")
@@ -179,22 +177,25 @@ def _remove_dangling_in(
         | ((content == 1) & (sequence < floor))
         | ((content == 2) & (sequence <= floor))
     ).select("data_file.*")
-    rows = dangling._jdf.collectAsList()
-    if rows.isEmpty():
+    files = delete_files(spark, jtable, dangling)
+    if not files:
         return 0
-    iceberg = spark._jvm.org.apache.iceberg
-    combined = iceberg.DataFile.getType(iceberg.Partitioning.partitionType(jtable))
-    schema = dangling._jdf.schema()
     rewrite = jtable.newRewrite()
-    for row in rows:
-        spec = jtable.specs().get(row.getInt(row.fieldIndex("spec_id")))
-        projection = iceberg.DataFile.getType(spec.partitionType())
-        wrapper = spark._jvm.org.apache.iceberg.spark.SparkDeleteFile(combined, projection, schema)
-        rewrite = rewrite.deleteFile(wrapper.wrap(row))
+    for file in files:
+        rewrite = rewrite.deleteFile(file)
     for key, value in properties.items():
         rewrite = rewrite.set(key, str(value))
     rewrite.commit()
-    return int(rows.size())
+    return len(files)
+
+
+def _convert_equality_deletes(
+    spark: SparkSession, table: str, jtable: Any, step: Step, properties: Mapping[str, str]
+) -> dict[str, Any]:
+    try:
+        return convert_equality_deletes(spark, table, jtable, step.partition_values, properties)
+    except ConversionConflict as exc:
+        raise ProcedureFailed(step.procedure, str(exc)) from exc
 
 
 def _rewrite_position_delete_files(
@@ -267,6 +268,7 @@ def _remove_orphan_files(
 PROCEDURES: Mapping[
     str, Callable[[SparkSession, str, Any, Step, Mapping[str, str]], dict[str, Any]]
 ] = {
+    "convert_equality_deletes": _convert_equality_deletes,
     "rewrite_data_files": _rewrite_data_files,
     "remove_dangling_deletes": _remove_dangling_deletes,
     "rewrite_position_delete_files": _rewrite_position_delete_files,

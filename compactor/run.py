@@ -731,7 +731,9 @@ def _changed(step: dict[str, Any]) -> bool:
     return any(
         value
         for key, value in (step.get("output") or {}).items()
-        if isinstance(value, int) and not key.startswith("failed_") and key != "file_groups"
+        if isinstance(value, int)
+        and not key.startswith(("failed_", "skipped_"))
+        and key != "file_groups"
     )
 
 

@@ -253,13 +253,16 @@ PATH_READS = {
 """Spark settings for snapshot_read; `.warehouse` (any folder) is added by the caller."""
 
 
-def snapshot_read(spark: Any, metadata_location: str) -> Any:
-    """The table at `metadata_location` as Iceberg's reader in Spark sees it (equality deletes
-    applied, which pyiceberg cannot), without any catalog: a DataFrame. The session needs
-    PATH_READS; a thread other than the session's own makes it active first (SQL settings are
-    per thread in the JVM)."""
+def snapshot_read(spark: Any, metadata_location: str, snapshot_id: int | None = None) -> Any:
+    """The table at `metadata_location` (its current snapshot, or `snapshot_id`) as Iceberg's
+    reader in Spark sees it (equality deletes applied, which pyiceberg cannot), without any
+    catalog: a DataFrame. The session needs PATH_READS; a thread other than the session's own
+    makes it active first (SQL settings are per thread in the JVM)."""
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
-    return spark.read.format("iceberg").load(metadata_location)
+    read = spark.read.format("iceberg")
+    if snapshot_id is not None:
+        read = read.option("snapshot-id", snapshot_id)
+    return read.load(metadata_location)
 
 
 def marker(spark: Any, metadata_location: str) -> int:

@@ -27,7 +27,9 @@ class Mode(StrEnum):
 
 
 # the steps that rewrite a partition's data or delete files: a group with one compacts them
-DATA_STEPS = frozenset(("rewrite_data_files", "rewrite_position_delete_files"))
+DATA_STEPS = frozenset(
+    ("convert_equality_deletes", "rewrite_data_files", "rewrite_position_delete_files")
+)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,10 @@ def follow_steps(
     `deletes` (the
     service counted delete files added), remove_dangling_deletes and
     rewrite_position_delete_files over the same partitions, which drop the deletes the first
-    step left applying to nothing (equality deletes, and position deletes).
+    step left applying to nothing (equality deletes, and position deletes). With
+    `convert_equality_deletes` enabled and `deletes`, a convert_equality_deletes step comes
+    first, the rewrite leaves big files with few deleted rows alone, and no equality delete is
+    left to drop.
 
     Raises:
         ValueError: no partitions, or not one value mapping per partition.
@@ -135,6 +138,17 @@ def follow_steps(
         raise ValueError("follow steps need partitions, and one value mapping each")
     names, mappings = tuple(partitions), tuple(values)
     steps: list[Step] = []
+    convert = deletes and config.convert_equality_deletes.enabled
+    if convert:
+        steps.append(
+            Step(
+                "convert_equality_deletes",
+                "follow the stream: resolve the due partitions' equality deletes into position "
+                "deletes",
+                partitions=names,
+                partition_values=mappings,
+            )
+        )
     rdf = config.rewrite_data_files
     if rdf.enabled:
         options = {**rdf.options, **config.follow.options}
@@ -147,6 +161,11 @@ def follow_steps(
                 "partial-progress.enabled": "false",
             }
         )
+        if convert:
+            # a big file whose deletes are now positions is rewritten only once they delete
+            # its share of rows (ConvertEqualityDeletesConfig)
+            options.pop("delete-file-threshold", None)
+            options["delete-ratio-threshold"] = str(config.convert_equality_deletes.delete_ratio)
         steps.append(
             Step(
                 "rewrite_data_files",
@@ -157,7 +176,7 @@ def follow_steps(
                 partition_values=mappings,
             )
         )
-        if deletes:
+        if deletes and not convert:
             # the equality deletes (a Flink upsert's) the rewrite left applying to nothing:
             # rewrite_position_delete_files drops only position deletes
             steps.append(
@@ -173,7 +192,8 @@ def follow_steps(
         steps.append(
             Step(
                 "rewrite_position_delete_files",
-                "follow the stream: drop the position deletes that apply to no live data file",
+                "follow the stream: merge the position deletes, dropping those that apply to "
+                "no live data file",
                 options={**rpd.options, "rewrite-all": "true"},
                 partitions=names,
                 partition_values=mappings,

@@ -43,6 +43,33 @@ def test_a_due_partition_is_rewritten_sized_to_the_stream():
     assert deletes.options == {"rewrite-all": "true"} and deletes.partitions == (HOT,)
 
 
+def test_with_conversion_the_equality_deletes_become_positions_before_the_rewrite():
+    config = table(convert_equality_deletes={"enabled": True, "delete_ratio": 0.2})
+
+    convert, data, merge = follow_steps(config, [HOT], [VALUES], deletes=True)
+
+    assert convert.procedure == "convert_equality_deletes"
+    assert convert.partitions == (HOT,) and convert.partition_values == (VALUES,)
+    # a big file with few deleted rows stays: Iceberg's ratio instead of one delete
+    assert data.procedure == "rewrite_data_files"
+    assert "delete-file-threshold" not in data.options
+    assert data.options["delete-ratio-threshold"] == "0.2"
+    # no equality delete is left to drop; the positions are merged per partition
+    assert merge.procedure == "rewrite_position_delete_files"
+    assert merge.options["rewrite-all"] == "true"
+    # nothing to convert without deletes counted
+    assert [s.procedure for s in follow_steps(config, [HOT], [VALUES], deletes=False)] == [
+        "rewrite_data_files"
+    ]
+
+
+def test_conversion_is_off_by_default_and_its_ratio_is_checked():
+    steps = follow_steps(table(), [HOT], [VALUES], deletes=True)
+    assert "convert_equality_deletes" not in [s.procedure for s in steps]
+    with pytest.raises(ConfigError, match="delete_ratio"):
+        table(convert_equality_deletes={"enabled": True, "delete_ratio": 1.5})
+
+
 def test_without_deletes_counted_only_the_data_files_are_rewritten():
     steps = follow_steps(table(), [HOT], [VALUES], deletes=False)
     assert [s.procedure for s in steps] == ["rewrite_data_files"]

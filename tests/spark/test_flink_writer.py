@@ -20,9 +20,15 @@ from typing import Any
 
 import pytest
 
-from compactor.config import ExpireSnapshotsConfig, LeaseConfig, PlanConfig, TableConfig
+from compactor.config import (
+    ConvertEqualityDeletesConfig,
+    ExpireSnapshotsConfig,
+    LeaseConfig,
+    PlanConfig,
+    TableConfig,
+)
 from compactor.report import Outcome
-from compactor.run import run_table, utcnow
+from compactor.run import follow_table, run_table, utcnow
 from demo.flink import (
     MARKER,
     PATH_READS,
@@ -30,6 +36,7 @@ from demo.flink import (
     UpsertFeed,
     marker,
     rows_of,
+    snapshot_read,
     wait_until,
     writer_args,
 )
@@ -262,6 +269,69 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     rows = rows_of(spark, direct(front, table).metadata_location)
     assert rows.pop(ForeignDeletes.KEY, None) == deletes.present
     assert rows == feed.latest
+
+
+def test_equality_deletes_are_converted_under_a_lease_while_the_upsert_job_commits(
+    spark, front, tmp_path, job_client, operator, writers
+):
+    """The follower with convert_equality_deletes (compactor.convert) beside a Flink upsert job
+    committing newer equality deletes through the front, which pass its lease: each conversion
+    commit reads the same rows as its parent, read by Iceberg's reader in Spark without
+    lakelock, and the table ends exact."""
+    table = f"{CATALOG}.db.flink_converted"
+    feed = UpsertFeed(tmp_path / "landing")
+    writer = start_writer(writers, front, tmp_path, table="db.flink_converted", mode="upsert")
+    newest = upserted(front, spark)
+    land(feed, table, newest, writer, repeat=False)
+    config = replace(
+        compactor_config(table), convert_equality_deletes=ConvertEqualityDeletesConfig(True)
+    )
+    names = [f"dt={feed.key(k)[1]}/hr={feed.key(k)[2]}" for k in range(feed.days * feed.hours)]
+    converted: list[dict[str, int]] = []
+    deadline = time.monotonic() + WAIT_S
+    # counts, not time: 3 follow runs, and positions resolved by one of them at least
+    while len(converted) < 3 or not sum(c["deleted_positions"] for c in converted):
+        assert time.monotonic() < deadline + WAIT_S, "a guard against a hang"
+        # the file lands while the follow run converts: the job commits beside it
+        n = feed.write(rows=30)
+        report = follow_table(
+            spark, client=job_client, config=config, due=dict.fromkeys(names, (1, 1))
+        )
+        # no change: nothing older for its equality deletes to apply to yet
+        assert report.outcome in (Outcome.COMPACTED, Outcome.NO_CHANGE), (
+            report.outcome,
+            report.error,
+            report.steps,
+        )
+        (step,) = [s for s in report.steps if s["procedure"] == "convert_equality_deletes"]
+        converted.append(step["output"])
+        wait_until(f"file {n}", lambda n=n: newest(table) >= n, writer=writer, deadline=deadline)
+    result = writer.stop()
+
+    assert result["status"] == "CANCELED" and result["restarts"] == 0, result
+    metadata = direct(front, table).metadata_location
+    # the compactor's commits that removed equality deletes: conversions, and rewrites that
+    # applied them
+    conversions = [
+        row
+        for row in snapshot_read(spark, f"{metadata}#snapshots").collect()
+        if int(row.summary.get("removed-equality-delete-files", 0)) > 0
+        and row.summary.get("lakelock.token")
+    ]
+    assert len(conversions) >= sum(1 for c in converted if c["converted_equality_delete_files"])
+    assert any(int(r.summary.get("added-position-deletes", 0)) for r in conversions)
+    for row in conversions:
+        assert at(spark, metadata, row.snapshot_id) == at(spark, metadata, row.parent_id)
+    trail = events(operator, table)
+    assert [e for e in trail if e["event"] == "catalog.refused"] == []
+    assert check(load_history(front.db_url, [])) == []
+    assert rows_of(spark, metadata) == feed.latest
+
+
+def at(spark: Any, metadata_location: str, snapshot_id: int) -> list[tuple[Any, ...]]:
+    """The rows of the table at `metadata_location` as of `snapshot_id`, sorted."""
+    read = snapshot_read(spark, metadata_location, snapshot_id)
+    return sorted(map(tuple, read.collect()))
 
 
 def test_flink_restarts_from_its_checkpoint_after_expiry_and_commits_nothing_twice(

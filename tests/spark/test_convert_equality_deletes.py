@@ -1,0 +1,154 @@
+"""The compactor's convert_equality_deletes step (compactor.convert): equality deletes, written
+by Iceberg's own generic Java writer as a Flink upsert writes them, resolved into position
+deletes; the rows read the same by Iceberg's reader in Spark before and after, and by pyiceberg
+(which reads position deletes and refuses equality deletes) afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from pyiceberg.table import StaticTable
+
+from compactor.plan import Step
+from compactor.procedure import run_step
+from jobkit.spark import load_table
+
+pytestmark = pytest.mark.spark
+
+PROPERTIES = {"lakelock.token": "7", "lakelock.lease-id": "lease-convert"}
+
+
+def create(spark: Any, table: str, *, version: int = 2) -> None:
+    """`table` (id, name, dt) by dt, three inserts of ten rows over two days."""
+    spark.sql(
+        f"CREATE TABLE {table} (id int, name string, dt string) USING iceberg "
+        f"PARTITIONED BY (dt) TBLPROPERTIES ('format-version'='{version}')"
+    )
+    for batch in range(3):
+        values = ", ".join(
+            f"({i}, 'n{i}-{batch}', 'd{i % 2}')" for i in range(batch * 10, batch * 10 + 10)
+        )
+        spark.sql(f"INSERT INTO {table} VALUES {values}")
+    spark.sql(f"INSERT INTO {table} VALUES (NULL, 'no id', 'd0')")
+
+
+def delete_equal(spark: Any, table: str, dt: str, ids: Sequence[int | None]) -> None:
+    """One equality delete file of `(id, dt)` rows in partition `dt`, committed alone."""
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    jtable = load_table(spark, table)
+    schema, spec = jtable.schema(), jtable.spec()
+    fields = spark.sparkContext._gateway.new_array(jvm.int, 2)
+    fields[0], fields[1] = schema.findField("id").fieldId(), schema.findField("dt").fieldId()
+    keys = schema.select(["id", "dt"])
+    factory = iceberg.data.GenericAppenderFactory(schema, spec, fields, keys, None)
+    partition = iceberg.data.GenericRecord.create(spec.partitionType())
+    partition.set(0, dt)
+    location = jtable.locationProvider().newDataLocation(spec, partition, f"eq-{len(ids)}.parquet")
+    output = iceberg.encryption.EncryptedFiles.plainAsEncryptedOutput(
+        jtable.io().newOutputFile(location + f"-{jvm.java.util.UUID.randomUUID()}")
+    )
+    writer = factory.newEqDeleteWriter(output, iceberg.FileFormat.PARQUET, partition)
+    for key in ids:
+        record = iceberg.data.GenericRecord.create(keys)
+        record.setField("id", key)
+        record.setField("dt", dt)
+        writer.write(record)
+    writer.close()
+    jtable.newRowDelta().addDeletes(writer.toDeleteFile()).commit()
+    spark.sql(f"REFRESH TABLE {table}")
+
+
+def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
+    spark.sql(f"REFRESH TABLE {table}")
+    return sorted(map(tuple, spark.table(table).collect()), key=repr)
+
+
+def delete_files(spark: Any, table: str) -> list[tuple[int, str]]:
+    """(content, dt) of the live delete files: 1 position, 2 equality."""
+    found = spark.sql(
+        f"SELECT data_file.content, data_file.partition.dt FROM {table}.entries WHERE status < 2"
+    ).collect()
+    return sorted((r[0], r[1]) for r in found if r[0] != 0)
+
+
+def convert(spark: Any, table: str, partitions: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    step = Step("convert_equality_deletes", "test", partition_values=tuple(partitions))
+    out = run_step(spark, table=table, step=step, properties=PROPERTIES)
+    spark.sql(f"REFRESH TABLE {table}")
+    return out
+
+
+def pyiceberg_rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
+    metadata = load_table(spark, table).operations().current().metadataFileLocation()
+    read = StaticTable.from_metadata(metadata).scan().to_arrow().to_pylist()
+    return sorted(((r["id"], r["name"], r["dt"]) for r in read), key=repr)
+
+
+def test_equality_deletes_become_position_deletes_and_the_rows_stay(spark):
+    table = "local.db.converted"
+    create(spark, table)
+    delete_equal(spark, table, "d0", [0, 2, 12, None])
+    delete_equal(spark, table, "d1", [1, 21, 99])
+    # newer than the delete of id 0: it stays
+    spark.sql(f"INSERT INTO {table} VALUES (0, 'again', 'd0')")
+    before = rows(spark, table)
+    assert (0, "again", "d0") in before and (2, "n2-0", "d0") not in before
+    assert not [r for r in before if r[0] is None]  # the null id was deleted: nulls are equal
+    with pytest.raises(ValueError, match="equality deletes"):
+        pyiceberg_rows(spark, table)
+
+    out = convert(spark, table, [{"dt": "d0"}])
+
+    # rows 0, 2, 12 and the null id of the three first inserts; not the newer 0
+    assert out["converted_equality_delete_files"] == 1
+    assert out["added_position_delete_files"] == 1 and out["deleted_positions"] == 4
+    assert rows(spark, table) == before
+    # only d0's: d1's equality delete is another lease's partition
+    assert delete_files(spark, table) == [(1, "d0"), (2, "d1")]
+    summary = spark.sql(
+        f"SELECT operation, summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()
+    assert summary.operation == "replace"
+    assert {k: summary.summary[k] for k in PROPERTIES} == PROPERTIES
+
+    out = convert(spark, table, [])
+
+    assert out["converted_equality_delete_files"] == 1 and out["deleted_positions"] == 2
+    assert rows(spark, table) == before
+    assert delete_files(spark, table) == [(1, "d0"), (1, "d1")]
+    # an independent reader agrees, now that no equality delete is left
+    assert pyiceberg_rows(spark, table) == before
+    # nothing left to convert: no commit
+    snapshots = spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0]
+    assert convert(spark, table, [])["converted_equality_delete_files"] == 0
+    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots
+
+
+def test_equality_deletes_that_apply_to_nothing_are_removed_with_no_file_added(spark):
+    table = "local.db.dangling"
+    create(spark, table)
+    delete_equal(spark, table, "d1", [99, 98])
+    before = rows(spark, table)
+
+    out = convert(spark, table, [{"dt": "d1"}])
+
+    assert out["converted_equality_delete_files"] == 1
+    assert out["added_position_delete_files"] == 0
+    assert delete_files(spark, table) == []
+    assert rows(spark, table) == before == pyiceberg_rows(spark, table)
+
+
+def test_a_format_v3_table_is_left_as_it_is(spark):
+    table = "local.db.version3"
+    create(spark, table, version=3)
+    delete_equal(spark, table, "d0", [0])
+    before = rows(spark, table)
+
+    out = convert(spark, table, [])
+
+    assert out["skipped_format_v3"] == 1 and out["converted_equality_delete_files"] == 0
+    assert delete_files(spark, table) == [(2, "d0")]
+    assert rows(spark, table) == before
