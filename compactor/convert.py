@@ -1,5 +1,5 @@
-"""Equality deletes resolved into position deletes, under a maintenance lease (docs/design.md
-§4.4).
+"""Equality deletes resolved into position deletes, under a maintenance lease (docs/jobs.md §3,
+"Converting equality deletes"; docs/design.md §1, its row of the conflict table).
 
     out = convert_equality_deletes(spark, table, jtable, partitions, properties)
     out["converted_equality_delete_files"], out["added_position_delete_files"], ...
@@ -29,7 +29,7 @@ it is (`skipped_format_v3`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
@@ -91,12 +91,14 @@ def convert_equality_deletes(
     entries, data, equality = _live(spark, table, jtable, snapshot_id, partitions)
     if not equality:
         return out
-    matched, read = _matches(spark, jtable, data, equality)
+    keys = sorted({(d.spec_id, d.partition) for d in data}, key=repr)
+    owner = {key: i for i, key in enumerate(keys)}
+    matched, read = _matches(spark, jtable, data, equality, owner)
     # the columns are read by Iceberg's field ids, whatever they are named now or were then
     by_id = spark.conf.get(FIELD_ID_READ, "false")
     spark.conf.set(FIELD_ID_READ, "true")
     try:
-        added = _write_positions(spark, jtable, data, matched) if matched else []
+        added = _write_positions(spark, jtable, data, keys, matched) if matched else []
     finally:
         spark.conf.set(FIELD_ID_READ, by_id)
     try:
@@ -159,10 +161,15 @@ def _live(
 
 
 def _matches(
-    spark: SparkSession, jtable: Any, data: Sequence[_File], equality: Sequence[_File]
+    spark: SparkSession,
+    jtable: Any,
+    data: Sequence[_File],
+    equality: Sequence[_File],
+    owner: Mapping[tuple[int, tuple[Any, ...]], int],
 ) -> tuple[list[DataFrame], set[str]]:
     """The positions each group of `equality` deletes (by partition and equality fields)
-    deletes in the `data` files it applies to, and the paths of those data files."""
+    deletes in the `data` files it applies to, with the number `owner` gives the data file's
+    partition (`g`), and the paths of those data files."""
     unpartitioned = {f.spec_id for f in equality if jtable.specs().get(f.spec_id).isUnpartitioned()}
     groups: dict[tuple[Any, ...], list[_File]] = {}
     for f in equality:
@@ -179,7 +186,7 @@ def _matches(
         ]
         if targets:
             read.update(d.path for d in targets)
-            matched.append(_deleted_positions(spark, jtable, ids, targets, deletes))
+            matched.append(_deleted_positions(spark, jtable, ids, targets, deletes, owner))
     return matched, read
 
 
@@ -189,9 +196,11 @@ def _deleted_positions(
     ids: tuple[int, ...],
     targets: Sequence[_File],
     deletes: Sequence[_File],
+    owner: Mapping[tuple[int, tuple[Any, ...]], int],
 ) -> DataFrame:
-    """(file_path, pos) of the rows of `targets` that `deletes` (of equality field `ids`)
-    delete: equal on every field, nulls equal, the delete newer than the data file."""
+    """(g, file_path, pos) of the rows of `targets` that `deletes` (of equality field `ids`)
+    delete: equal on every field, nulls equal, the delete newer than the data file; `g` the
+    number `owner` gives its partition."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
@@ -209,25 +218,31 @@ def _deleted_positions(
     )
     names = [f"c{i}" for i in range(len(ids))]
 
-    def each(files: Sequence[_File], extra: list[Column]) -> DataFrame:
+    def each(files: Sequence[_File], extra: Callable[[_File], list[Column]]) -> DataFrame:
         frames = [
             spark.read.schema(by_id)
             .parquet(f.path)
             .select(
-                F.lit(f.path).alias("file_path"), F.lit(f.sequence).alias("seq"), *extra, *names
+                F.lit(f.path).alias("file_path"),
+                F.lit(f.sequence).alias("seq"),
+                *extra(f),
+                *names,
             )
             for f in files
         ]
         return reduce(lambda a, b: a.unionByName(b), frames)
 
-    rows = each(targets, [F.col("_metadata.row_index").alias("pos")]).alias("d")
-    keys = each(deletes, []).drop("file_path").alias("e")
+    position = F.col("_metadata.row_index").alias("pos")
+    rows = each(
+        targets, lambda f: [position, F.lit(owner[(f.spec_id, f.partition)]).alias("g")]
+    ).alias("d")
+    keys = each(deletes, lambda f: []).drop("file_path").alias("e")
     on = reduce(
         lambda a, b: a & b,
         [F.col(f"d.{n}").eqNullSafe(F.col(f"e.{n}")) for n in names],
         F.col("d.seq") < F.col("e.seq"),
     )
-    return rows.join(keys, on).select("d.file_path", "d.pos").distinct()
+    return rows.join(keys, on).select("d.g", "d.file_path", "d.pos").distinct()
 
 
 def _spark_type(spark: SparkSession, iceberg_type: Any) -> Any:
@@ -239,44 +254,49 @@ def _spark_type(spark: SparkSession, iceberg_type: Any) -> Any:
 
 
 def _write_positions(
-    spark: SparkSession, jtable: Any, data: Sequence[_File], matched: Sequence[DataFrame]
+    spark: SparkSession,
+    jtable: Any,
+    data: Sequence[_File],
+    keys: Sequence[tuple[int, tuple[Any, ...]]],
+    matched: Sequence[DataFrame],
 ) -> list[tuple[str, int, Any]]:
-    """One position delete file per data files' partition holding `matched` rows, under the
-    table's data location: (path, rows, the Java DeleteFile) each."""
+    """One position delete file per data files' partition (`keys`, numbered `g`) holding
+    `matched` rows, under the table's data location: (path, rows, the Java DeleteFile) each."""
     from pyspark.sql import functions as F
 
-    keys = sorted({(d.spec_id, d.partition) for d in data}, key=repr)
-    group = {key: i for i, key in enumerate(keys)}
-    owner = spark.createDataFrame(
-        [(d.path, group[(d.spec_id, d.partition)]) for d in data], "file_path string, g int"
+    positions = reduce(lambda a, b: a.unionByName(b), matched)
+    name = f"lakelock-converted-{uuid.uuid4()}"
+    folder = str(jtable.locationProvider().newDataLocation(name))
+    (
+        positions.repartition("g")
+        .sortWithinPartitions("g", "file_path", "pos")
+        .select(
+            "g",
+            F.col("file_path").alias("file_path", metadata={"parquet.field.id": FILE_PATH_ID}),
+            F.col("pos").alias("pos", metadata={"parquet.field.id": POS_ID}),
+        )
+        .write.partitionBy("g")
+        .parquet(folder)
     )
-    positions = reduce(lambda a, b: a.unionByName(b), matched).join(F.broadcast(owner), "file_path")
-    positions = positions.persist()
-    try:
-        counts = positions.groupBy("g").agg(
+    root = spark._jvm.org.apache.hadoop.fs.Path(folder)
+    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not any(s.getPath().getName().startswith("g=") for s in fs.listStatus(root)):
+        # no row of the data files is deleted: nothing to add
+        fs.delete(root, True)
+        return []
+    # what the files hold, read back from them (a few bytes per deleted row), rather than a
+    # second pass over the join
+    counts = (
+        spark.read.parquet(folder)
+        .groupBy("g")
+        .agg(
             F.count("*").alias("rows"),
             F.min("file_path").alias("lower"),
             F.max("file_path").alias("upper"),
             F.countDistinct("file_path").alias("files"),
         )
-        summary = {row.g: row for row in counts.collect()}
-        if not summary:
-            return []
-        name = f"lakelock-converted-{uuid.uuid4()}"
-        folder = str(jtable.locationProvider().newDataLocation(name))
-        (
-            positions.repartition("g")
-            .sortWithinPartitions("g", "file_path", "pos")
-            .select(
-                "g",
-                F.col("file_path").alias("file_path", metadata={"parquet.field.id": FILE_PATH_ID}),
-                F.col("pos").alias("pos", metadata={"parquet.field.id": POS_ID}),
-            )
-            .write.partitionBy("g")
-            .parquet(folder)
-        )
-    finally:
-        positions.unpersist()
+    )
+    summary = {row.g: row for row in counts.collect()}
     return _delete_files(spark, jtable, folder, keys, summary, data)
 
 

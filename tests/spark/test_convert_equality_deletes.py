@@ -13,6 +13,7 @@ from pyiceberg.table import StaticTable
 
 from compactor.plan import Step
 from compactor.procedure import run_step
+from demo import equality
 from jobkit.spark import load_table
 
 pytestmark = pytest.mark.spark
@@ -36,29 +37,7 @@ def create(spark: Any, table: str, *, version: int = 2) -> None:
 
 def delete_equal(spark: Any, table: str, dt: str, ids: Sequence[int | None]) -> None:
     """One equality delete file of `(id, dt)` rows in partition `dt`, committed alone."""
-    jvm = spark._jvm
-    iceberg = jvm.org.apache.iceberg
-    jtable = load_table(spark, table)
-    schema, spec = jtable.schema(), jtable.spec()
-    fields = spark.sparkContext._gateway.new_array(jvm.int, 2)
-    fields[0], fields[1] = schema.findField("id").fieldId(), schema.findField("dt").fieldId()
-    keys = schema.select(["id", "dt"])
-    factory = iceberg.data.GenericAppenderFactory(schema, spec, fields, keys, None)
-    partition = iceberg.data.GenericRecord.create(spec.partitionType())
-    partition.set(0, dt)
-    location = jtable.locationProvider().newDataLocation(spec, partition, f"eq-{len(ids)}.parquet")
-    output = iceberg.encryption.EncryptedFiles.plainAsEncryptedOutput(
-        jtable.io().newOutputFile(location + f"-{jvm.java.util.UUID.randomUUID()}")
-    )
-    writer = factory.newEqDeleteWriter(output, iceberg.FileFormat.PARQUET, partition)
-    for key in ids:
-        record = iceberg.data.GenericRecord.create(keys)
-        record.setField("id", key)
-        record.setField("dt", dt)
-        writer.write(record)
-    writer.close()
-    jtable.newRowDelta().addDeletes(writer.toDeleteFile()).commit()
-    spark.sql(f"REFRESH TABLE {table}")
+    equality.delete_equal(spark, table, {"dt": dt}, ["id", "dt"], [(i, dt) for i in ids])
 
 
 def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
