@@ -9,41 +9,53 @@ An equality delete of data sequence number S removes, from every data file of it
 than S, the rows equal to one of its rows on its equality columns, nulls equal. Every reader
 joins it with those files again; a position delete names the rows once. Here Spark reads the
 data files and the equality delete files as plain Parquet, by field id (`_metadata.row_index`
-is a row's position), joins them, and writes one position delete file per data files'
-partition (`file_path`, `pos`, sorted, with the spec's field ids and `file_path` bounds). One
-RewriteFiles commit removes the equality delete files and adds the position delete files, the
-data files untouched, with the lease's properties: a `replace`, maintenance to the catalog
-front, fenced like any rewrite.
+is a row's position), joins them, and writes one position delete file per data file it deletes
+rows of (file-scoped: `referenced_data_file` set, as Spark's own merge-on-read writes them, so
+Iceberg's `delete-ratio-threshold` sees them). One RewriteFiles commit removes the equality
+delete files and adds the position delete files, the data files untouched, with the lease's
+properties: a `replace`, maintenance to the catalog front, fenced like any rewrite.
 
 A reader sees the same rows before and after. Commits that land meanwhile cannot change that:
 appends and newer equality deletes (a Flink upsert's, which pass the lease) touch no file read
 here. A data file removed meanwhile could: its rows, copied by a rewrite that keeps sequence
-numbers, would lose the equality deletes while the positions name the file gone. Only a
-rewrite does that, which the lease keeps out; the commit still checks the snapshots since its
-start and refuses (ConversionConflict), writing nothing.
+numbers, would lose the equality deletes while the positions name the file gone. Only a rewrite
+or a copy-on-write commit does that, and the lease keeps both out (the catalog front holds such
+a commit while the lease is live); the conversion also checks the snapshots since its start
+just before it commits and refuses (ConversionConflict), writing nothing. Iceberg's own retry of
+the commit does not check again: from there, the lease alone protects it.
 
-Format v2 only: a v3 table takes deletion vectors, not position delete files, and is left as
-it is (`skipped_format_v3`).
+Left as they are, and counted: equality deletes on a field that is not a top-level column
+(`skipped_equality_delete_files`), and every equality delete of a format v3 table, which takes
+deletion vectors, not position delete files (`skipped_format_v3`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from compactor.entries import delete_files, partition_match
+from compactor.entries import FILE_PATH_ID, POS_ID, data_files, delete_files, partition_match
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 __all__ = ["ConversionConflict", "convert_equality_deletes"]
 
-# Iceberg's reserved field ids of a position delete file's columns
-FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+log = logging.getLogger(__name__)
+
 FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
+OUTPUTS = (
+    "converted_equality_delete_files",
+    "added_position_delete_files",
+    "deleted_positions",
+    "read_data_files",
+    "skipped_equality_delete_files",
+    "skipped_format_v3",
+)
 
 
 class ConversionConflict(Exception):
@@ -59,6 +71,16 @@ class _File:
     equality_ids: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True)
+class _Group:
+    """Equality delete files of one partition and one set of equality fields, and the data
+    files they apply to."""
+
+    ids: tuple[int, ...]
+    deletes: tuple[_File, ...]
+    targets: tuple[_File, ...]
+
+
 def convert_equality_deletes(
     spark: SparkSession,
     table: str,
@@ -67,20 +89,12 @@ def convert_equality_deletes(
     properties: Mapping[str, str],
 ) -> dict[str, int]:
     """Resolve the equality deletes of `partitions` (all of the table's when empty) into
-    position deletes: one commit with `properties`; the counts of what it did.
+    position deletes: one commit with `properties`; the counts of what it did (OUTPUTS).
 
     Raises:
         ConversionConflict: a data file it read was removed before the commit.
     """
-    from pyspark.sql import functions as F
-
-    out = {
-        "converted_equality_delete_files": 0,
-        "added_position_delete_files": 0,
-        "deleted_positions": 0,
-        "read_data_files": 0,
-        "skipped_format_v3": 0,
-    }
+    out = dict.fromkeys(OUTPUTS, 0)
     start = jtable.currentSnapshot()
     if start is None or start.summary().get("total-equality-deletes") in (None, "0"):
         return out
@@ -89,35 +103,27 @@ def convert_equality_deletes(
         return out
     snapshot_id = int(start.snapshotId())
     entries, data, equality = _live(spark, table, jtable, snapshot_id, partitions)
-    if not equality:
+    groups, skipped = _groups(jtable, data, equality)
+    out["skipped_equality_delete_files"] = len(skipped)
+    if not groups:
         return out
-    keys = sorted({(d.spec_id, d.partition) for d in data}, key=repr)
-    owner = {key: i for i, key in enumerate(keys)}
-    matched, read = _matches(spark, jtable, data, equality, owner)
-    # the columns are read by Iceberg's field ids, whatever they are named now or were then
-    by_id = spark.conf.get(FIELD_ID_READ, "false")
-    spark.conf.set(FIELD_ID_READ, "true")
+    read = {d.path for g in groups for d in g.targets}
+    # a session of its own reads by field id (whatever the columns are named now or were
+    # then): the setting never changes under another table's step sharing `spark`
+    reader = spark.newSession()
+    reader.conf.set(FIELD_ID_READ, "true")
+    folder = str(jtable.locationProvider().newDataLocation(f"lakelock-converted-{uuid.uuid4()}"))
     try:
-        added = _write_positions(spark, jtable, data, keys, matched) if matched else []
-    finally:
-        spark.conf.set(FIELD_ID_READ, by_id)
-    try:
+        added = _write_positions(reader, jtable, entries, groups, folder)
         _check_unchanged(jtable, snapshot_id, read)
-        rewrite = jtable.newRewrite().validateFromSnapshot(snapshot_id)
-        removed = entries.where(F.col("data_file.file_path").isin([f.path for f in equality]))
-        for java in delete_files(spark, jtable, removed.select("data_file.*")):
-            rewrite = rewrite.deleteFile(java)
-        for _, _, java in added:
-            rewrite = rewrite.addFile(java)
-        for key, value in properties.items():
-            rewrite = rewrite.set(key, str(value))
-        rewrite.commit()
-    except BaseException:
-        _remove(spark, [location for location, _, _ in added])
+        _commit(spark, jtable, entries, [f for g in groups for f in g.deletes], added, properties)
+    except Exception as exc:
+        if not _state_unknown(exc):  # the commit may have landed: its files stay
+            _remove_folder(spark, folder)
         raise
-    out["converted_equality_delete_files"] = len(equality)
+    out["converted_equality_delete_files"] = sum(len(g.deletes) for g in groups)
     out["added_position_delete_files"] = len(added)
-    out["deleted_positions"] = sum(count for _, count, _ in added)
+    out["deleted_positions"] = sum(rows for _, rows, _ in added)
     out["read_data_files"] = len(read)
     return out
 
@@ -138,13 +144,16 @@ def _live(
     # pushed down to the manifests' own content (1 for every delete manifest), so `!= 1`
     # would drop the equality deletes too
     entries = entries.where("status < 2")
-    if partitions:
+    # a table never partitioned has no partition column in its metadata tables
+    partitioned = "partition" in entries.select("data_file.*").columns
+    if partitions and partitioned:
         fields = [str(f.name()) for f in jtable.spec().fields()]
         deletes_in = partition_match(F.col("data_file.partition"), fields, partitions)
         # data files of any partition: an unpartitioned equality delete applies to them all
         entries = entries.where((F.col("data_file.content") == 0) | deletes_in)
-    columns = ("sequence_number", "data_file.content", "data_file.file_path")
-    columns += ("data_file.spec_id", "data_file.partition", "data_file.equality_ids")
+    partition = F.col("data_file.partition") if partitioned else F.lit(None)
+    columns = ["sequence_number", "data_file.content", "data_file.file_path"]
+    columns += ["data_file.spec_id", partition.alias("partition"), "data_file.equality_ids"]
     data: list[_File] = []
     equality: list[_File] = []
     for row in entries.select(*columns).collect():
@@ -160,67 +169,121 @@ def _live(
     return entries, data, equality
 
 
-def _matches(
-    spark: SparkSession,
-    jtable: Any,
-    data: Sequence[_File],
-    equality: Sequence[_File],
-    owner: Mapping[tuple[int, tuple[Any, ...]], int],
-) -> tuple[list[DataFrame], set[str]]:
-    """The positions each group of `equality` deletes (by partition and equality fields)
-    deletes in the `data` files it applies to, with the number `owner` gives the data file's
-    partition (`g`), and the paths of those data files."""
+def _groups(
+    jtable: Any, data: Sequence[_File], equality: Sequence[_File]
+) -> tuple[list[_Group], list[_File]]:
+    """The `equality` deletes by partition and equality fields, each with the `data` files it
+    applies to; and the delete files left as they are (a field not a top-level column)."""
+    columns = {int(f.fieldId()) for f in jtable.schema().columns()}
     unpartitioned = {f.spec_id for f in equality if jtable.specs().get(f.spec_id).isUnpartitioned()}
-    groups: dict[tuple[Any, ...], list[_File]] = {}
+    by_key: dict[tuple[Any, ...], list[_File]] = {}
     for f in equality:
-        groups.setdefault((f.spec_id, f.partition, f.equality_ids), []).append(f)
-    matched: list[DataFrame] = []
-    read: set[str] = set()
-    for (spec_id, partition, ids), deletes in groups.items():
+        by_key.setdefault((f.spec_id, f.partition, f.equality_ids), []).append(f)
+    groups: list[_Group] = []
+    skipped: list[_File] = []
+    for (spec_id, partition, ids), deletes in by_key.items():
+        if not ids or not set(ids) <= columns:
+            skipped.extend(deletes)
+            continue
         newest = max(f.sequence for f in deletes)
-        targets = [
+        targets = tuple(
             d
             for d in data
             if d.sequence < newest
             and (spec_id in unpartitioned or (d.spec_id, d.partition) == (spec_id, partition))
-        ]
-        if targets:
-            read.update(d.path for d in targets)
-            matched.append(_deleted_positions(spark, jtable, ids, targets, deletes, owner))
-    return matched, read
+        )
+        groups.append(_Group(ids, tuple(deletes), targets))
+    return groups, skipped
+
+
+def _write_positions(
+    reader: SparkSession, jtable: Any, entries: DataFrame, groups: Sequence[_Group], folder: str
+) -> list[tuple[str, int, Any]]:
+    """One position delete file per data file of `groups` with a row deleted, in `folder`:
+    (path, rows, the Java DeleteFile) each."""
+    from pyspark.sql import functions as F
+
+    paths = sorted({d.path for g in groups for d in g.targets})
+    if not paths:
+        return []  # equality deletes that apply to no data file: removed, nothing added
+    number = {path: i for i, path in enumerate(paths)}
+    matched = [_deleted_positions(reader, jtable, g, number) for g in groups if g.targets]
+    # a row two groups delete (other equality fields, or a global delete) is named once
+    positions = reduce(lambda a, b: a.unionByName(b), matched).distinct()
+    (
+        positions.repartition("f")
+        .sortWithinPartitions("f", "pos")
+        .select(
+            "f",
+            F.col("file_path").alias("file_path", metadata={"parquet.field.id": FILE_PATH_ID}),
+            F.col("pos").alias("pos", metadata={"parquet.field.id": POS_ID}),
+        )
+        .write.partitionBy("f")
+        .parquet(folder)
+    )
+    written = _written(reader, folder)
+    if not written:
+        return []  # no row of the data files is deleted
+    # how many positions each file holds, read back from them: a few bytes per row
+    rows = {r.f: r[1] for r in reader.read.parquet(folder).groupBy("f").count().collect()}
+    java = data_files(reader, jtable, entries.where(F.col("data_file.file_path").isin(paths)))
+    by_path = {str(file.location()): file for file in java}
+    return [
+        _position_file(
+            reader,
+            jtable,
+            f"{folder}/f={f}/{part.getPath().getName()}",
+            part.getLen(),
+            by_path[paths[f]],
+            rows[f],
+        )
+        for f, part in sorted(written.items())
+    ]
+
+
+def _written(spark: SparkSession, folder: str) -> dict[int, Any]:
+    """The Parquet file (a Hadoop FileStatus) Spark wrote under `folder`/f=N, by N."""
+    hadoop = spark._jvm.org.apache.hadoop.fs
+    root = hadoop.Path(folder)
+    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return {}
+    written: dict[int, Any] = {}
+    for status in fs.listStatus(root):
+        name = str(status.getPath().getName())
+        if name.startswith("f="):
+            listed = fs.listStatus(status.getPath())
+            (part,) = [s for s in listed if s.getPath().getName().endswith(".parquet")]
+            written[int(name[2:])] = part
+    return written
 
 
 def _deleted_positions(
-    spark: SparkSession,
-    jtable: Any,
-    ids: tuple[int, ...],
-    targets: Sequence[_File],
-    deletes: Sequence[_File],
-    owner: Mapping[tuple[int, tuple[Any, ...]], int],
+    reader: SparkSession, jtable: Any, group: _Group, number: Mapping[str, int]
 ) -> DataFrame:
-    """(g, file_path, pos) of the rows of `targets` that `deletes` (of equality field `ids`)
-    delete: equal on every field, nulls equal, the delete newer than the data file; `g` the
-    number `owner` gives its partition."""
+    """(f, file_path, pos) of the rows of `group`'s data files its deletes delete: equal on
+    every equality field, nulls equal, the delete newer than the data file; `f` the data file's
+    `number`."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructField, StructType
 
     schema = jtable.schema()
+    names = [f"c{i}" for i in range(len(group.ids))]
     by_id = StructType(
         [
             StructField(
-                f"c{i}",
-                _spark_type(spark, schema.findType(field_id)),
+                name,
+                _spark_type(reader, schema.findType(field_id)),
                 True,
                 {"parquet.field.id": field_id},
             )
-            for i, field_id in enumerate(ids)
+            for name, field_id in zip(names, group.ids, strict=True)
         ]
     )
-    names = [f"c{i}" for i in range(len(ids))]
 
     def each(files: Sequence[_File], extra: Callable[[_File], list[Column]]) -> DataFrame:
         frames = [
-            spark.read.schema(by_id)
+            reader.read.schema(by_id)
             .parquet(f.path)
             .select(
                 F.lit(f.path).alias("file_path"),
@@ -233,16 +296,14 @@ def _deleted_positions(
         return reduce(lambda a, b: a.unionByName(b), frames)
 
     position = F.col("_metadata.row_index").alias("pos")
-    rows = each(
-        targets, lambda f: [position, F.lit(owner[(f.spec_id, f.partition)]).alias("g")]
-    ).alias("d")
-    keys = each(deletes, lambda f: []).drop("file_path").alias("e")
+    rows = each(group.targets, lambda f: [position, F.lit(number[f.path]).alias("f")]).alias("d")
+    keys = each(group.deletes, lambda f: []).drop("file_path").alias("e")
     on = reduce(
         lambda a, b: a & b,
         [F.col(f"d.{n}").eqNullSafe(F.col(f"e.{n}")) for n in names],
         F.col("d.seq") < F.col("e.seq"),
     )
-    return rows.join(keys, on).select("d.g", "d.file_path", "d.pos").distinct()
+    return rows.join(keys, on).select("d.f", "d.file_path", "d.pos")
 
 
 def _spark_type(spark: SparkSession, iceberg_type: Any) -> Any:
@@ -253,113 +314,31 @@ def _spark_type(spark: SparkSession, iceberg_type: Any) -> Any:
     return _parse_datatype_json_string(java.json())
 
 
-def _write_positions(
-    spark: SparkSession,
-    jtable: Any,
-    data: Sequence[_File],
-    keys: Sequence[tuple[int, tuple[Any, ...]]],
-    matched: Sequence[DataFrame],
-) -> list[tuple[str, int, Any]]:
-    """One position delete file per data files' partition (`keys`, numbered `g`) holding
-    `matched` rows, under the table's data location: (path, rows, the Java DeleteFile) each."""
-    from pyspark.sql import functions as F
-
-    positions = reduce(lambda a, b: a.unionByName(b), matched)
-    name = f"lakelock-converted-{uuid.uuid4()}"
-    folder = str(jtable.locationProvider().newDataLocation(name))
-    (
-        positions.repartition("g")
-        .sortWithinPartitions("g", "file_path", "pos")
-        .select(
-            "g",
-            F.col("file_path").alias("file_path", metadata={"parquet.field.id": FILE_PATH_ID}),
-            F.col("pos").alias("pos", metadata={"parquet.field.id": POS_ID}),
-        )
-        .write.partitionBy("g")
-        .parquet(folder)
+def _position_file(
+    spark: SparkSession, jtable: Any, path: str, size: int, data_file: Any, rows: int
+) -> tuple[str, int, Any]:
+    """The Java DeleteFile of the position delete file at `path` naming `rows` rows of
+    `data_file` alone: in its spec and partition, `file_path` bounds and
+    `referenced_data_file` its path."""
+    iceberg = spark._jvm.org.apache.iceberg
+    target = str(data_file.location())
+    bound = iceberg.types.Conversions.toByteBuffer(iceberg.types.Types.StringType.get(), target)
+    bounds = spark._jvm.java.util.HashMap()
+    bounds.put(FILE_PATH_ID, bound)
+    empty = spark._jvm.java.util.HashMap()
+    metrics = iceberg.Metrics(int(rows), empty, empty, empty, empty, bounds, bounds)
+    file = (
+        iceberg.FileMetadata.deleteFileBuilder(jtable.specs().get(data_file.specId()))
+        .ofPositionDeletes()
+        .withPath(path)
+        .withFormat("parquet")
+        .withFileSizeInBytes(int(size))
+        .withMetrics(metrics)
+        .withPartition(data_file.partition())
+        .withReferencedDataFile(target)
+        .build()
     )
-    root = spark._jvm.org.apache.hadoop.fs.Path(folder)
-    fs = root.getFileSystem(spark._jsc.hadoopConfiguration())
-    if not any(s.getPath().getName().startswith("g=") for s in fs.listStatus(root)):
-        # no row of the data files is deleted: nothing to add
-        fs.delete(root, True)
-        return []
-    # what the files hold, read back from them (a few bytes per deleted row), rather than a
-    # second pass over the join
-    counts = (
-        spark.read.parquet(folder)
-        .groupBy("g")
-        .agg(
-            F.count("*").alias("rows"),
-            F.min("file_path").alias("lower"),
-            F.max("file_path").alias("upper"),
-            F.countDistinct("file_path").alias("files"),
-        )
-    )
-    summary = {row.g: row for row in counts.collect()}
-    return _delete_files(spark, jtable, folder, keys, summary, data)
-
-
-def _delete_files(
-    spark: SparkSession,
-    jtable: Any,
-    folder: str,
-    keys: Sequence[tuple[int, tuple[Any, ...]]],
-    summary: Mapping[int, Any],
-    data: Sequence[_File],
-) -> list[tuple[str, int, Any]]:
-    jvm = spark._jvm
-    iceberg = jvm.org.apache.iceberg
-    hadoop = spark._jsc.hadoopConfiguration()
-    root = jvm.org.apache.hadoop.fs.Path(folder)
-    fs = root.getFileSystem(hadoop)
-    fs.delete(jvm.org.apache.hadoop.fs.Path(f"{folder}/_SUCCESS"), False)
-    example = {(d.spec_id, d.partition): d.path for d in reversed(data)}
-    partitions = _partitions(spark, jtable, list(example.values()))
-    string = iceberg.types.Types.StringType.get()
-    added: list[tuple[str, int, Any]] = []
-    for g, row in sorted(summary.items()):
-        listed = fs.listStatus(jvm.org.apache.hadoop.fs.Path(f"{folder}/g={g}"))
-        files = [s for s in listed if s.getPath().getName().endswith(".parquet")]
-        if len(files) != 1:
-            raise RuntimeError(f"expected one position delete file in {folder}/g={g}: {files}")
-        path = f"{folder}/g={g}/{files[0].getPath().getName()}"
-        spec_id, partition = keys[g]
-        lower, upper = jvm.java.util.HashMap(), jvm.java.util.HashMap()
-        lower.put(FILE_PATH_ID, iceberg.types.Conversions.toByteBuffer(string, row.lower))
-        upper.put(FILE_PATH_ID, iceberg.types.Conversions.toByteBuffer(string, row.upper))
-        empty = jvm.java.util.HashMap()
-        metrics = iceberg.Metrics(int(row.rows), empty, empty, empty, empty, lower, upper)
-        builder = (
-            iceberg.FileMetadata.deleteFileBuilder(jtable.specs().get(spec_id))
-            .ofPositionDeletes()
-            .withPath(path)
-            .withFormat("parquet")
-            .withFileSizeInBytes(int(files[0].getLen()))
-            .withMetrics(metrics)
-            .withPartition(partitions[example[(spec_id, partition)]])
-        )
-        if row.files == 1:
-            builder = builder.withReferencedDataFile(row.lower)
-        added.append((path, int(row.rows), builder.build()))
-    return added
-
-
-def _partitions(spark: SparkSession, jtable: Any, paths: Sequence[str]) -> dict[str, Any]:
-    """The Iceberg partition (a StructLike) of each data file in `paths`."""
-    wanted = set(paths)
-    found: dict[str, Any] = {}
-    tasks = jtable.newScan().planFiles()
-    try:
-        iterator = tasks.iterator()
-        while iterator.hasNext() and len(found) < len(wanted):
-            file = iterator.next().file()
-            path = str(file.location())
-            if path in wanted:
-                found[path] = file.partition()
-    finally:
-        tasks.close()
-    return found
+    return path, int(rows), file
 
 
 def _check_unchanged(jtable: Any, since: int, referenced: set[str]) -> None:
@@ -379,9 +358,46 @@ def _check_unchanged(jtable: Any, since: int, referenced: set[str]) -> None:
         snapshot = None if parent is None else jtable.snapshot(parent)
 
 
-def _remove(spark: SparkSession, paths: Iterable[str]) -> None:
-    jvm = spark._jvm
-    hadoop = spark._jsc.hadoopConfiguration()
-    for location in paths:
-        path = jvm.org.apache.hadoop.fs.Path(location)
-        path.getFileSystem(hadoop).delete(path, False)
+def _commit(
+    spark: SparkSession,
+    jtable: Any,
+    entries: DataFrame,
+    removed: Sequence[_File],
+    added: Sequence[tuple[str, int, Any]],
+    properties: Mapping[str, str],
+) -> None:
+    """One RewriteFiles: the `removed` equality delete files out, the `added` position delete
+    files in, with `properties`."""
+    from pyspark.sql import functions as F
+
+    chosen = entries.where(F.col("data_file.file_path").isin([f.path for f in removed]))
+    rewrite = jtable.newRewrite()
+    for file in delete_files(spark, jtable, chosen):
+        rewrite = rewrite.deleteFile(file)
+    for _, _, file in added:
+        rewrite = rewrite.addFile(file)
+    for key, value in properties.items():
+        rewrite = rewrite.set(key, str(value))
+    rewrite.commit()
+
+
+def _state_unknown(exc: BaseException) -> bool:
+    """Whether `exc` is Iceberg's CommitStateUnknownException: the commit may have landed."""
+    java = getattr(exc, "java_exception", None)
+    return java is not None and str(java.getClass().getName()).endswith(
+        "CommitStateUnknownException"
+    )
+
+
+def _remove_folder(spark: SparkSession, folder: str) -> None:
+    """Remove what a conversion that did not commit wrote; a failure to is logged, so the
+    conversion's own error is the one raised."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(folder)
+    try:
+        path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(path, True)
+    except Exception:
+        log.warning(
+            "could not remove %s, written by a conversion that did not commit",
+            folder,
+            exc_info=True,
+        )

@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["delete_files", "partition_match"]
+__all__ = ["FILE_PATH_ID", "POS_ID", "data_files", "delete_files", "partition_match"]
+
+# Iceberg's reserved field ids of a position delete file's columns
+FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 
 
 def partition_match(
@@ -29,15 +32,26 @@ def partition_match(
     return chosen
 
 
-def delete_files(spark: SparkSession, jtable: Any, files: DataFrame) -> list[Any]:
-    """The Java DeleteFile of each row of `files` (an `entries` table's `data_file.*`), which
-    a RewriteFiles can remove."""
+def delete_files(spark: SparkSession, jtable: Any, entries: DataFrame) -> list[Any]:
+    """The Java DeleteFile of each row of `entries` (an `entries` table), which a RewriteFiles
+    can remove."""
+    return _wrapped(spark, jtable, entries, "SparkDeleteFile")
+
+
+def data_files(spark: SparkSession, jtable: Any, entries: DataFrame) -> list[Any]:
+    """The Java DataFile of each row of `entries` (an `entries` table): its spec and
+    partition, as Iceberg holds them."""
+    return _wrapped(spark, jtable, entries, "SparkDataFile")
+
+
+def _wrapped(spark: SparkSession, jtable: Any, entries: DataFrame, wrapper: str) -> list[Any]:
     iceberg = spark._jvm.org.apache.iceberg
     combined = iceberg.DataFile.getType(iceberg.Partitioning.partitionType(jtable))
+    files = entries.select("data_file.*")
     schema = files._jdf.schema()
     out = []
     for row in files._jdf.collectAsList():
         spec = jtable.specs().get(row.getInt(row.fieldIndex("spec_id")))
         projection = iceberg.DataFile.getType(spec.partitionType())
-        out.append(iceberg.spark.SparkDeleteFile(combined, projection, schema).wrap(row))
+        out.append(getattr(iceberg.spark, wrapper)(combined, projection, schema).wrap(row))
     return out

@@ -176,7 +176,7 @@ def _remove_dangling_in(
         floor.isNull()
         | ((content == 1) & (sequence < floor))
         | ((content == 2) & (sequence <= floor))
-    ).select("data_file.*")
+    )
     files = delete_files(spark, jtable, dangling)
     if not files:
         return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,7 +29,14 @@ from typing import Any
 from service.client import LeaseClient
 from service.wire.errors import LakelockError
 
-__all__ = ["EXIT_CODES", "Outcome", "RunReport", "changed_anything", "publish"]
+__all__ = [
+    "EXIT_CODES",
+    "Outcome",
+    "RunReport",
+    "changed_anything",
+    "publish",
+    "step_changed",
+]
 
 log = logging.getLogger("compactor.report")
 
@@ -134,12 +142,18 @@ def changed_anything(report: RunReport) -> bool:
     output that counts rewritten, added, removed, deleted or expired things."""
     if report.snapshot_after is not None and report.snapshot_after != report.snapshot_before:
         return True
+    return any(step_changed(step) for step in report.steps)
+
+
+def step_changed(step: Mapping[str, Any]) -> bool:
+    """Whether a step's output counts rewritten, added, removed, deleted or expired things:
+    files that failed, files left as they were and file groups planned are not changes."""
     return any(
         value
-        for step in report.steps
         for key, value in (step.get("output") or {}).items()
-        # failed files and file groups planned are not changes
-        if isinstance(value, int) and not key.startswith("failed_") and key != "file_groups"
+        if isinstance(value, int)
+        and not key.startswith(("failed_", "skipped_"))
+        and key != "file_groups"
     )
 
 

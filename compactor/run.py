@@ -61,7 +61,7 @@ from compactor.config import RetentionRefused, TableConfig
 from compactor.lease import DrainTimeout, acquire_maintenance
 from compactor.plan import Group, Mode, Plan, Step, follow_steps, partition_mapping, plan
 from compactor.procedure import ProcedureFailed, run_step
-from compactor.report import Outcome, RunReport, changed_anything
+from compactor.report import Outcome, RunReport, changed_anything, step_changed
 from compactor.stats import TableStats, collect_stats
 from jobkit.partition import read_spec
 from jobkit.spark import SparkJobGroups, error_message, rest_catalog
@@ -595,7 +595,7 @@ def _under_lease(
         step["lease_id"] = lease.lease_id
     entry["steps"] = [{"procedure": s["procedure"], "outcome": _step_outcome(s)} for s in steps]
     outcome = report.outcome
-    if outcome is Outcome.COMPACTED and not any(_changed(s) for s in steps):
+    if outcome is Outcome.COMPACTED and not any(step_changed(s) for s in steps):
         outcome = Outcome.NO_CHANGE
     entry.update(outcome=outcome, error=report.error)
 
@@ -724,17 +724,7 @@ def _unfenced(
 def _step_outcome(step: dict[str, Any]) -> str:
     if "error" in step:
         return "failed"
-    return "changed" if _changed(step) else "no_change"
-
-
-def _changed(step: dict[str, Any]) -> bool:
-    return any(
-        value
-        for key, value in (step.get("output") or {}).items()
-        if isinstance(value, int)
-        and not key.startswith(("failed_", "skipped_"))
-        and key != "file_groups"
-    )
+    return "changed" if step_changed(step) else "no_change"
 
 
 def _state(client: LeaseClient, config: TableConfig, report: RunReport) -> dict[str, Any] | None:

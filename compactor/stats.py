@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from compactor.entries import FILE_PATH_ID
 from jobkit.partition import partition_name, read_spec, scope_refusal, table_partitions
 
 if TYPE_CHECKING:
@@ -313,10 +314,6 @@ def _named(p: PartitionStats, spec: Any, updated: Mapping[str, datetime | None])
     return PartitionStats(p.partition, name=name, last_updated_at=updated.get(name), **counts)
 
 
-# the reserved field id of a position delete file's `file_path` column
-_DELETE_FILE_PATH_ID = 2147483546
-
-
 def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
     """Files of the current snapshot by (partition, content, applies): one scan of the
     manifests, and a join of each delete file with the data files of its partition."""
@@ -332,8 +329,8 @@ def _files_sql(spark: SparkSession, table: str, small_file_bytes: int) -> str:
                    data_file.content AS content, data_file.file_path AS path,
                    sequence_number AS seq, data_file.file_size_in_bytes AS bytes,
                    data_file.record_count AS records, {referenced} AS ref,
-                   CAST(data_file.lower_bounds[{_DELETE_FILE_PATH_ID}] AS STRING) AS lo,
-                   CAST(data_file.upper_bounds[{_DELETE_FILE_PATH_ID}] AS STRING) AS hi
+                   CAST(data_file.lower_bounds[{FILE_PATH_ID}] AS STRING) AS lo,
+                   CAST(data_file.upper_bounds[{FILE_PATH_ID}] AS STRING) AS hi
             FROM {table}.entries
             WHERE status < 2
         ),

@@ -192,8 +192,7 @@ def follow_steps(
         steps.append(
             Step(
                 "rewrite_position_delete_files",
-                "follow the stream: merge the position deletes, dropping those that apply to "
-                "no live data file",
+                "follow the stream: drop the position deletes that apply to no live data file",
                 options={**rpd.options, "rewrite-all": "true"},
                 partitions=names,
                 partition_values=mappings,

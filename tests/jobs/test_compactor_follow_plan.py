@@ -46,7 +46,7 @@ def test_a_due_partition_is_rewritten_sized_to_the_stream():
 def test_with_conversion_the_equality_deletes_become_positions_before_the_rewrite():
     config = table(convert_equality_deletes={"enabled": True, "delete_ratio": 0.2})
 
-    convert, data, merge = follow_steps(config, [HOT], [VALUES], deletes=True)
+    convert, data, dangling = follow_steps(config, [HOT], [VALUES], deletes=True)
 
     assert convert.procedure == "convert_equality_deletes"
     assert convert.partitions == (HOT,) and convert.partition_values == (VALUES,)
@@ -54,9 +54,10 @@ def test_with_conversion_the_equality_deletes_become_positions_before_the_rewrit
     assert data.procedure == "rewrite_data_files"
     assert "delete-file-threshold" not in data.options
     assert data.options["delete-ratio-threshold"] == "0.2"
-    # no equality delete is left to drop; the positions are merged per partition
-    assert merge.procedure == "rewrite_position_delete_files"
-    assert merge.options["rewrite-all"] == "true"
+    # no equality delete is left to drop; the position deletes the rewrite left dangling are
+    # dropped as before
+    assert dangling.procedure == "rewrite_position_delete_files"
+    assert dangling.options["rewrite-all"] == "true"
     # nothing to convert without deletes counted
     assert [s.procedure for s in follow_steps(config, [HOT], [VALUES], deletes=False)] == [
         "rewrite_data_files"
