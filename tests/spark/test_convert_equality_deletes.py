@@ -15,8 +15,15 @@ import pytest
 from pyiceberg.table import StaticTable
 
 from compactor import convert as convert_module
+from compactor.config import (
+    ConvertEqualityDeletesConfig,
+    RewriteDataFilesConfig,
+    TableConfig,
+)
 from compactor.plan import Step
 from compactor.procedure import ProcedureFailed, run_step
+from compactor.report import Outcome
+from compactor.run import follow_table
 from demo import equality
 from jobkit.spark import load_table
 
@@ -243,3 +250,50 @@ def test_a_rewrite_between_the_read_and_the_commit_makes_it_refuse(spark, monkey
     # the rewrite's commit, and none of the conversion's
     assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").first()[0] == snapshots + 1
     assert rows(spark, table) == before
+
+
+def test_the_follower_converts_and_keeps_a_big_file_until_its_rows_are_deleted(spark, job_client):
+    """follow_table with conversion on: a compacted file with a few rows deleted stays, with
+    a position delete file naming it; once `delete_ratio` of its rows are deleted, the same
+    run's rewrite replaces it (Iceberg's delete-ratio-threshold counts the file-scoped
+    positions the conversion wrote)."""
+    table = "local.db.followed"
+    spark.sql(
+        f"CREATE TABLE {table} (id int, name string, dt string) USING iceberg "
+        "PARTITIONED BY (dt) TBLPROPERTIES ('format-version'='2')"
+    )
+    spark.range(2000).selectExpr(
+        "CAST(id AS int) AS id", "sha2(CAST(id AS string), 256) AS name", "'d0' AS dt"
+    ).coalesce(1).writeTo(table).append()
+    (big,) = data_paths(spark, table)
+    config = TableConfig(
+        table,
+        rewrite_data_files=RewriteDataFilesConfig(
+            options={"target-file-size-bytes": str(64 * 1024), "min-input-files": "2"}
+        ),
+        convert_equality_deletes=ConvertEqualityDeletesConfig(enabled=True),
+    )
+
+    def follow(deleted: Sequence[int]) -> dict[str, Any]:
+        # a stream's batch: two small files and an equality delete, the partition due
+        for n in (1, 2):
+            spark.sql(f"INSERT INTO {table} VALUES ({10_000 + n}, 'new', 'd0')")
+        delete_equal(spark, table, "d0", deleted)
+        before = rows(spark, table)
+        report = follow_table(spark, client=job_client, config=config, due={"dt=d0": (2, 1)})
+        assert report.outcome == Outcome.COMPACTED, (report.error, report.steps)
+        assert rows(spark, table) == before == pyiceberg_rows(spark, table)
+        return {s["procedure"]: s["output"] for s in report.steps}
+
+    outputs = follow(list(range(10)))  # 0.5% of the big file's rows
+
+    assert outputs["convert_equality_deletes"]["deleted_positions"] == 10
+    # the big file and the small files' rewrite; one position delete file, on the big file
+    assert big in data_paths(spark, table) and len(data_paths(spark, table)) == 2
+    assert delete_files(spark, table) == [(1, "d0")]
+
+    outputs = follow(list(range(10, 810)))  # 40% more: past the ratio of 0.3
+
+    assert outputs["convert_equality_deletes"]["deleted_positions"] == 800
+    assert big not in data_paths(spark, table)
+    assert delete_files(spark, table) == []
