@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from compactor.entries import FILE_PATH_ID, POS_ID, data_files, delete_files, partition_match
+from compactor.entries import (
+    FILE_PATH_ID,
+    POS_ID,
+    commit_rewrite,
+    data_files,
+    delete_files,
+    partition_match,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -371,14 +378,8 @@ def _commit(
     from pyspark.sql import functions as F
 
     chosen = entries.where(F.col("data_file.file_path").isin([f.path for f in removed]))
-    rewrite = jtable.newRewrite()
-    for file in delete_files(spark, jtable, chosen):
-        rewrite = rewrite.deleteFile(file)
-    for _, _, file in added:
-        rewrite = rewrite.addFile(file)
-    for key, value in properties.items():
-        rewrite = rewrite.set(key, str(value))
-    rewrite.commit()
+    files = delete_files(spark, jtable, chosen)
+    commit_rewrite(jtable, files, [file for _, _, file in added], properties)
 
 
 def _state_unknown(exc: BaseException) -> bool:

@@ -1,5 +1,5 @@
 """A table's `entries` metadata table, as the procedures that commit by hand read it: which
-rows lie in some partitions, and the Java files their rows stand for."""
+rows lie in some partitions, and the Java files their rows stand for; and their commit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["FILE_PATH_ID", "POS_ID", "data_files", "delete_files", "partition_match"]
+__all__ = [
+    "FILE_PATH_ID",
+    "POS_ID",
+    "commit_rewrite",
+    "data_files",
+    "delete_files",
+    "partition_match",
+]
 
 # Iceberg's reserved field ids of a position delete file's columns
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
@@ -55,3 +62,18 @@ def _wrapped(spark: SparkSession, jtable: Any, entries: DataFrame, wrapper: str)
         projection = iceberg.DataFile.getType(spec.partitionType())
         out.append(getattr(iceberg.spark, wrapper)(combined, projection, schema).wrap(row))
     return out
+
+
+def commit_rewrite(
+    jtable: Any, removed: Iterable[Any], added: Iterable[Any], properties: Mapping[str, str]
+) -> None:
+    """One RewriteFiles of `jtable`: the Java files `removed` out, `added` in, with
+    `properties` in its snapshot summary."""
+    rewrite = jtable.newRewrite()
+    for file in removed:
+        rewrite = rewrite.deleteFile(file)
+    for file in added:
+        rewrite = rewrite.addFile(file)
+    for key, value in properties.items():
+        rewrite = rewrite.set(key, str(value))
+    rewrite.commit()

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from compactor.convert import ConversionConflict, convert_equality_deletes
-from compactor.entries import delete_files, partition_match
+from compactor.entries import commit_rewrite, delete_files, partition_match
 from compactor.plan import REMOVE_DANGLING, Step
 from jobkit.partition import spec_of
 from jobkit.predicate import partition_predicate
@@ -180,12 +180,7 @@ def _remove_dangling_in(
     files = delete_files(spark, jtable, dangling)
     if not files:
         return 0
-    rewrite = jtable.newRewrite()
-    for file in files:
-        rewrite = rewrite.deleteFile(file)
-    for key, value in properties.items():
-        rewrite = rewrite.set(key, str(value))
-    rewrite.commit()
+    commit_rewrite(jtable, files, (), properties)
     return len(files)
 
 
