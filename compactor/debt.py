@@ -15,8 +15,9 @@ partitions_over_bound    partitions at `plan.stop_small_files` or `plan.stop_del
                          behind on these; late data in an older partition waits for the
                          daily rewrite-all by design
 worst_partition          the most small plus delete files in one partition
-partitions               per partition with any, its small data files and its delete files
-                         (`{"dt=2024-06-20/hr=13": {"data_files": 9, "delete_files": 4}}`; the
+partitions               per partition with any, its small data files, its delete files and
+                         of them the equality deletes that still apply (`{"dt=2024-06-20/hr=13":
+                         {"data_files": 9, "delete_files": 4, "equality_delete_files": 1}}`; the
                          most indebted MAX_PARTITIONS): the service replaces its own counts of
                          each partition's files with them, the counts the commits added since
                          (docs/jobs.md §3), which decide when a partition is due
@@ -68,11 +69,16 @@ def debt_of(stats: TableStats, config: TableConfig, *, measured_at: datetime) ->
 
 
 def partition_debt(stats: TableStats) -> dict[str, dict[str, int]]:
-    """Per named partition with any, its small data files and delete files (applying or
-    dangling: what a reader opens), the most indebted MAX_PARTITIONS."""
+    """Per named partition with any, its small data files, delete files (applying or dangling:
+    what a reader opens) and equality delete files that apply (a dangling one is older than
+    every data file: no reader joins it), the most indebted MAX_PARTITIONS."""
     owing = [p for p in by_debt(stats.partitions) if p.name is not None and p.debt]
     return {
-        str(p.name): {"data_files": p.small_files, "delete_files": p.all_delete_files}
+        str(p.name): {
+            "data_files": p.small_files,
+            "delete_files": p.all_delete_files,
+            "equality_delete_files": p.equality_delete_files,
+        }
         for p in owing[:MAX_PARTITIONS]
     }
 

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 from compactor.claim import Held, take
 from compactor.config import ConfigError, TableConfig, check_floors
 from compactor.report import Outcome, RunReport, publish
-from compactor.run import follow_table
+from compactor.run import DueCounts, follow_table
 from jobkit.spark import error_message
 from service.wire.errors import LakelockError, OutcomeUnknown, ServerError, Unavailable
 
@@ -252,22 +252,23 @@ class Follower:
         # a refusal (a token that may not, a bad table name) does not heal by asking again
         raise error
 
-    def _work(self, due: Sequence[Any]) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    def _work(self, due: Sequence[Any]) -> list[tuple[str, dict[str, DueCounts]]]:
         """The due partitions by table, tables not cooling down, most debt first (partitions
         within a table are ordered by follow_table)."""
         now = self.clock()
-        by_table: dict[str, dict[str, tuple[int, int]]] = {}
+        by_table: dict[str, dict[str, DueCounts]] = {}
         for d in due:
-            counts = (int(d.data_files), int(d.delete_files))
-            by_table.setdefault(d.table, {})[d.partition] = counts
+            by_table.setdefault(d.table, {})[d.partition] = _counts(d)
         with self._lock:
             cooling = {t for t, (until, _) in self._cooling.items() if until > now}
         ready = {t: p for t, p in by_table.items() if t not in cooling}
-        return sorted(ready.items(), key=lambda item: (-sum(map(sum, item[1].values())), item[0]))
+        return sorted(
+            ready.items(), key=lambda item: (-sum(sum(c[:2]) for c in item[1].values()), item[0])
+        )
 
     # -- one table ------------------------------------------------------------------------------
 
-    def _follow(self, table: str, due: Mapping[str, tuple[int, int]]) -> RunReport | None:
+    def _follow(self, table: str, due: Mapping[str, DueCounts]) -> RunReport | None:
         """Claim `table`, compact its due partitions, release; the run's report, or None when
         the table was left (claimed elsewhere, its config refused, the service down)."""
         config = self._config(table)
@@ -337,14 +338,10 @@ class Follower:
             self.on_run(report)
         return report
 
-    def _still_due(self, table: str) -> dict[str, tuple[int, int]]:
+    def _still_due(self, table: str) -> dict[str, DueCounts]:
         """The due partitions of `table` now (no wait)."""
         found = self.client.due([table], holder=self.fleet.holder, wait_s=0, limit=self.limit)
-        return {
-            d.partition: (int(d.data_files), int(d.delete_files))
-            for d in found
-            if d.table.lower() == table.lower()
-        }
+        return {d.partition: _counts(d) for d in found if d.table.lower() == table.lower()}
 
     def _config(self, table: str) -> TableConfig | None:
         try:
@@ -373,3 +370,8 @@ class Follower:
         with self._lock:
             left = [until - now for until, _ in self._cooling.values() if until > now]
         return max(0.0, min(left, default=0.0))
+
+
+def _counts(due: Any) -> DueCounts:
+    """A due partition's counts as follow_table takes them."""
+    return (int(due.data_files), int(due.delete_files), int(due.equality_delete_files))

@@ -80,10 +80,14 @@ from service.wire.errors import (
     Unavailable,
 )
 
+DueCounts = tuple[int, int] | tuple[int, int, int]
+"""A due partition's (data files, delete files[, equality delete files of them]), as the
+service counted them (compactor.follow)."""
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["LeaseLost", "default_holder", "follow_table", "run_table", "utcnow"]
+__all__ = ["DueCounts", "LeaseLost", "default_holder", "follow_table", "run_table", "utcnow"]
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +276,7 @@ def follow_table(
     *,
     client: LeaseClient,
     config: TableConfig,
-    due: Mapping[str, tuple[int, int]],
+    due: Mapping[str, DueCounts],
     holder: str | None = None,
     run_uid: str | None = None,
     now: Callable[[], datetime] = utcnow,
@@ -280,8 +284,9 @@ def follow_table(
     before_step: Callable[[Step], None] | None = None,
 ) -> RunReport:
     """Compact the partitions the service says are due, at once, without planning the table
-    (compactor.follow): `due` maps each partition's name to the (data files, delete files) the
-    service counted since its last compaction. Most debt first, `follow.partitions_per_group`
+    (compactor.follow): `due` maps each partition's name to the (data files, delete files,
+    equality delete files of them; the last may be left out) the service counted since its
+    last compaction. Most debt first, `follow.partitions_per_group`
     partitions under one maintenance lease on exactly them (the whole table with
     `lease.scope = "table"`), each group's steps sized to the stream
     (compactor.plan.follow_steps), limited to its partitions by the filter a full plan's group
@@ -313,7 +318,7 @@ def _follow(
     spark: SparkSession,
     client: LeaseClient,
     config: TableConfig,
-    due: Mapping[str, tuple[int, int]],
+    due: Mapping[str, DueCounts],
     report: RunReport,
     *,
     clock: Callable[[], float],
@@ -326,16 +331,19 @@ def _follow(
     # the spec from the table's metadata over py4j: no Spark job before the lease
     spec = read_spec(spark, config.name)
     named: list[tuple[str, dict[str, Any]]] = []
-    for name in sorted(due, key=lambda n: (-sum(due[n]), n)):
-        data, deletes = due[name]
+    # (data, delete, equality delete files): a count of equality deletes may be left out
+    counted = {name: (*files[:2], sum(files[2:])) for name, files in due.items()}
+    for name in sorted(counted, key=lambda n: (-sum(counted[n][:2]), n)):
+        data, deletes, equality = counted[name]
         try:
             named.append((name, partition_mapping(spec, name)))
         except ValueError as exc:
             log.warning("%s: %s left to the full plan: %s", config.name, name, exc)
             report.plan_reasons.append(f"{name}: left to the full plan ({exc})")
             continue
+        of_them = f" ({equality} by equality)" if equality else ""
         report.plan_reasons.append(
-            f"{name}: due, {data} data and {deletes} delete files added since its last "
+            f"{name}: due, {data} data and {deletes} delete files{of_them} added since its last "
             "compaction (the service's counts)"
         )
     whole = config.lease.scope == "table"
@@ -350,7 +358,8 @@ def _follow(
             config,
             names,
             [values for _, values in chunk],
-            deletes=any(due[name][1] for name in names),
+            deletes=any(counted[name][1] for name in names),
+            equality=any(counted[name][2] for name in names),
         )
         if steps:
             groups.append(

@@ -41,6 +41,7 @@ __all__ = [
     "JarSet",
     "MavenMissing",
     "cache_root",
+    "copy_dependencies",
     "iceberg_version",
     "jar_set",
     "jars",
@@ -224,24 +225,8 @@ def _fetch(jar_set: JarSet, folder: Path) -> None:
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".fetch-") as tmp:
         work = Path(tmp)
         (work / "pom.xml").write_text(_pom(jar_set.artifacts))
-        done = subprocess.run(
-            [
-                mvn,
-                "-q",
-                "-B",
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DexcludeTransitive={str(not jar_set.transitive).lower()}",
-                f"-DoutputDirectory={work / 'jars'}",
-            ],
-            cwd=work,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if done.returncode != 0:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
-            raise MavenMissing(f"mvn could not fetch {', '.join(jar_set.artifacts)}:\n{tail}")
+        what = ", ".join(jar_set.artifacts)
+        copy_dependencies(mvn, work, work / "jars", what=what, transitive=jar_set.transitive)
         fetched = sorted(p.name for p in (work / "jars").glob("*.jar"))
         present = _present(jar_set.skip_present_in)
         kept = [name for name in fetched if _artifact_name(name) not in present]
@@ -249,6 +234,35 @@ def _fetch(jar_set: JarSet, folder: Path) -> None:
         if folder.exists():  # another process got there first: keep its complete copy
             return
         (work / "jars").rename(folder)
+
+
+def copy_dependencies(
+    mvn: str, work: Path, into: Path, *, what: str, transitive: bool = True
+) -> None:
+    """Maven's `dependency:copy-dependencies` over the pom in `work`: its runtime jars (and
+    theirs, with `transitive`) into `into`.
+
+    Raises:
+        MavenMissing: mvn failed (its last lines named, with `what` it was fetching).
+    """
+    done = subprocess.run(
+        [
+            mvn,
+            "-q",
+            "-B",
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DexcludeTransitive={str(not transitive).lower()}",
+            f"-DoutputDirectory={into}",
+        ],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
+        raise MavenMissing(f"mvn could not fetch {what}:\n{tail}")
 
 
 def _present(where: str | None) -> set[str]:

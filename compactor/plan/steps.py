@@ -116,6 +116,7 @@ def follow_steps(
     values: Sequence[Mapping[str, Any]],
     *,
     deletes: bool,
+    equality: bool = False,
 ) -> tuple[Step, ...]:
     """The rewrite of `partitions` (their names, and `values` by partition field name) sized to
     the stream, for a compactor that follows it (compactor.follow): rewrite_data_files over
@@ -127,9 +128,9 @@ def follow_steps(
     service counted delete files added), remove_dangling_deletes and
     rewrite_position_delete_files over the same partitions, which drop the deletes the first
     step left applying to nothing (equality deletes, and position deletes). With
-    `convert_equality_deletes` enabled and `deletes`, a convert_equality_deletes step comes
-    first, the rewrite leaves big files with few deleted rows alone, and no equality delete is
-    left to drop.
+    `convert_equality_deletes` enabled and `equality` (the service counted equality deletes
+    among them), a convert_equality_deletes step comes first, the rewrite leaves big files with
+    few deleted rows alone, and no equality delete is left to drop.
 
     Raises:
         ValueError: no partitions, or not one value mapping per partition.
@@ -138,7 +139,7 @@ def follow_steps(
         raise ValueError("follow steps need partitions, and one value mapping each")
     names, mappings = tuple(partitions), tuple(values)
     steps: list[Step] = []
-    convert = deletes and config.convert_equality_deletes.enabled
+    convert = deletes and equality and config.convert_equality_deletes.enabled
     if convert:
         steps.append(
             Step(

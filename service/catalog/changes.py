@@ -59,6 +59,7 @@ from pyiceberg.typedef import Record
 
 from service.catalog.locations import inside
 from service.catalog.storage import TooLarge
+from service.lock.due import Files
 from service.lock.fence import Change, ChangeKind
 from service.wire import MAX_TOKEN
 from service.wire.errors import InvalidRequest, StorageFault
@@ -100,7 +101,7 @@ class Written:
     older_sequence: bool = False  # a file added with a data sequence number before its manifest's
     partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
     # per partition (keyed as `partitions`): data files added, delete files added, data files
-    # deleted
+    # deleted, equality delete files added (of the delete files)
     by_partition: dict[tuple[int, str], list[int]] = field(default_factory=dict)
     added_paths: set[str] = field(default_factory=set)  # the data files it adds
     # the one data file each added position delete file points at (None: several, or unknown)
@@ -621,9 +622,11 @@ def _count(
         written.removed_deletes += 1
     key = (spec_id, repr(file.partition))
     written.partitions.setdefault(key, file.partition)
-    counts = written.by_partition.setdefault(key, [0, 0, 0])
+    counts = written.by_partition.setdefault(key, [0, 0, 0, 0])
     if added:
         counts[0 if file.content == DataFileContent.DATA else 1] += 1
+        if file.content == DataFileContent.EQUALITY_DELETES:
+            counts[3] += 1
     elif file.content == DataFileContent.DATA:
         counts[2] += 1
 
@@ -673,23 +676,22 @@ def _named(metadata: TableMetadata, written: list[Written]) -> Scope:
 
 def _per_partition(
     metadata: TableMetadata, written: list[Written]
-) -> tuple[dict[str, tuple[int, int]], frozenset[str]]:
-    """The data files and delete files the snapshots added per partition name, and the
-    partitions whose data files they deleted (docs/design.md §5.1). A file of an unpartitioned
-    spec is in no partition: it is counted in none."""
+) -> tuple[dict[str, Files], frozenset[str]]:
+    """The data, delete and equality delete files the snapshots added per partition name, and
+    the partitions whose data files they deleted (docs/design.md §5.1). A file of an
+    unpartitioned spec is in no partition: it is counted in none."""
     specs = metadata.specs()
     schema = metadata.schema()
-    added: dict[str, tuple[int, int]] = {}
+    added: dict[str, Files] = {}
     rewritten: set[str] = set()
     for w in written:
-        for key, (data, deletes, deleted) in w.by_partition.items():
+        for key, (data, deletes, deleted, equality) in w.by_partition.items():
             spec = specs.get(key[0])
             if spec is None or spec.is_unpartitioned():
                 continue
             name = _java_escaped(spec.partition_to_path(w.partitions[key], schema))
             if data or deletes:
-                before = added.get(name, (0, 0))
-                added[name] = (before[0] + data, before[1] + deletes)
+                added[name] = added.get(name, Files()).plus(Files(data, deletes, equality))
             if deleted:
                 rewritten.add(name)
     return added, frozenset(rewritten)

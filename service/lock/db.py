@@ -245,6 +245,8 @@ due_t = Table(
     Column("partition_name", String(512), primary_key=True),  # MAX_NAME_CHARS
     Column("data_files", BigInteger, nullable=False),  # added since the last compaction
     Column("delete_files", BigInteger, nullable=False),
+    # of the delete files, those that delete by equality (migration 0017)
+    Column("equality_delete_files", BigInteger, nullable=False, server_default="0"),
     Column("commits", BigInteger, nullable=False),  # the commits that added them
     Column("first_at", Instant, nullable=False),  # when the first of them landed
     Column("due_at", Instant),  # when the counts reached the due threshold; NULL before

@@ -74,7 +74,7 @@ def report(
                 f"the claim {claim.id} on {table}", claim, by, "report debt under"
             )
     if body.partitions is not None:
-        measured = {n: (f.data_files, f.delete_files) for n, f in body.partitions.items()}
+        measured = {n: due.Files.of(f) for n, f in body.partitions.items()}
         due.replace(conn, table=table, partitions=measured, at=at, trigger=trigger or due.Trigger())
     values: dict[str, Any] = {name: getattr(body, name) for name in _COUNTS}
     values.update(

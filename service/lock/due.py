@@ -1,7 +1,7 @@
 """Due partitions: the files each partition gained since it was last compacted, counted as
 commits land, and the compactors that long-poll for them (docs/design.md §5.1).
 
-    add_written(conn, table=t, written={"dt=2024-06-20": (2, 1)}, at=at, trigger=Trigger())
+    add_written(conn, table=t, written={"dt=2024-06-20": Files(2, 1)}, at=at, trigger=Trigger())
                                         a commit's files: the partitions that became due
     compacted(conn, table=t, partitions=["dt=2024-06-20"], at=at)
                                         a compaction: counts to zero, a due->compacted sample each
@@ -38,13 +38,14 @@ from sqlalchemy.sql.expression import ColumnElement
 from service.lock import store
 from service.lock.db import claims_t, due_samples_t, due_t, followers_t, now, tables_t, wake
 from service.lock.rows import seconds
-from service.wire import DuePartition, TableDue
+from service.wire import DuePartition, PartitionFiles, TableDue
 
 __all__ = [
     "CHANNEL",
     "FOLLOWING",
     "HOUR",
     "Figures",
+    "Files",
     "Polled",
     "Trigger",
     "add_written",
@@ -68,20 +69,50 @@ FOLLOWING = timedelta(minutes=5)
 
 _CHUNK = 500  # names per IN (...): well under SQLite's and MySQL's limits on parameters
 
-Files = tuple[int, int]
-"""(data files, delete files)"""
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    """A partition's files counted since its last compaction: data files, delete files, and of
+    the delete files those that delete by equality (what a Flink upsert commits)."""
+
+    data: int = 0
+    deletes: int = 0
+    equality: int = 0
+
+    @classmethod
+    def of(cls, sent: PartitionFiles) -> Files:
+        """The counts a release or a debt report sent for one partition."""
+        return cls(sent.data_files, sent.delete_files, sent.equality_delete_files)
+
+    def __bool__(self) -> bool:
+        return bool(self.data or self.deletes)
+
+    def plus(self, other: Files) -> Files:
+        return Files(
+            _capped(self.data + other.data),
+            _capped(self.deletes + other.deletes),
+            _capped(self.equality + other.equality),
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Trigger:
-    """When a partition is due: its data files or its delete files counted since its last
-    compaction reach these (LAKELOCK_DUE_DATA_FILES, LAKELOCK_DUE_DELETE_FILES)."""
+    """When a partition is due: its data files, its delete files, or its equality delete files
+    counted since its last compaction reach these (LAKELOCK_DUE_DATA_FILES,
+    LAKELOCK_DUE_DELETE_FILES, LAKELOCK_DUE_EQUALITY_DELETE_FILES). Equality deletes weigh
+    most: every reader joins each one with every older data file of its partition, so one is
+    enough by default (docs/design.md §5.1)."""
 
     data_files: int = 4
     delete_files: int = 4
+    equality_delete_files: int = 1
 
-    def due(self, data_files: int, delete_files: int) -> bool:
-        return data_files >= self.data_files or delete_files >= self.delete_files
+    def due(self, files: Files) -> bool:
+        return (
+            files.data >= self.data_files
+            or files.deletes >= self.delete_files
+            or files.equality >= self.equality_delete_files
+        )
 
 
 # -- counting --------------------------------------------------------------------------------
@@ -95,36 +126,24 @@ def add_written(
     at: datetime,
     trigger: Trigger,
 ) -> list[str]:
-    """Add a commit's files per partition (`written`: name -> (data files, delete files));
-    answers the partitions that became due with it. A partition it added no file to is left
-    as it was."""
-    counted = {name: files for name, files in written.items() if files[0] or files[1]}
+    """Add a commit's files per partition (`written`: name -> its Files); answers the
+    partitions that became due with it. A partition it added no file to is left as it was."""
+    counted = {name: files for name, files in written.items() if files}
     if not counted:
         return []
     rows = _rows(conn, table, counted)
     fresh: list[dict[str, Any]] = []
     grown: list[dict[str, Any]] = []
     became: list[str] = []
-    for name, (data, deletes) in counted.items():
+    for name, files in counted.items():
         row = rows.get(name)
         if row is None:
-            due_at = at if trigger.due(data, deletes) else None
-            fresh.append(_new(table, name, (data, deletes), at, due_at, commits=1))
+            due_at = at if trigger.due(files) else None
+            fresh.append(_new(table, name, files, at, due_at, commits=1))
         else:
-            data, deletes = _capped(row.data_files + data), _capped(row.delete_files + deletes)
-            due_at = row.due_at or (at if trigger.due(data, deletes) else None)
-            grown.append(
-                {
-                    "t": table,
-                    "p": name,
-                    "data": data,
-                    "deletes": deletes,
-                    "commits": _capped(row.commits + 1),
-                    "first": row.first_at,
-                    "due": due_at,
-                    "at": at,
-                }
-            )
+            files = _files(row).plus(files)
+            due_at = row.due_at or (at if trigger.due(files) else None)
+            grown.append(_changed(table, name, files, row, due_at, at, commits=row.commits + 1))
         if due_at is not None and (row is None or row.due_at is None):
             became.append(name)
     _write(conn, fresh, grown)
@@ -169,33 +188,22 @@ def replace(
     compacted). Answers the partitions that became due."""
     counted = conn.execute(select(due_t).where(_c.table_name == table))
     rows = {row.partition_name: row for row in counted}
-    measured = {name: files for name, files in partitions.items() if files[0] or files[1]}
+    measured = {name: files for name, files in partitions.items() if files}
     _forget(conn, table, [name for name in rows if name not in measured])
     fresh: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
     became: list[str] = []
-    for name, (data, deletes) in measured.items():
+    for name, files in measured.items():
         row = rows.get(name)
         due_at = None
-        if trigger.due(data, deletes):
+        if trigger.due(files):
             due_at = row.due_at if row is not None and row.due_at is not None else at
             if row is None or row.due_at is None:
                 became.append(name)
         if row is None:
-            fresh.append(_new(table, name, (data, deletes), at, due_at, commits=0))
+            fresh.append(_new(table, name, files, at, due_at, commits=0))
         else:
-            kept.append(
-                {
-                    "t": table,
-                    "p": name,
-                    "data": data,
-                    "deletes": deletes,
-                    "commits": row.commits,
-                    "first": row.first_at,
-                    "due": due_at,
-                    "at": at,
-                }
-            )
+            kept.append(_changed(table, name, files, row, due_at, at, commits=row.commits))
     _write(conn, fresh, kept)
     if became:
         wake(CHANNEL)
@@ -212,18 +220,47 @@ def _capped(count: int) -> int:
     return min(count, COUNT_CAP)
 
 
+def _files(row: Any) -> Files:
+    return Files(row.data_files, row.delete_files, row.equality_delete_files)
+
+
 def _new(
     table: str, name: str, files: Files, at: datetime, due_at: datetime | None, *, commits: int
 ) -> dict[str, Any]:
     return {
         "table_name": table,
         "partition_name": name,
-        "data_files": _capped(files[0]),
-        "delete_files": _capped(files[1]),
+        "data_files": _capped(files.data),
+        "delete_files": _capped(files.deletes),
+        "equality_delete_files": _capped(files.equality),
         "commits": commits,
         "first_at": at,
         "due_at": due_at,
         "updated_at": at,
+    }
+
+
+def _changed(
+    table: str,
+    name: str,
+    files: Files,
+    row: Any,
+    due_at: datetime | None,
+    at: datetime,
+    *,
+    commits: int,
+) -> dict[str, Any]:
+    """The parameters of `_UPDATE` for a counted partition."""
+    return {
+        "t": table,
+        "p": name,
+        "data": files.data,
+        "deletes": files.deletes,
+        "equality": files.equality,
+        "commits": _capped(commits),
+        "first": row.first_at,
+        "due": due_at,
+        "at": at,
     }
 
 
@@ -234,6 +271,7 @@ _UPDATE = (
     .values(
         data_files=bindparam("data"),
         delete_files=bindparam("deletes"),
+        equality_delete_files=bindparam("equality"),
         commits=bindparam("commits"),
         first_at=bindparam("first"),
         due_at=bindparam("due"),
@@ -385,6 +423,7 @@ def _due(
             partition=row.partition_name,
             data_files=row.data_files,
             delete_files=row.delete_files,
+            equality_delete_files=row.equality_delete_files,
             commits=row.commits,
             due_s=max(0.0, seconds(at - row.due_at)),
         )

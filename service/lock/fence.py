@@ -89,9 +89,9 @@ class Change:
     # a data commit that can conflict with a rewrite in flight (removes files, or adds position
     # deletes against files it did not add); one that cannot passes maintenance holds
     conflicts: bool = True
-    # per partition, the data files and delete files its snapshots added, and the partitions
-    # whose data files they deleted (docs/design.md §5.1)
-    added: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # per partition, the data, delete and equality delete files its snapshots added, and the
+    # partitions whose data files they deleted (docs/design.md §5.1)
+    added: Mapping[str, due.Files] = field(default_factory=dict)
     rewritten: frozenset[str] = frozenset()
 
 

@@ -366,7 +366,7 @@ def release(
     caller: Caller,
     holder: str | None = None,
     token: int | None = None,
-    written: Mapping[str, tuple[int, int]] | None = None,
+    written: Mapping[str, due.Files] | None = None,
     compacted: Sequence[str] | None = None,
     trigger: due.Trigger | None = None,
 ) -> Lease:
@@ -379,7 +379,7 @@ def release(
     sends it: it names another lease.
 
     The holder may say what the lease did (docs/design.md §5.1): a commit lease the files its
-    commit added per partition (`written`: name -> (data files, delete files)), counted toward
+    commit added per partition (`written`: name -> its due.Files), counted toward
     the partitions' due threshold (`trigger`), unless a commit through the catalog front named
     the lease (the front counted them); a maintenance lease the partitions it compacted,
     whose counts go to zero. Counted only by the release that ends the lease, so a repeated

@@ -308,7 +308,8 @@ def _due_gauges(tables: list[tuple[str, Figures]]) -> Iterator[GaugeMetricFamily
     yield _per_table(
         "lakelock_due_partitions",
         "Partitions due for compaction now: their files counted since their last compaction "
-        "reached LAKELOCK_DUE_DATA_FILES or LAKELOCK_DUE_DELETE_FILES",
+        "reached LAKELOCK_DUE_DATA_FILES, LAKELOCK_DUE_DELETE_FILES or "
+        "LAKELOCK_DUE_EQUALITY_DELETE_FILES",
         [(table, figures.partitions_due) for table, figures in tables],
     )
     yield _per_table(

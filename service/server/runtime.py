@@ -181,7 +181,11 @@ class Runtime:
     @property
     def trigger(self) -> due.Trigger:
         """When a partition's counted files make it due (LAKELOCK_DUE_*)."""
-        return due.Trigger(self.settings.due_data_files, self.settings.due_delete_files)
+        return due.Trigger(
+            self.settings.due_data_files,
+            self.settings.due_delete_files,
+            self.settings.due_equality_delete_files,
+        )
 
     def transact_sync(self, fn: Callable[[Connection], T]) -> T:
         return run_transaction(

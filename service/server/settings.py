@@ -231,6 +231,14 @@ class Settings(BaseSettings):
         description="Likewise for delete files: a partition is due once this many were added "
         "since its last compaction (or its data files reached `LAKELOCK_DUE_DATA_FILES`).",
     )
+    due_equality_delete_files: int = Field(
+        default=1,
+        ge=1,
+        le=100000,
+        description="Likewise for equality delete files (a Flink upsert's), counted among the "
+        "delete files too: every reader joins each with every older data file of its "
+        "partition, so one makes a partition due by default.",
+    )
     shutdown_grace_s: float = Field(
         default=20.0,
         ge=0,

@@ -270,10 +270,21 @@ FileCount: TypeAlias = Annotated[
 
 
 class PartitionFiles(_Body):
-    """Files of one partition: data files and delete files."""
+    """Files of one partition: data files and delete files, and of the delete files those that
+    delete by equality (a Flink upsert's; a partition is due at fewer of them)."""
 
     data_files: FileCount
     delete_files: FileCount
+    equality_delete_files: FileCount = 0
+
+    @model_validator(mode="after")
+    def _equality_within_deletes(self) -> PartitionFiles:
+        if self.equality_delete_files > self.delete_files:
+            raise ValueError(
+                f"equality_delete_files ({self.equality_delete_files}) counts some of the "
+                f"delete_files ({self.delete_files}): send at most as many"
+            )
+        return self
 
 
 # partition name -> its files; a key that is no partition name is refused (the schema says so
@@ -673,6 +684,9 @@ class DuePartition(_Answer):
     partition: str
     data_files: int = Field(description="data files added since its last compaction")
     delete_files: int = Field(description="delete files added since its last compaction")
+    equality_delete_files: int = Field(
+        default=0, description="of the delete files, those that delete by equality"
+    )
     commits: int = Field(default=0, description="the commits that added them")
     due_s: float = Field(description="seconds since it became due")
 

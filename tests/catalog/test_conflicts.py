@@ -56,6 +56,15 @@ def equality_deletes() -> DataFile:
     )
 
 
+def test_equality_deletes_are_counted_apart_among_a_partitions_delete_files():
+    """What the front adds to a partition's due counts (docs/design.md §5.1): data, delete,
+    data deleted, equality deletes among the delete files."""
+    upsert = written((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
+    assert list(upsert.by_partition.values()) == [[1, 2, 0, 1]]
+    rewrite = written((data(OLD), False), (data(NEW), True), (equality_deletes(), False))
+    assert list(rewrite.by_partition.values()) == [[1, 0, 1, 0]]
+
+
 def test_appends_and_equality_deletes_cannot_conflict():
     assert not can_conflict([written((data(NEW), True))])
     assert not can_conflict([written((data(NEW), True), (equality_deletes(), True))])

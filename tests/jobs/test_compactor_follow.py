@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -19,17 +18,20 @@ from compactor.follow import Follower
 from compactor.job import parse_args
 from compactor.report import Outcome, RunReport
 from service.client import Lease
+from service.wire import DuePartition
 from service.wire.errors import ClaimHeld
 from tests.helpers import HANG_GUARD_S
 
 
-@dataclass(frozen=True)
-class Due:
-    table: str
-    partition: str
-    data_files: int
-    delete_files: int
-    due_s: float = 0.0
+def Due(table: str, partition: str, data_files: int, delete_files: int) -> DuePartition:
+    """A due partition as the service answers it."""
+    return DuePartition(
+        table=table,
+        partition=partition,
+        data_files=data_files,
+        delete_files=delete_files,
+        due_s=0.0,
+    )
 
 
 class Service:
@@ -132,7 +134,7 @@ def test_a_round_compacts_the_due_partitions_of_each_table_most_debt_first(runs)
     reports = f.round(threading.Event())
 
     assert [table for table, _ in runs] == ["local.db.b", "local.db.a"]
-    assert runs[1][1] == {"dt=2024-06-20/hr=13": (4, 0), "dt=2024-06-20/hr=14": (0, 4)}
+    assert runs[1][1] == {"dt=2024-06-20/hr=13": (4, 0, 0), "dt=2024-06-20/hr=14": (0, 4, 0)}
     assert [r.outcome for r in reports] == [Outcome.COMPACTED, Outcome.COMPACTED]
     # each table under its claim, released after its run
     assert service.claims == service.released == ["local.db.b", "local.db.a"]

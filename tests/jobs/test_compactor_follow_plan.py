@@ -46,7 +46,7 @@ def test_a_due_partition_is_rewritten_sized_to_the_stream():
 def test_with_conversion_the_equality_deletes_become_positions_before_the_rewrite():
     config = table(convert_equality_deletes={"enabled": True, "delete_ratio": 0.2})
 
-    convert, data, dangling = follow_steps(config, [HOT], [VALUES], deletes=True)
+    convert, data, dangling = follow_steps(config, [HOT], [VALUES], deletes=True, equality=True)
 
     assert convert.procedure == "convert_equality_deletes"
     assert convert.partitions == (HOT,) and convert.partition_values == (VALUES,)
@@ -62,6 +62,15 @@ def test_with_conversion_the_equality_deletes_become_positions_before_the_rewrit
     assert [s.procedure for s in follow_steps(config, [HOT], [VALUES], deletes=False)] == [
         "rewrite_data_files"
     ]
+    # nor with position deletes only (a Spark MERGE's): the rewrite applies them, as without
+    # conversion
+    steps = follow_steps(config, [HOT], [VALUES], deletes=True, equality=False)
+    assert [s.procedure for s in steps] == [
+        "rewrite_data_files",
+        "remove_dangling_deletes",
+        "rewrite_position_delete_files",
+    ]
+    assert steps[0].options["delete-file-threshold"] == "1"
 
 
 def test_conversion_is_off_by_default_and_its_ratio_is_checked():
@@ -130,12 +139,21 @@ def test_the_debt_names_each_partitions_small_and_delete_files():
             hour(10, data_files=3, small_files=2, position_delete_files=1),
             hour(11, data_files=1),  # one big file: owes nothing, not named
             hour(12, data_files=1, small_files=1, dangling_position_delete_files=2),
+            # equality deletes: those that apply counted apart, a dangling one not
+            hour(
+                13,
+                data_files=1,
+                equality_delete_files=2,
+                position_delete_files=1,
+                dangling_equality_delete_files=1,
+            ),
         ),
     )
     debt = debt_of(stats, table(), measured_at=NOW)
     assert debt["partitions"] == {
-        "dt=2024-06-20/hr=10": {"data_files": 2, "delete_files": 1},
-        "dt=2024-06-20/hr=12": {"data_files": 1, "delete_files": 2},
+        "dt=2024-06-20/hr=13": {"data_files": 0, "delete_files": 4, "equality_delete_files": 2},
+        "dt=2024-06-20/hr=10": {"data_files": 2, "delete_files": 1, "equality_delete_files": 0},
+        "dt=2024-06-20/hr=12": {"data_files": 1, "delete_files": 2, "equality_delete_files": 0},
     }
 
 
@@ -145,4 +163,8 @@ def test_the_debt_names_at_most_the_most_indebted_partitions():
     owing.append(PartitionStats({"n": -1}, name="n=-1", small_files=2))
     debt = debt_of(TableStats("local.db.t", partitions=tuple(owing)), table(), measured_at=NOW)
     assert len(debt["partitions"]) == MAX_PARTITIONS
-    assert debt["partitions"]["n=-1"] == {"data_files": 2, "delete_files": 0}
+    assert debt["partitions"]["n=-1"] == {
+        "data_files": 2,
+        "delete_files": 0,
+        "equality_delete_files": 0,
+    }

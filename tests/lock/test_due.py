@@ -76,6 +76,33 @@ def test_delete_files_alone_make_a_partition_due(api):
     assert due_partitions(api) == [(P2, 0, 4)]
 
 
+def test_one_equality_delete_file_makes_a_partition_due_and_others_wait_for_four(api, db_url):
+    """LAKELOCK_DUE_EQUALITY_DELETE_FILES (1): every reader joins an equality delete with every
+    older data file of its partition, so one is due at once; three position deletes are not."""
+    write(api, {P1: (1, 3)})
+    assert due_partitions(api) == []
+    write(api, {P2: (1, 0)})
+    lease = commit(api, partitions=[P2]).json()
+    written = {P2: files(0, 1) | {"equality_delete_files": 1}}
+    release_with(api, lease, written=written).raise_for_status()
+    assert due_partitions(api) == [(P2, 1, 1)]
+    assert _row(db_url, P2, "equality_delete_files") == 1
+    assert due(api).json()["due"][0]["equality_delete_files"] == 1
+    # a compactor's measure: the equality deletes resolved, the position deletes left
+    report = {
+        "data_files": 2,
+        "small_files": 2,
+        "delete_files": 4,
+        "partitions_over_target": 2,
+        "partitions": {P1: files(1, 3), P2: files(1, 1)},
+    }
+    api.put(f"/v1/tables/{TABLE}/debt", json=report, headers=auth("job")).raise_for_status()
+    assert due_partitions(api) == []
+    report["partitions"] = {P1: files(1, 3) | {"equality_delete_files": 1}, P2: files(1, 1)}
+    api.put(f"/v1/tables/{TABLE}/debt", json=report, headers=auth("job")).raise_for_status()
+    assert due_partitions(api) == [(P1, 1, 3)]
+
+
 def test_counting_writes_no_event_and_leaves_the_version_alone(api):
     lease = commit(api, partitions=[P1]).json()
     version = state(api)["version"]
@@ -161,6 +188,7 @@ def test_counts_are_the_holders_to_report_not_an_operators_revoke(api):
         {"written": {f"id={n}": files(1) for n in range(1001)}},
         {"written": {P1: files(MAX_COUNTED_FILES + 1)}},  # no commit adds that many
         {"written": {P1: files(1), P2: files(1)}},  # P2: outside the lease's partitions
+        {"written": {P1: files(1, 1) | {"equality_delete_files": 2}}},  # more than the deletes
     ],
 )
 def test_a_malformed_count_is_refused_and_the_lease_stays(api, body):
@@ -182,7 +210,7 @@ def test_counts_stop_at_their_cap_and_the_tables_sums_never_overflow(api, db_url
     engine = create_engine(db_url)
     for _ in range(3):
         with engine.begin() as conn:
-            huge = dict.fromkeys(names, (2**62, 2**62))
+            huge = dict.fromkeys(names, due.Files(2**62, 2**62, 2**62))
             due.add_written(conn, table=TABLE, written=huge, at=db.now(conn), trigger=due.Trigger())
     engine.dispose()
     assert _row(db_url, names[0], "data_files") == due.COUNT_CAP

@@ -280,7 +280,7 @@ def test_the_follower_converts_and_keeps_a_big_file_until_its_rows_are_deleted(s
             spark.sql(f"INSERT INTO {table} VALUES ({10_000 + n}, 'new', 'd0')")
         delete_equal(spark, table, "d0", deleted)
         before = rows(spark, table)
-        report = follow_table(spark, client=job_client, config=config, due={"dt=d0": (2, 1)})
+        report = follow_table(spark, client=job_client, config=config, due={"dt=d0": (2, 1, 1)})
         assert report.outcome == Outcome.COMPACTED, (report.error, report.steps)
         assert rows(spark, table) == before == pyiceberg_rows(spark, table)
         return {s["procedure"]: s["output"] for s in report.steps}

@@ -283,6 +283,10 @@ def test_equality_deletes_are_converted_under_a_lease_while_the_upsert_job_commi
     writer = start_writer(writers, front, tmp_path, table="db.flink_converted", mode="upsert")
     newest = upserted(front, spark)
     land(feed, table, newest, writer, repeat=False)
+    # the upsert's commit wrote an equality delete in each partition it touched: the front made
+    # each due at once (LAKELOCK_DUE_EQUALITY_DELETE_FILES, 1)
+    counted = job_client.due([table], holder="a-probe", wait_s=0)
+    assert counted and all(d.equality_delete_files >= 1 for d in counted), counted
     config = replace(
         compactor_config(table), convert_equality_deletes=ConvertEqualityDeletesConfig(True)
     )
@@ -295,7 +299,7 @@ def test_equality_deletes_are_converted_under_a_lease_while_the_upsert_job_commi
         # the file lands while the follow run converts: the job commits beside it
         n = feed.write(rows=30)
         report = follow_table(
-            spark, client=job_client, config=config, due=dict.fromkeys(names, (1, 1))
+            spark, client=job_client, config=config, due=dict.fromkeys(names, (1, 1, 1))
         )
         # no change: nothing older for its equality deletes to apply to yet
         assert report.outcome in (Outcome.COMPACTED, Outcome.NO_CHANGE), (

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from service.lock import leases, state
+from service.lock import due, leases, state
 from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, check_touch
 from service.server.routes.common import (
     READ,
@@ -84,7 +84,7 @@ async def end_lease(
     partitions when `body` says it: one transaction."""
     written = None
     if body is not None and body.written:
-        written = {n: (f.data_files, f.delete_files) for n, f in body.written.items()}
+        written = {n: due.Files.of(f) for n, f in body.written.items()}
     lease = await rt.transact(
         lambda conn: leases.release(
             conn,
