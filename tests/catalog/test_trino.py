@@ -1,4 +1,4 @@
-"""Trino on lakelock's front (jobkit.trino; docs/catalogs.md, Trino): the seeds' query engine, its
+"""Trino on lakelock's front (demo.trino; docs/catalogs.md, Trino): the seeds' query engine, its
 Iceberg connector on the REST catalog with a job token, on a warehouse of local files and on S3.
 
 What a user of Trino would notice: it reads what the jobs wrote (checked against pyiceberg, an
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from trino.exceptions import TrinoQueryError
 
-from jobkit.trino import TrinoServer, front_catalog
+from demo.trino import TrinoServer, front_catalog
 from tests.catalog.test_front import (
     events,
     maintenance_lease,

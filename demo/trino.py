@@ -1,6 +1,6 @@
 """Trino, the query engine that reads the lake, assembled from Maven Central and run on loopback.
 
-    python -m jobkit.trino                         # assemble Trino once into the cache
+    python -m demo.trino                           # assemble Trino once into the cache
     bin/trino --uri http://127.0.0.1:8080/iceberg --token T --catalog lake
                                                    # a Trino on :8081 reading lakelock's front
     with TrinoServer({"lake": front_catalog(uri, token)}) as trino:
@@ -15,10 +15,12 @@ made here: the server's `main` (`io.trino.server.TrinoServer`, three lines that 
 `io.trino.server.Server`) and the plugin's service file naming `IcebergPlugin`. The result goes
 into `~/.cache/lakelock/trino/<version>` (beside the jars cache, `LAKELOCK_JARS_CACHE`), once.
 
-Trino 479 and later run on Java 25: `LAKELOCK_TRINO_JAVA_HOME`, else the first JDK 25 or later
-under `/usr/lib/jvm`. A catalog on lakelock's front is Trino's Iceberg connector with
-`iceberg.catalog.type=rest` and the job token as its OAuth2 token (`front_catalog`): Trino's
-reads and commits then go through the front like any Iceberg client's (docs/catalogs.md, Trino).
+For the tests and anyone trying lakelock on one machine, as demo.kafka's broker and demo.s3's
+store: the server listens on 127.0.0.1 only. Trino 479 and later run on Java 25:
+`LAKELOCK_TRINO_JAVA_HOME`, else the newest JDK of 25 or later under `/usr/lib/jvm`. A catalog
+on lakelock's front is Trino's Iceberg connector with `iceberg.catalog.type=rest` and the job
+token as its OAuth2 token (`front_catalog`): Trino's reads and commits then go through the front
+like any Iceberg client's (docs/catalogs.md, Trino).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from demo.service import foreground, free_port, terminate
 from jobkit.maven import MavenMissing, cache_root, copy_dependencies
 
 __all__ = [
@@ -275,7 +277,7 @@ class TrinoServer:
         workdir: Path | None = None,
     ) -> None:
         self.catalogs = {name: dict(props) for name, props in catalogs.items()}
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.heap = heap
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self.workdir = workdir
@@ -369,13 +371,8 @@ class TrinoServer:
         return rows
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            terminate(self.process, timeout_s=30)
         self.process = None
         if self._tmp is not None:
             self._tmp.cleanup()
@@ -398,19 +395,11 @@ def _properties(path: Path, values: Mapping[str, str]) -> None:
     path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m jobkit.trino`: assemble Trino (bin/test runs it before the tests);
-    `python -m jobkit.trino serve --uri U --token T`: run one on lakelock's front until
+    """`python -m demo.trino`: assemble Trino (bin/test runs it before the tests);
+    `python -m demo.trino serve --uri U --token T`: run one on lakelock's front until
     interrupted (bin/trino)."""
-    parser = argparse.ArgumentParser(prog="python -m jobkit.trino")
+    parser = argparse.ArgumentParser(prog="python -m demo.trino")
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="run Trino with a catalog on lakelock's front")
     serve.add_argument("--uri", required=True, help="the front's REST catalog, .../iceberg")
@@ -429,16 +418,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.token:
         parser.error("--token (or LAKELOCK_TOKEN): a job token of the service")
     server = TrinoServer({args.catalog: front_catalog(args.uri, args.token)}, port=args.port)
-    server.start()
-    print(f"Trino {VERSION} on {server.url}, catalog {args.catalog} on {args.uri}", flush=True)
-    try:
-        assert server.process is not None
-        server.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return foreground(
+        server.start,
+        lambda s: f"Trino {VERSION} on {s.url}, catalog {args.catalog} on {args.uri}",
+        lambda s: s.process,
+    )
 
 
 if __name__ == "__main__":
