@@ -57,7 +57,23 @@ S3_SCHEMES = ("s3", "s3a", "s3n")
 SCHEMES = ("file", *S3_SCHEMES)
 DELETE_BATCH = 1000  # keys in one S3 DeleteObjects, its limit
 CACHED_BYTES = 64 * 1024 * 1024  # manifest lists and manifests kept, the latest used
-TIMEOUTS_S = (5.0, 60.0)  # S3: to connect, and to read an answer
+
+
+@dataclass(frozen=True)
+class Tries:
+    """How hard one S3 request tries: botocore's attempts, and its timeouts to connect and to
+    read an answer."""
+
+    attempts: int
+    connect_s: float
+    read_s: float
+
+
+WORK = Tries(attempts=3, connect_s=5.0, read_s=60.0)  # the catalog's reads and writes
+# a readiness probe: one LIST, one attempt, answered well within a load balancer's probe
+# timeout (5 s on an ALB), whatever the storage does; the balancer's own count of failed
+# probes is the retry
+PROBE = Tries(attempts=1, connect_s=2.0, read_s=2.0)
 READY_EVERY_S = 5.0  # how long a readiness check's answer stands
 _PRECONDITION = ("PreconditionFailed", "412")  # a conditional write found an object there
 
@@ -78,8 +94,9 @@ class S3Access:
     region: str | None = None  # None: the AWS chain's (AWS_REGION, the profile)
     path_style: bool = False  # bucket in the path, not the host name (S3-compatible stores)
 
-    def filesystem(self) -> Any:
-        """The s3fs file system (imported here: only an S3 warehouse needs it).
+    def filesystem(self, tries: Tries = WORK) -> Any:
+        """The s3fs file system whose requests try as `tries` says (imported here: only an S3
+        warehouse needs it).
 
         Raises:
             ModuleNotFoundError: s3fs is not installed; the message says which extra has it.
@@ -95,14 +112,14 @@ class S3Access:
             client_kwargs={"endpoint_url": self.endpoint, "region_name": self.region},
             config_kwargs={
                 "s3": {"addressing_style": "path" if self.path_style else "auto"},
-                "connect_timeout": TIMEOUTS_S[0],
-                "read_timeout": TIMEOUTS_S[1],
-                "retries": {"max_attempts": 3, "mode": "standard"},
+                "connect_timeout": tries.connect_s,
+                "read_timeout": tries.read_s,
+                "retries": {"total_max_attempts": tries.attempts, "mode": "standard"},
             },
             use_listings_cache=False,  # a purge's listing must be the store's, not a memory
             skip_instance_cache=True,
         )
-        fs.retries = 1  # s3fs's own tries come on top of botocore's three: one is enough
+        fs.retries = 1  # s3fs's own tries come on top of botocore's: one is enough
         return fs
 
 
@@ -135,7 +152,7 @@ class Storage:
         self.warehouse = warehouse
         self.on_s3 = scheme in S3_SCHEMES
         self.s3 = s3 or S3Access()
-        self._fs: Any = None
+        self._fs: dict[Tries, Any] = {}
         self._fs_lock = threading.Lock()
         self.io: FileIO = _IO(self._s3)
         self._checking = threading.Lock()
@@ -145,11 +162,11 @@ class Storage:
         self._cached = 0
         self._cache_lock = threading.Lock()
 
-    def _s3(self) -> Any:
+    def _s3(self, tries: Tries = WORK) -> Any:
         with self._fs_lock:
-            if self._fs is None:
-                self._fs = self.s3.filesystem()
-            return self._fs
+            if tries not in self._fs:
+                self._fs[tries] = self.s3.filesystem(tries)
+            return self._fs[tries]
 
     # -- faults ---------------------------------------------------------------------------
 
@@ -173,9 +190,9 @@ class Storage:
             ) from exc
 
     def ready(self) -> None:
-        """`check`, run at most once per READY_EVERY_S whoever asks, one at a time: a caller
-        meanwhile (a load balancer's probes of /readyz) gets the last answer at once, so a
-        slow storage holds one thread, never all of them.
+        """`check` with one attempt (PROBE), run at most once per READY_EVERY_S whoever asks,
+        one at a time: a caller meanwhile (a load balancer's probes of /readyz) gets the last
+        answer at once, so a slow storage holds one thread, never all of them.
 
         Raises:
             StorageFault: the last check failed.
@@ -186,7 +203,7 @@ class Storage:
                 raise StorageFault(self._fault)
             return
         try:
-            self.check()
+            self.check(PROBE)
             self._fault = None
         except StorageFault as exc:
             self._fault = exc.detail
@@ -195,9 +212,10 @@ class Storage:
             self._checked_at = time.monotonic()
             self._checking.release()
 
-    def check(self) -> None:
+    def check(self, tries: Tries = WORK) -> None:
         """The warehouse can be reached and listed (its bucket exists and the service's
-        credentials may list it; a local folder exists or can be made).
+        credentials may list it; a local folder exists or can be made), the LIST trying as
+        `tries` says.
 
         Raises:
             StorageFault: it cannot; the message names why.
@@ -205,7 +223,9 @@ class Storage:
         with self.faults(self.warehouse, "list the warehouse"):
             if self.on_s3:
                 bucket, prefix = _bucket_key(self.warehouse)
-                self._s3().call_s3("list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1)
+                self._s3(tries).call_s3(
+                    "list_objects_v2", Bucket=bucket, Prefix=prefix + "/", MaxKeys=1
+                )
                 return
             path = _local(self.warehouse)
             os.makedirs(path, exist_ok=True)

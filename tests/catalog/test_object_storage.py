@@ -7,15 +7,18 @@ writes the tables (the endpoint, region and path style come from `/v1/config`, n
 locations on `s3://` and `s3a://` are one storage; a purge answers at once, then deletes every
 object of the table's location in batches, markers included, and nothing of another table's;
 a storage that is down is a 503 naming the URI, with nothing applied, the connection kept,
-`/readyz` failing, and a service that cannot list its warehouse does not start; a commit
-costs a handful of requests, and a commit tried again reads nothing twice.
+`/readyz` failing after one attempt (the catalog's own calls make three), and a service that
+cannot list its warehouse does not start; a commit costs a handful of requests, and a commit
+tried again reads nothing twice.
 """
 
 from __future__ import annotations
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import date
@@ -27,7 +30,9 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 
-from demo.s3 import REGION, LocalS3
+from demo.s3 import ENV, REGION, LocalS3
+from service.catalog.storage import S3Access, Storage
+from service.wire.errors import StorageFault
 from testkit import free_port
 from tests.catalog.test_front import SCHEMA, SPEC, rows
 from tests.conftest import TOKENS, Warehouse, auth, start_server
@@ -301,3 +306,50 @@ def test_no_table_is_placed_in_a_folder_that_holds_files(front):
         )
         assert moved.status_code == 400 and "holds files already" in moved.json()["detail"]
     assert front.store.objects(folder)  # the dropped table's files, untouched
+
+
+class Failing(http.server.ThreadingHTTPServer):
+    """An S3 endpoint that answers every request 503 SlowDown, counting them."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.requests += 1
+                body = b"<Error><Code>SlowDown</Code><Message>Reduce your rate</Message></Error>"
+                self.send_response(503)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def test_a_readiness_probe_asks_a_failing_storage_once_the_start_up_check_retries(monkeypatch):
+    """A load balancer's probe must get its answer within the probe's timeout: one attempt,
+    its count of failed probes being the retry. The start-up check and the catalog's calls
+    ride out a blip with botocore's three attempts."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    endpoint = Failing()
+    try:
+        address = f"http://127.0.0.1:{endpoint.server_address[1]}"
+        storage = Storage("s3://lake/wh", S3Access(address, REGION, path_style=True))
+        with pytest.raises(StorageFault, match="failed to list the warehouse s3://lake/wh"):
+            storage.ready()
+        assert endpoint.requests == 1
+        with pytest.raises(StorageFault):  # the answer stands a few seconds: no new attempt
+            storage.ready()
+        assert endpoint.requests == 1
+        with pytest.raises(StorageFault, match="failed to list the warehouse"):
+            storage.check()
+        assert endpoint.requests == 1 + 3
+    finally:
+        endpoint.shutdown()
+        endpoint.server_close()
