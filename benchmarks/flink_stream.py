@@ -10,10 +10,12 @@ does not belong to the ingest job: `duration_s`, `rate`, `seed`, `update_ratio`,
 table config: `table_config()`), `health_every_s`, `progress_every_s`, `timeout_s`, `workdir`
 (emptied first) and `table` (the front's name of the table: catalog `lakelock`).
 
-What runs: the lakelock service with its front on SQLite (demo.flink.front_service), a Spark
-session (the compactor's and the readers') with the front as its catalog, the Flink upsert job
-(flink_writer, demo.flink.start_writer) on a landing folder, and, from the job's table on for
-`duration_s`:
+What runs: the lakelock service with its front on SQLite (demo.flink.front_service), a second
+one for what readers make (SCRATCH: their compacted copies, so the first front's figures stay
+the writer's and the compactor's), a Spark session (the compactor's and the readers') with the
+fronts as its catalogs, with `trino` a Trino server (demo.trino) with the same two catalogs, the
+Flink upsert job (flink_writer, demo.flink.start_writer) on a landing folder, and, from the
+job's table on for `duration_s`:
 
     lander      a file every `file_interval_s` of `rate` upserts a second (demo.flink.GrowingFeed:
                 the keys grow with event time, so a new partition opens every 3,600 upserts)
@@ -21,7 +23,8 @@ session (the compactor's and the readers') with the front as its catalog, the Fl
                 commits count the due partitions), or a run every `compact_every_s`
     sampler     the table's files per partition every `health_every_s` (demo.health.sample_at,
                 from the metadata file the front's database names)
-    readers     each reader's `read` (benchmarks.streaming_health.Reader), in a thread of its own
+    readers     each reader's `read` (benchmarks.streaming_health.Reader), in a thread of its own,
+                given the Trino server when there is one
 
 Then the landing stops, the job commits what is left, the job is stopped (its restarts and
 status), and the table is read by Iceberg's reader in Spark from its metadata file and compared
@@ -31,13 +34,15 @@ service's /metrics; the job's commits (when, rows added) from the snapshot summa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from compactor.report import RunReport
 from demo.flink import (
@@ -54,22 +59,37 @@ from demo.flink import (
 )
 from demo.health import Health, sample_at, static_table
 from demo.pipeline import PipelineOptions, compact, run_line, warm_samples
+from demo.trino import TrinoServer, front_catalog
+from jobkit.spark import CatalogConfig
 
-__all__ = ["COPIES", "SCRATCH", "FlinkStream", "FlinkStreamResult", "ReadBeside"]
+__all__ = ["COPIES", "LIVE", "SCRATCH", "FlinkStream", "FlinkStreamResult", "ReadBeside"]
 
 log = logging.getLogger("benchmarks.flink_stream")
 
+LIVE = "lakelock"
+"""The catalog of the job's table, in Spark and in Trino: the run's front."""
 SCRATCH = "scratch"
-"""A Hadoop catalog of the run's Spark session beside the front, for what readers make (their
-compacted copies): the front's figures stay the writer's and the compactor's."""
+"""The catalog, in Spark and in Trino, of what readers make (their compacted copies): a front
+of its own, so the run's front counts only the writer's and the compactor's commits."""
 COPIES = f"{SCRATCH}.db"
 """The namespace of SCRATCH the run makes for the readers' copies."""
 
 
-ReadBeside = Callable[[Any, str, tuple[float, float], threading.Event, Callable[[], bool]], None]
-"""A reader beside the jobs (benchmarks.streaming_health.Reader.read): called in a thread of its
-own with the Spark session, the table, the stream's window on time.monotonic(), the run's stop
-and whether the table has a commit yet."""
+class ReadBeside(Protocol):
+    """A reader beside the jobs (benchmarks.streaming_health.Reader.read): called in a thread
+    of its own with the Spark session, the table, the stream's window on time.monotonic(), the
+    run's stop, whether the table has a commit yet and the run's Trino server (or None)."""
+
+    def __call__(
+        self,
+        spark: Any,
+        table: str,
+        window: tuple[float, float],
+        stop: threading.Event,
+        committed: Callable[[], bool],
+        *,
+        trino: TrinoServer | None = None,
+    ) -> None: ...
 
 
 @dataclass
@@ -144,11 +164,13 @@ class FlinkStream:
         *,
         checkpoint_every_s: float = 2.0,
         readers: Sequence[ReadBeside] = (),
+        trino: bool = False,
         on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
         self.checkpoint_every_s = checkpoint_every_s
         self.readers = list(readers)
+        self.trino = trino
         self.on_progress = on_progress or (lambda line: log.info("%s", line))
         self.stop = threading.Event()
         self.health: list[Health] = []
@@ -166,26 +188,34 @@ class FlinkStream:
         """
         o = self.options
         started = time.monotonic()
-        with front_service(o.workdir) as service:
+        with contextlib.ExitStack() as stack:
+            service = stack.enter_context(front_service(o.workdir))
             self.on_progress(f"lakelock service at {service.url}, its catalog front at /iceberg")
-            scratch = (o.workdir / SCRATCH).as_uri()
+            scratch = stack.enter_context(front_service(o.workdir / SCRATCH))
+            copies = CatalogConfig(
+                name=SCRATCH,
+                type="rest",
+                warehouse=(o.workdir / SCRATCH / "warehouse").as_uri(),
+                # the operator's token: the readers drop their copies
+                properties={"uri": f"{scratch.url}/iceberg", "token": scratch.token("operator")},
+            )
             spark = front_session(
                 service,
                 o.workdir,
                 app_name="lakelock-streaming-health-flink",
-                extra_conf={
-                    f"spark.sql.catalog.{SCRATCH}": "org.apache.iceberg.spark.SparkCatalog",
-                    f"spark.sql.catalog.{SCRATCH}.type": "hadoop",
-                    f"spark.sql.catalog.{SCRATCH}.warehouse": scratch,
-                },
+                extra_conf=copies.spark_conf(),
             )
-            try:
-                return self._run(service, spark, started)
-            finally:
-                self.stop.set()
-                spark.stop()
+            stack.callback(spark.stop)
+            stack.callback(self.stop.set)
+            trino = None
+            if self.trino:
+                trino = stack.enter_context(_trino(service, scratch, o.workdir / "trino"))
+                self.on_progress(f"Trino {trino.url} reading both fronts")
+            return self._run(service, spark, trino, started)
 
-    def _run(self, service: Any, spark: Any, started: float) -> FlinkStreamResult:
+    def _run(
+        self, service: Any, spark: Any, trino: TrinoServer | None, started: float
+    ) -> FlinkStreamResult:
         o = self.options
         feed = GrowingFeed(o.workdir / "landing", update_ratio=o.update_ratio, seed=o.seed)
         writer = start_writer(service, feed, o.workdir, self.checkpoint_every_s)
@@ -199,7 +229,7 @@ class FlinkStream:
                 writer=writer,
                 deadline=deadline,
             )
-            self._stream(service, spark, feed, writer)
+            self._stream(service, spark, trino, feed, writer)
             wait_until(
                 "every landed row committed",
                 lambda: self._committed_rows(service.db_url) >= feed.rows,
@@ -223,7 +253,14 @@ class FlinkStream:
             table_problems=table_problems(rows_of(spark, metadata), feed),
         )
 
-    def _stream(self, service: Any, spark: Any, feed: GrowingFeed, writer: Any) -> None:
+    def _stream(
+        self,
+        service: Any,
+        spark: Any,
+        trino: TrinoServer | None,
+        feed: GrowingFeed,
+        writer: Any,
+    ) -> None:
         """The stream's part: lander, compactor, sampler and readers for `duration_s`, then
         stopped and joined.
 
@@ -252,7 +289,10 @@ class FlinkStream:
 
         for n, read in enumerate(self.readers):
             parts.append(
-                (f"reader {n}", lambda r=read: r(spark, o.table, window, self.stop, committed))
+                (
+                    f"reader {n}",
+                    lambda r=read: r(spark, o.table, window, self.stop, committed, trino=trino),
+                )
             )
         threads = [self._start(name, part) for name, part in parts]
         try:
@@ -318,6 +358,18 @@ class FlinkStream:
 
     def _committed_rows(self, db_url: str) -> int:
         return sum(rows for _, rows in flink_commits(_current(db_url, self.options.table)))
+
+
+def _trino(live: Any, scratch: Any, workdir: Path) -> TrinoServer:
+    """A Trino server (1 GB of heap) reading the run's front as LIVE and the readers' as
+    SCRATCH, each with its reader token: a query engine's reads, through the fronts as the
+    Spark session's."""
+    catalogs = {
+        LIVE: front_catalog(f"{live.url}/iceberg", live.token("reader")),
+        SCRATCH: front_catalog(f"{scratch.url}/iceberg", scratch.token("reader")),
+    }
+    workdir.mkdir(parents=True, exist_ok=True)
+    return TrinoServer(catalogs, heap="1G", workdir=workdir)
 
 
 def _current(db_url: str, table: str) -> str:

@@ -11,6 +11,7 @@ what the compactor holds, and what readers pay, in three modes and two change fo
         --compactor follow,timer --rate 400 --out var/sh-follow  # the follower against the timer
     python -m benchmarks.streaming_health --writer flink      # a Flink job, 10 min per run, 2 runs
     python -m benchmarks.streaming_health --writer flink --modes partitions --compactor follow,timer
+    python -m benchmarks.streaming_health --writer flink --modes partitions --trino
 
 Each run is the demo's pipeline (demo.pipeline: generator, gated streaming upsert, compactor, a
 lakelock service on SQLite) for `--duration-s`, with the compactor of `--compactor`: `follow`
@@ -57,8 +58,10 @@ upserts), and the job commits at each checkpoint (`--checkpoint-every-s`, 2 s). 
 `none` and `partitions` (`table` compares the ingest job's whole-table commit leases; the Flink
 job takes none); `--formats`, `--events` and `--update-window-h` are the ingest writer's and
 refused. The table, the compactor and the readers are measured as above (the readers' copies
-go to a Hadoop catalog of their own, so the front counts only the job's and the compactor's
-commits); instead of the ingest figures:
+go to a front of their own, so the job's front counts only the job's and the compactor's
+commits); with `--trino`, Trino (demo.trino, its Iceberg connector on the two fronts) runs the
+readers' three queries too, on the same snapshot and copy (`FOR VERSION AS OF`), and its count
+and lookup count in the readers' goal; instead of the ingest figures:
 
     flink        the job's restarts and final status (it is stopped once it took every file),
                  its commits and their gaps, read from the snapshot summaries; rows/s (rows
@@ -97,6 +100,7 @@ from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from demo.trino import TrinoServer
 from jobkit.spark import error_message
 
 __all__ = [
@@ -129,8 +133,8 @@ GOALS = {
     "query_ratio": 2.0,
     "growth_per_partition": 1.1,
 }
-# the queries the readers' goal is on (the scan is reported, not a goal)
-GOAL_QUERIES = ("count", "lookup")
+# the queries the readers' goal is on (the scan is reported, not a goal), Spark's and Trino's
+GOAL_QUERIES = ("count", "lookup", "trino_count", "trino_lookup")
 
 
 class Reader:
@@ -152,11 +156,14 @@ class Reader:
         window: tuple[float, float],
         stop: threading.Event,
         committed: Callable[[], bool],
+        *,
+        trino: TrinoServer | None = None,
     ) -> None:
         """Read `table` at each point of `window` (the stream's part of the run, on
         time.monotonic(): from when the service, Spark and the table are up to the end) until
         `stop`; a point waits for the stream's first commit (`committed`): a copy of a table
-        without a commit says nothing."""
+        without a commit says nothing. With `trino`, its catalogs named as Spark's, Trino runs
+        the same queries on the same snapshot and copy."""
         began, until = window
         for n, point in enumerate(self.points):
             if stop.wait(max(0.0, began + point * (until - began) - time.monotonic())):
@@ -165,46 +172,68 @@ class Reader:
                 if stop.wait(0.5):
                     return
             try:
-                self.results.append({"at_share": point, **self._measure(spark, table, n)})
+                self.results.append({"at_share": point, **self._measure(spark, trino, table, n)})
             except Exception as exc:  # a reader's failure is a figure, not the benchmark's end
                 self.errors.append(f"at {point:.0%}: {error_message(exc)}")
 
-    def _measure(self, spark: Any, table: str, n: int) -> dict[str, Any]:
+    def _measure(self, spark: Any, trino: TrinoServer | None, table: str, n: int) -> dict[str, Any]:
         newest = spark.sql(
             f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
         ).first()
         if newest is None:
             return {"snapshot_id": None}
         snapshot = newest["snapshot_id"]
-        at = f"{table} VERSION AS OF {snapshot}"
         namespace, name = table.rsplit(".", 1)
         copy = f"{self.scratch or namespace}.{name}_copy_{n}"
         spark.sql(f"DROP TABLE IF EXISTS {copy}")
         spark.sql(
-            f"CREATE TABLE {copy} USING iceberg PARTITIONED BY (dt, hr) AS SELECT * FROM {at}"
+            f"CREATE TABLE {copy} USING iceberg PARTITIONED BY (dt, hr) "
+            f"AS SELECT * FROM {table} VERSION AS OF {snapshot}"
         )
-        keys = [
-            r["event_id"]
-            for r in spark.sql(
-                f"SELECT event_id FROM {copy} ORDER BY hash(event_id) LIMIT {LOOKUP_KEYS}"
-            ).collect()
-        ]
-        listed = ", ".join(repr(k) for k in keys)
-        files = spark.sql(f"SELECT count(*) AS n FROM {table}.files").first()["n"]
-        copy_files = spark.sql(f"SELECT count(*) AS n FROM {copy}.files").first()["n"]
-        out: dict[str, Any] = {"snapshot_id": snapshot, "files": files, "copy_files": copy_files}
-        for name, query in (
-            ("count", "SELECT count(*) FROM {t}"),
-            ("scan", "SELECT count(DISTINCT event_id) FROM {t}"),
-            ("lookup", "SELECT count(*) FROM {t} WHERE event_id IN (" + listed + ")"),
-        ):
-            streamed = _median_s(lambda q=query: spark.sql(q.format(t=at)).collect())
-            compacted = _median_s(lambda q=query: spark.sql(q.format(t=copy)).collect())
-            out[f"{name}_s"] = round(streamed, 3)
-            out[f"{name}_copy_s"] = round(compacted, 3)
-            out[f"{name}_ratio"] = round(streamed / compacted, 2) if compacted else None
-        spark.sql(f"DROP TABLE IF EXISTS {copy}")
-        return out
+        try:
+            keys = [
+                r["event_id"]
+                for r in spark.sql(
+                    f"SELECT event_id FROM {copy} ORDER BY hash(event_id) LIMIT {LOOKUP_KEYS}"
+                ).collect()
+            ]
+            files = spark.sql(f"SELECT count(*) AS n FROM {table}.files").first()["n"]
+            copy_files = spark.sql(f"SELECT count(*) AS n FROM {copy}.files").first()["n"]
+            out = {"snapshot_id": snapshot, "files": files, "copy_files": copy_files}
+            out |= _timed(
+                "",
+                lambda q: spark.sql(q).collect(),
+                f"{table} VERSION AS OF {snapshot}",
+                copy,
+                keys,
+            )
+            if trino is not None:
+                live = f"{table} FOR VERSION AS OF {snapshot}"
+                out |= _timed("trino_", trino.query, live, copy, keys)
+            return out
+        finally:
+            spark.sql(f"DROP TABLE IF EXISTS {copy}")
+
+
+def _timed(
+    engine: str, run: Callable[[str], object], live: str, copy: str, keys: Sequence[Any]
+) -> dict[str, Any]:
+    """Each of QUERIES run by `run` on `live` (the snapshot, in the engine's words) and on
+    `copy`: the medians and their ratio, keyed `{engine}{query}_s`, `_copy_s`, `_ratio`."""
+    listed = ", ".join(repr(k) for k in keys)
+    out: dict[str, Any] = {}
+    for name, query in (
+        ("count", "SELECT count(*) FROM {t}"),
+        ("scan", "SELECT count(DISTINCT event_id) FROM {t}"),
+        ("lookup", "SELECT count(*) FROM {t} WHERE event_id IN (" + listed + ")"),
+    ):
+        streamed = _median_s(lambda q=query: run(q.format(t=live)))
+        compacted = _median_s(lambda q=query: run(q.format(t=copy)))
+        key = engine + name
+        out[f"{key}_s"] = round(streamed, 3)
+        out[f"{key}_copy_s"] = round(compacted, 3)
+        out[f"{key}_ratio"] = round(streamed / compacted, 2) if compacted else None
+    return out
 
 
 def _read_beside(reader: Reader, pipeline: Pipeline) -> threading.Thread:
@@ -279,6 +308,7 @@ def run_flink(args: argparse.Namespace, mode: str, compactor: str = "follow") ->
         options,
         checkpoint_every_s=args.checkpoint_every_s,
         readers=[reader.read],
+        trino=args.trino,
         on_progress=_progress,
     )
     result = stream.run()
@@ -622,6 +652,9 @@ TABLE_ROWS: tuple[Row, ...] = (
     ("count, x compacted copy", lambda r: _ratios(r, "count")),
     ("distinct keys (a scan), x compacted copy", lambda r: _ratios(r, "scan")),
     ("lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "lookup")),
+    ("Trino: count, x compacted copy", lambda r: _ratios(r, "trino_count")),
+    ("Trino: distinct keys, x compacted copy", lambda r: _ratios(r, "trino_scan")),
+    ("Trino: lookup of 100 keys, x compacted copy", lambda r: _ratios(r, "trino_lookup")),
     ("rows correct", lambda r: "yes" if r["rows_correct"] else "NO"),
     ("goals missed", lambda r: _missed(r)),
 )
@@ -649,6 +682,8 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
             "| --- |" + " ---: |" * len(of),
         ]
         rows = (FLINK_ROWS if writer == "flink" else INGEST_ROWS) + TABLE_ROWS
+        if not any(q.get("trino_count_s") for r in of for q in r["queries"]):
+            rows = tuple(row for row in rows if not row[0].startswith("Trino"))
         lines += [f"| {label} | " + " | ".join(get(r) for r in of) + " |" for label, get in rows]
         lines.append("")
         for r in of:
@@ -781,6 +816,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-queries", dest="queries", action="store_false")
     parser.add_argument(
+        "--trino",
+        action="store_true",
+        help="flink only: Trino (demo.trino) runs the readers' queries too, on the same "
+        "snapshot and copy, through the fronts",
+    )
+    parser.add_argument(
         "--events",
         type=int,
         help="ingest only: run by counts instead (the test's small run): this many events, "
@@ -860,6 +901,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_flink(parser, args)
     elif args.checkpoint_every_s is not None:
         parser.error("--checkpoint-every-s is for --writer flink (its job's checkpoints)")
+    elif args.trino:
+        parser.error(
+            "--trino is for --writer flink: the ingest writer's table is in a Hadoop catalog "
+            "of the demo's, which Trino cannot read; the Flink writer's is in the front"
+        )
     if args.update_window_h is not None and args.formats != "json":
         parser.error("--update-window-h is for --formats json (the click events' updates)")
     formats = ["flink"] if flink else (args.formats or ",".join(FORMATS)).split(",")

@@ -144,6 +144,10 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
             main(["--writer", "flink", *asked])
         assert exited.value.code != 0, asked
         assert said in capsys.readouterr().err + str(exited.value.code), asked
-    with pytest.raises(SystemExit):
-        main(["--checkpoint-every-s", "3"])
-    assert "--checkpoint-every-s is for --writer flink" in capsys.readouterr().err
+    for flag, said in (
+        (["--checkpoint-every-s", "3"], "--checkpoint-every-s is for --writer flink"),
+        (["--trino"], "--trino is for --writer flink"),
+    ):
+        with pytest.raises(SystemExit):
+            main(flag)
+        assert said in capsys.readouterr().err
