@@ -919,6 +919,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = [x for x in asked if x not in known]
         if unknown:
             raise SystemExit(f"unknown {unknown[0]!r}: use {', '.join(known)}")
+    args.out = args.out.resolve()  # the runs' warehouses are file:// URIs in it
     args.out.mkdir(parents=True, exist_ok=True)
     runs = [
         run_flink(args, mode, compactor) if flink else run_one(args, fmt, mode, compactor)
