@@ -1,6 +1,7 @@
 """Fixtures shared by the whole suite.
 
-`db_url` runs a test once on SQLite (a file under tmp_path) and once on the real MariaDB named by
+`db_url` runs a test on SQLite (a file under tmp_path), and where its module is marked `dialect`
+(the database's dialect matters) once more on the real MariaDB named by
 LAKELOCK_TEST_MARIADB_URL (skipped when unset; `.ci/run` sets it and fails if MariaDB is down).
 Each MariaDB run gets its own database, migrated once per session and emptied between tests.
 `api` is the app in-process (a starlette TestClient, which is an httpx.Client); `lakelock_server`
@@ -66,6 +67,31 @@ def auth(role: str) -> dict[str, str]:
 
 
 # -- databases -------------------------------------------------------------------------------
+
+pytest_plugins = ["tests.budget"]  # seconds per module, and the modules over their budget
+
+FAST = os.environ.get("LAKELOCK_TEST_TIER") == "fast"
+"""The fast tier (bin/test --fast): each test once, on SQLite and local files; its MariaDB and
+S3 twins, and the tests of MariaDB alone, are the full run's."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test's MariaDB twin (the `mariadb` param of `db_url`, BOTH_DATABASES, FRONTS) only
+    where its module says the database's dialect matters (the `dialect` marker: locking,
+    clocks, upserts, keysets, migrations, concurrency invariants, outages); the others run on
+    SQLite alone. The fast tier drops every twin (FAST)."""
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {}).values()
+        on_mariadb = item.get_closest_marker("mariadb") is not None
+        if "mariadb" in params:
+            wanted = not FAST and item.get_closest_marker("dialect") is not None
+        else:
+            wanted = not FAST or ("sqlite-s3" not in params and not on_mariadb)
+        (kept if wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,8 @@ from tests.conftest import FRONTS, TOKENS, auth, front_fixture, start_front
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "dt", DateType(), required=False),

@@ -45,7 +45,7 @@ from service.server.routes.catalog import ENDPOINTS
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.fuzzing import fuzz_seed, repeat_hint
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_ENV = "LAKELOCK_ICEBERG_OPENAPI"

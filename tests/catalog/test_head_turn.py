@@ -18,6 +18,7 @@ from datetime import date
 from typing import Any
 
 import httpx
+import pytest
 from pyiceberg.exceptions import CommitFailedException
 
 from tests.catalog.test_front import (
@@ -33,6 +34,8 @@ from tests.conftest import FRONTS, auth, front_fixture
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import Rewritten, rewrite_body, rewrite_files
 from tests.invariants import check, load_history
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 DAY = date(2024, 6, 20)  # the partition the maintenance lease holds and the rewrite compacts
 OTHER = date(2024, 6, 21)

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
+import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -30,6 +31,8 @@ from service.lock.db import idempotency_t
 from testkit.commits import rest_body
 from tests.catalog.test_parked_commits import delete_body
 from tests.conftest import BOTH_DATABASES, SECRETS, TWO_JOBS_ENV, front_fixture
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

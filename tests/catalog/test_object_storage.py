@@ -38,6 +38,8 @@ from tests.catalog.test_front import SCHEMA, SPEC, rows
 from tests.conftest import TOKENS, Warehouse, auth, start_server
 from tests.helpers import wait_until
 
+BUDGET_S = 60  # tests/budget.py: an S3 server of its own, stopped and started again
+
 CATALOG = "lakelock"
 
 

@@ -37,6 +37,8 @@ from testkit.commits import (
 from tests.conftest import SECRETS, TWO_JOBS_ENV, front_fixture
 from tests.helpers import HANG_GUARD_S, metric, wait_until
 
+BUDGET_S = 45  # tests/budget.py: commits parked until their holds end
+
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
     NestedField(2, "dt", DateType(), required=False),

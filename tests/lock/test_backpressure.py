@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from tests.helpers import (
     backdate,
     backdate_intent,
@@ -26,6 +28,8 @@ from tests.invariants import (
     load_history,
     replay,
 )
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 TABLE = "lake.db.events"
 HOT, OTHER = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"

@@ -23,6 +23,8 @@ from tests.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.events"
 
 

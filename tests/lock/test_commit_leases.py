@@ -1,4 +1,8 @@
+import pytest
+
 from tests.helpers import commit, events, release, state
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def test_two_commit_leases_coexist(api):

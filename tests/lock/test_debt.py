@@ -11,6 +11,8 @@ from service.client import DebtBody, LeaseClient
 from tests.conftest import auth
 from tests.helpers import events, metric, state
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.events"
 SNAPSHOT = 3051729675574597004  # a real Iceberg snapshot id: past 2**53
 

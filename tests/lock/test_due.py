@@ -32,6 +32,8 @@ from tests.lock.due_rows import (
     write,
 )
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 P1, P2, P3 = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14", "dt=2024-06-20/hr=15"
 
 

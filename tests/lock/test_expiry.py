@@ -1,4 +1,8 @@
+import pytest
+
 from tests.helpers import backdate, commit, events, maintenance, renew, state
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def test_expired_commit_lease_is_never_live_again(api, db_url):

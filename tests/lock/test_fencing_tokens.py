@@ -1,4 +1,8 @@
+import pytest
+
 from tests.helpers import backdate, events, maintenance, release, renew, state
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def test_tokens_increase_with_every_maintenance_grant(api):

@@ -17,6 +17,8 @@ from service.lock.db import make_engine, run_transaction
 from tests.helpers import backdate, backdate_intent, commit, events, maintenance, release, state
 from tests.invariants import check, load_history
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.events"
 HOLDER = "operator-client"  # the token the in-process API's requests send
 

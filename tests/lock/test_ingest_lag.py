@@ -11,6 +11,8 @@ from service.wire.errors import InvalidRequest
 from tests.conftest import auth
 from tests.helpers import events, metric, state
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.events"
 
 

@@ -9,6 +9,8 @@ import pytest
 from tests.helpers import backdate, commit, events, maintenance, release, state
 from tests.invariants import History, replay
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 
 @pytest.fixture
 def settings_overrides() -> dict[str, object]:

@@ -19,7 +19,7 @@ import pytest
 from tests.invariants import History, check, commit_span, lease_spans
 from tests.lock.test_invariants_concurrency import Workload, run_on_two_services
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 
 TABLES = ["lake.db.a", "lake.db.b", "lake.db.c"]
 OWN_TABLE = "lake.db.d"  # ClaimWorkload.every_ending's, which nothing else touches

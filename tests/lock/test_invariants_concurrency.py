@@ -28,7 +28,7 @@ from tests.invariants import (
     maintenance_spans,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 
 TABLES = ["lake.db.hot", "lake.db.hot", "lake.db.hot", "lake.db.warm"]
 PARTITIONS = [f"dt=2024-06-20/hr={hour:02d}" for hour in range(8)]

@@ -10,6 +10,8 @@ import pytest
 from service.wire.scope import MAX_NAME_CHARS
 from tests.helpers import backdate_intent, commit, events, maintenance, state
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 LARGEST = [f"p{n:04d}=".ljust(MAX_NAME_CHARS, "x") for n in range(1000)]
 
 

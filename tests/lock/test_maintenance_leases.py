@@ -2,6 +2,8 @@ import pytest
 
 from tests.helpers import backdate_intent, commit, events, maintenance, release, state, switch
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 
 def test_maintenance_is_granted_on_a_free_table_with_a_token(api):
     response = maintenance(api)

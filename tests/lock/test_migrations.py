@@ -8,6 +8,8 @@ from service.lock.db import make_engine, now, run_transaction
 from service.lock.rows import Caller
 from service.wire.errors import Locked, NotOwner
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLES = {
     "lakelock_tables",
     "lakelock_commit_leases",

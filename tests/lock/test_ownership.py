@@ -31,6 +31,8 @@ from tests.conftest import BOTH_DATABASES, TWO_JOBS_ENV, start_front
 from tests.conftest import SECRETS as TWO_JOB_SECRETS
 from tests.iceberg_commits import rewrite_body
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 NARROW = "job-c-secret-00000006"  # a job token narrowed to lake.narrow.* (LAKELOCK_TOKEN_TABLES)
 TOKENS_ENV = f"{TWO_JOBS_ENV},job-c:job:{NARROW}"
 SECRETS = {**TWO_JOB_SECRETS, "c": NARROW}

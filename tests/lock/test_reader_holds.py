@@ -13,6 +13,8 @@ from service.wire.errors import InvalidRequest
 from tests.conftest import auth
 from tests.helpers import backdate_reader, events, state
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.orders"
 S1, S2 = 3051729675574597004, 7051729675574597005  # snapshot ids past 2**53
 

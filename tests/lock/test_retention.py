@@ -14,6 +14,8 @@ from service.lock.db import claims_t, commit_leases_t, events_t, make_engine, no
 from service.lock.retention import prune
 from tests.server.test_metrics import _samples
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 RETENTION = timedelta(days=30)
 OLD = timedelta(days=31)
 

@@ -1,4 +1,8 @@
+import pytest
+
 from tests.helpers import commit, events, maintenance, renew, state
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def test_revoked_commit_lease_learns_it_at_next_renew(api):

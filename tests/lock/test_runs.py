@@ -1,4 +1,8 @@
+import pytest
+
 from tests.conftest import auth
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def _report(api, outcome, **extra):

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from service.wire.scope import conflicts
 from tests.helpers import commit, events, maintenance, release, renew, state
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 HOT = ["dt=2024-06-20/hr=13"]
 WARM = ["dt=2024-06-20/hr=12"]
 COLD = ["dt=2024-06-19/hr=01", "dt=2024-06-19/hr=02"]

@@ -1,4 +1,8 @@
+import pytest
+
 from tests.helpers import commit, events, maintenance, release, state, switch, unknown
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def test_paused_ingest_refuses_commit_leases(api):

@@ -1,7 +1,11 @@
 import threading
 import time
 
+import pytest
+
 from tests.helpers import commit, events, maintenance, release
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 COMMIT_TTL_S = 3.0
 GRANTS_BEFORE_ASKING = 12  # the loop is running: every writer was granted about twice

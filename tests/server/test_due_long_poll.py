@@ -16,6 +16,8 @@ from tests.conftest import auth, make_settings
 from tests.helpers import claim, metric, release, state, wait_parked
 from tests.lock.due_rows import TABLE, due, forget_counts, write
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 P1, P2 = "dt=2024-06-20/hr=13", "dt=2024-06-20/hr=14"
 WAIT_S = 60  # the longest long-poll: an answer before it was woken, not timed out
 

@@ -1,7 +1,11 @@
 import threading
 import time
 
+import pytest
+
 from tests.helpers import commit, maintenance, release, state, switch, wait_parked, wait_until
+
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 
 def _in_thread(fn):
