@@ -42,6 +42,7 @@ from tests.invariants import History, check, fenced, held, load_history
 from tests.lock.test_invariants_concurrency import _event
 
 pytestmark = pytest.mark.mariadb
+BUDGET_S = 120  # tests/budget.py: a concurrent workload until its counts are reached
 
 DAYS = [date(2024, 6, 20) + timedelta(days=n) for n in range(4)]
 TABLE = "lakelock.db.t"

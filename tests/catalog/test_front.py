@@ -38,6 +38,7 @@ from tests.helpers import HANG_GUARD_S, metric, wait_until
 from tests.iceberg_commits import rewrite_body
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+BUDGET_S = 60  # tests/budget.py: a front on each database and on S3
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),
