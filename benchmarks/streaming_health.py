@@ -185,7 +185,7 @@ class Reader:
         snapshot = newest["snapshot_id"]
         namespace, name = table.rsplit(".", 1)
         copy = f"{self.scratch or namespace}.{name}_copy_{n}"
-        spark.sql(f"DROP TABLE IF EXISTS {copy}")
+        spark.sql(f"DROP TABLE IF EXISTS {copy} PURGE")  # its files too
         spark.sql(
             f"CREATE TABLE {copy} USING iceberg PARTITIONED BY (dt, hr) "
             f"AS SELECT * FROM {table} VERSION AS OF {snapshot}"
@@ -212,7 +212,7 @@ class Reader:
                 out |= _timed("trino_", trino.query, live, copy, keys)
             return out
         finally:
-            spark.sql(f"DROP TABLE IF EXISTS {copy}")
+            spark.sql(f"DROP TABLE IF EXISTS {copy} PURGE")  # its files too
 
 
 def _timed(
@@ -890,6 +890,8 @@ def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             )
     if args.checkpoint_every_s is None:
         args.checkpoint_every_s = 2.0
+    if args.trino and not args.queries:
+        parser.error("--trino runs the readers' queries: it is no use with --no-queries")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -72,22 +72,24 @@ pytest_plugins = ["tests.budget"]  # seconds per module, and the modules over th
 
 FAST = os.environ.get("LAKELOCK_TEST_TIER") == "fast"
 """The fast tier (bin/test --fast): each test once, on SQLite and local files; its MariaDB and
-S3 twins, and the tests of MariaDB alone, are the full run's."""
+S3 twins, and the tests of MariaDB or S3 alone (the `mariadb` and `s3` markers), are the full
+run's."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test's MariaDB twin (the `mariadb` param of `db_url`, BOTH_DATABASES, FRONTS) only
     where its module says the database's dialect matters (the `dialect` marker: locking,
     clocks, upserts, keysets, migrations, concurrency invariants, outages); the others run on
-    SQLite alone. The fast tier drops every twin (FAST)."""
+    SQLite alone. The fast tier runs neither MariaDB nor S3 (FAST)."""
     kept, dropped = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {}).values()
-        on_mariadb = item.get_closest_marker("mariadb") is not None
-        if "mariadb" in params:
-            wanted = not FAST and item.get_closest_marker("dialect") is not None
+        if FAST:
+            wanted = not any(item.get_closest_marker(m) for m in ("mariadb", "s3"))
+        elif "mariadb" in params:
+            wanted = item.get_closest_marker("dialect") is not None
         else:
-            wanted = not FAST or ("sqlite-s3" not in params and not on_mariadb)
+            wanted = True
         (kept if wanted else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -240,7 +242,7 @@ def start_front(
 BOTH_DATABASES = ["sqlite", pytest.param("mariadb", marks=pytest.mark.mariadb)]
 """The params of a module-scoped fixture that runs its tests on both databases."""
 
-FRONTS = [*BOTH_DATABASES, "sqlite-s3"]
+FRONTS = [*BOTH_DATABASES, pytest.param("sqlite-s3", marks=pytest.mark.s3)]
 """Both databases with a warehouse of local files, and SQLite with one on S3 (the project's
 S3 server): the catalog front's tests that hold for any storage."""
 

@@ -139,6 +139,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
         (["--formats", "json"], "--formats is for --writer ingest"),
         (["--events", "100"], "--events is for --writer ingest"),
         (["--modes", "table"], "unknown 'table'"),
+        (["--trino", "--no-queries"], "--trino runs the readers' queries"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(["--writer", "flink", *asked])

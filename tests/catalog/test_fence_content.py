@@ -1,5 +1,6 @@
 """The fence judges a commit by what it changes in the table, not by what it says it did
-(docs/catalog-front.md, docs/design.md §6), against a real service on SQLite and on MariaDB.
+(docs/catalog-front.md, docs/design.md §6), against a real service on SQLite, its warehouse on
+local files and on S3.
 
 A compactor holds partition p=2 under a maintenance lease; a foreign writer then tries, with
 hand-made manifests, to change p=2 without naming it: a manifest list that drops p=2's

@@ -50,6 +50,8 @@ from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
 from tests.helpers import wait_until
 from tests.iceberg_commits import rewrite_body
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 CATALOG = "lakelock"
 MODULE = "tests.catalog_trust_marker.Named"  # importing it leaves the marker file
 ADDED_SNAPSHOT_ID = 6  # the field's place in a manifest list's record (Iceberg's spec)

@@ -19,7 +19,7 @@ from tests.conftest import Warehouse
 TABLE = "lake.db.events"
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.s3)])
 def properties(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """A SQL catalog `lake` with table db.events: one snapshot under a lease id, one without;
     its warehouse on local files, or on the project's S3 server (the catalog's S3 settings

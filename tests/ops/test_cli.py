@@ -1,4 +1,4 @@
-"""The `lakelock` command against the service in-process, on SQLite and MariaDB."""
+"""The `lakelock` command against the service in-process, on SQLite."""
 
 from __future__ import annotations
 

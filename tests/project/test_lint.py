@@ -6,6 +6,10 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # all of bin/lint, mypy strict too
+
 ROOT = Path(__file__).resolve().parents[2]
 WORD = "aggr" + "esive"  # misspelled, and never so in a tracked file (this one is linted)
 MISSPELLED = f"an {WORD} log line, as a server's log may say\n"

@@ -32,7 +32,7 @@ import pytest
 from tests.conftest import TOKENS, start_server
 from tests.fuzzing import fuzz_seed, repeat_hint
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 
 # bin/fuzz may ask for more (LAKELOCK_FUZZ_EXAMPLES)
 MAX_EXAMPLES = int(os.environ.get("LAKELOCK_FUZZ_EXAMPLES", "30"))

@@ -22,7 +22,7 @@ from tests.helpers import wait_parked, wait_until
 from tests.mariadb_user import password_user
 from tests.tcp_proxy import TcpProxy
 
-pytestmark = [pytest.mark.mariadb, pytest.mark.slow]
+pytestmark = [pytest.mark.mariadb, pytest.mark.slow, pytest.mark.dialect]
 
 TABLE = "lake.db.events"
 DB_TIMEOUT_S = 1.0

@@ -9,6 +9,8 @@ import pytest
 from tests.conftest import auth
 from tests.helpers import commit, events, maintenance, release, renew, state, unknown
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 TABLE = "lake.db.events"
 
 

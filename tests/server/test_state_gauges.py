@@ -21,6 +21,8 @@ from tests.helpers import (
 )
 from tests.server.test_metrics import _samples
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 LIVE_COMMIT = ("lakelock_live_leases", (("kind", "commit"),))
 LIVE_MAINTENANCE = ("lakelock_live_leases", (("kind", "maintenance"),))
 INTENTS = ("lakelock_open_intents", ())

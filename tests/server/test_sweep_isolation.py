@@ -6,6 +6,8 @@ import pytest
 from service.lock import leases
 from tests.helpers import backdate, commit, events
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 
 @pytest.fixture
 def settings_overrides() -> dict[str, object]:

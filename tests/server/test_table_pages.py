@@ -8,6 +8,8 @@ import pytest
 
 from service.client import LeaseClient
 
+pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
+
 
 def _make_known(api: httpx.Client, names: list[str]) -> None:
     for name in names:
