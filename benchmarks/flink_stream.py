@@ -368,7 +368,6 @@ def _trino(live: Any, scratch: Any, workdir: Path) -> TrinoServer:
         LIVE: front_catalog(f"{live.url}/iceberg", live.token("reader")),
         SCRATCH: front_catalog(f"{scratch.url}/iceberg", scratch.token("reader")),
     }
-    workdir.mkdir(parents=True, exist_ok=True)
     return TrinoServer(catalogs, heap="1G", workdir=workdir)
 
 

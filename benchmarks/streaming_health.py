@@ -125,7 +125,12 @@ COMPACTORS = ("follow", "timer")
 FORMATS = ("json", "debezium")  # the default run
 KNOWN_FORMATS = (*FORMATS, "canal")
 QUERY_POINTS = (0.3, 0.6, 0.9)
-QUERIES = ("count", "scan", "lookup")
+QUERIES = {
+    "count": "SELECT count(*) FROM {t}",
+    "scan": "SELECT count(DISTINCT event_id) FROM {t}",
+    "lookup": "SELECT count(*) FROM {t} WHERE event_id IN ({keys})",
+}
+"""The readers' queries by name, on a table `t` (`keys`: the lookup's, listed)."""
 LOOKUP_KEYS = 100
 GOALS = {
     "partition_peak_files": 12,
@@ -222,13 +227,9 @@ def _timed(
     `copy`: the medians and their ratio, keyed `{engine}{query}_s`, `_copy_s`, `_ratio`."""
     listed = ", ".join(repr(k) for k in keys)
     out: dict[str, Any] = {}
-    for name, query in (
-        ("count", "SELECT count(*) FROM {t}"),
-        ("scan", "SELECT count(DISTINCT event_id) FROM {t}"),
-        ("lookup", "SELECT count(*) FROM {t} WHERE event_id IN (" + listed + ")"),
-    ):
-        streamed = _median_s(lambda q=query: run(q.format(t=live)))
-        compacted = _median_s(lambda q=query: run(q.format(t=copy)))
+    for name, query in QUERIES.items():
+        streamed = _median_s(lambda q=query: run(q.format(t=live, keys=listed)))
+        compacted = _median_s(lambda q=query: run(q.format(t=copy, keys=listed)))
         key = engine + name
         out[f"{key}_s"] = round(streamed, 3)
         out[f"{key}_copy_s"] = round(compacted, 3)

@@ -337,10 +337,13 @@ class TrinoServer:
         deadline = time.monotonic() + timeout_s
         while not self._ready():
             if self.process.poll() is not None:
-                raise RuntimeError(f"Trino exited ({self.process.returncode}):\n{self._tail()}")
+                said = f"Trino exited ({self.process.returncode}):\n{self._tail()}"
+                self.stop()  # its temporary folder too
+                raise RuntimeError(said)
             if time.monotonic() > deadline:
+                said = f"Trino did not start in {timeout_s:g}s:\n{self._tail()}"
                 self.stop()
-                raise RuntimeError(f"Trino did not start in {timeout_s:g}s:\n{self._tail()}")
+                raise RuntimeError(said)
             time.sleep(0.5)
         return self
 

@@ -23,6 +23,8 @@ import pytest
 BUDGET_S = {"fast": 30.0, "slow": 180.0}
 """A module's budget unless it says otherwise: `slow` for one whose tests are marked slow or
 spark, `fast` for the others."""
+TIER = "fast" if os.environ.get("LAKELOCK_TEST_TIER") == "fast" else "full"
+"""The run's tier: `fast` for bin/test --fast (tests/conftest.py drops what it does not run)."""
 SUITE_BUDGET_S = {"fast": 3 * 60.0, "full": 20 * 60.0}
 """A run on a 2-core machine: `bin/test --fast`, and the whole of `bin/test`."""
 SHOWN = 15
@@ -54,7 +56,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _seconds or hasattr(terminalreporter.config, "workerinput"):
         return  # nothing ran, or an xdist worker's share: the controller sums them all
-    suite_s = SUITE_BUDGET_S["fast" if os.environ.get("LAKELOCK_TEST_TIER") == "fast" else "full"]
+    suite_s = SUITE_BUDGET_S[TIER]
     total = time.monotonic() - _started
     ranked = sorted(_seconds.items(), key=lambda kv: -kv[1])
     over = [(m, s, _budgets[m]) for m, s in ranked if m in _budgets and s > _budgets[m]]

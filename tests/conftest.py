@@ -25,6 +25,7 @@ from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
 from testkit import LocalService, free_port, fresh_database
+from tests.budget import TIER
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
@@ -70,7 +71,7 @@ def auth(role: str) -> dict[str, str]:
 
 pytest_plugins = ["tests.budget"]  # seconds per module, and the modules over their budget
 
-FAST = os.environ.get("LAKELOCK_TEST_TIER") == "fast"
+FAST = TIER == "fast"
 """The fast tier (bin/test --fast): each test once, on SQLite and local files; its MariaDB and
 S3 twins, and the tests of MariaDB or S3 alone (the `mariadb` and `s3` markers), are the full
 run's."""
