@@ -39,16 +39,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "percentile"]
+from service.wire.figures import quantile
+
+__all__ = ["main"]
 
 TABLE = "local.db.orders"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -244,8 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lag = {
             "transactions": len(workload.commits) - since,
             "orders_transactions_measured": len(lags),
-            "p50_s": round(statistics.median(lags), 2) if lags else None,
-            "p99_s": round(percentile(lags, 0.99), 2),
+            "p50_s": quantile(lags, 0.5, ndigits=2),
+            "p99_s": quantile(lags, 0.99, ndigits=2),
             "max_s": round(max(lags), 2) if lags else None,
             "batches": len(stream.handle.records),
             "compactions": compactions[:],
@@ -304,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "max": max(files, default=0),
             },
             "schema_read_ms": {
-                "p50": round(statistics.median(reads), 1),
+                "p50": quantile(reads, 0.5, ndigits=1),
                 "max": round(max(reads), 1),
             },
             "equal_to_mysql": not problems,

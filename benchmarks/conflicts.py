@@ -40,7 +40,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.lease_throughput import percentile
 from benchmarks.modes import (
     add_workload_arguments,
     compare,
@@ -50,6 +49,7 @@ from benchmarks.modes import (
 from compactor.report import changed_anything
 from demo.pipeline import PipelineResult
 from service.wire import EventName
+from service.wire.figures import quantile
 
 __all__ = [
     "ModeFigures",
@@ -61,10 +61,6 @@ __all__ = [
 ]
 
 ModeFigures = dict[str, Any]
-
-
-def _pct(values: Sequence[float], q: float) -> float | None:
-    return round(percentile(list(values), q), 3) if values else None
 
 
 def _stalls(result: PipelineResult) -> list[float]:
@@ -159,13 +155,13 @@ def figures(result: PipelineResult) -> ModeFigures:
         "failed_compaction_messages": sorted({(r.error or r.outcome)[:200] for r in failed}),
         "compaction_success_rate": round(len(compacted) / len(runs), 3) if runs else None,
         "data_files_at_end": result.data_files_now,
-        "stall_p50_s": _pct(stalls, 0.5),
+        "stall_p50_s": quantile(stalls, 0.5, ndigits=3),
         "stall_max_s": round(max(stalls), 3) if stalls else None,
-        "compaction_duration_p50_s": _pct(durations, 0.5),
-        "resume_latency_p50_s": _pct(resume, 0.5),
+        "compaction_duration_p50_s": quantile(durations, 0.5, ndigits=3),
+        "resume_latency_p50_s": quantile(resume, 0.5, ndigits=3),
         "resume_latency_max_s": round(max(resume), 3) if resume else None,
-        "freshness_p50_s": _pct(fresh, 0.5),
-        "freshness_p99_s": _pct(fresh, 0.99),
+        "freshness_p50_s": quantile(fresh, 0.5, ndigits=3),
+        "freshness_p99_s": quantile(fresh, 0.99, ndigits=3),
         "maintenance_leases": len(leased),
         "no_change_leases": sum(1 for r in leased if not changed_anything(r)),
         "ingest_held_s": ingest_held_s(result.events),

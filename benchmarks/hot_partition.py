@@ -51,6 +51,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from service.wire.figures import quantile
+
 __all__ = ["Rewrite", "main", "measure"]
 
 TABLE = "local.db.hot"
@@ -357,14 +359,10 @@ def _line(n: int, r: Rewrite) -> str:
 def summarise(rewrites: Sequence[Rewrite]) -> dict[str, Any]:
     """p50 and p95 of each figure over the rewrites."""
 
-    def q(values: list[float], p: float) -> float:
-        ordered = sorted(values)
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
-
     def both(values: list[float]) -> dict[str, float]:
         return {
-            "p50": q(values, 0.5),
-            "p95": q(values, 0.95),
+            "p50": quantile(values, 0.5, ndigits=3),
+            "p95": quantile(values, 0.95, ndigits=3),
             "mean": round(statistics.mean(values), 3),
         }
 

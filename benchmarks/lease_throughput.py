@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -36,13 +37,14 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
 from typing import Any
 
+from service.wire.figures import quantile
 from testkit import LocalService, fresh_database
 
 __all__ = [
@@ -64,12 +66,11 @@ TTL_S = 30.0
 # -- figures ---------------------------------------------------------------------------------
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The `q` quantile (0..1) by nearest rank; NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+def percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile (0..1) of service.wire.figures.quantile (nearest rank), NaN for no
+    values: a float the benchmarks' figures can scale and print."""
+    found = quantile(values, q)
+    return math.nan if found is None else found
 
 
 def write_figures(path: Path, argv: list[str] | None, results: list[Any], **more: Any) -> None:

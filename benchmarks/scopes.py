@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.conflicts import figures as conflict_figures
-from benchmarks.lease_throughput import percentile
 from benchmarks.modes import (
     add_workload_arguments,
     compare,
@@ -53,6 +52,7 @@ from benchmarks.modes import (
 from demo.pipeline import PipelineResult
 from service.ops.iceberg_audit import metadata_file
 from service.wire import EventName
+from service.wire.figures import quantile
 
 __all__ = ["LeaseSpan", "figures", "files_per_partition", "ingest_held", "lease_spans", "main"]
 
@@ -147,7 +147,7 @@ def ingest_held(result: PipelineResult, spans: list[LeaseSpan]) -> dict[str, Any
             cold.append(held)
     return {
         "ingest_held_total_s": round(sum(r.gate_wait_s for _, _, r in waits), 3),
-        "ingest_held_per_lease_p50_s": round(percentile(per_lease, 0.5), 3) if spans else None,
+        "ingest_held_per_lease_p50_s": quantile(per_lease, 0.5, ndigits=3),
         "ingest_held_per_lease_max_s": round(max(per_lease), 3) if spans else None,
         "cold_leases": len(cold),
         "cold_lease_ingest_held_max_s": round(max(cold), 3) if cold else None,

@@ -95,13 +95,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult
-from benchmarks.lease_throughput import percentile
 from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
 from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
 from demo.trino import TrinoServer
 from jobkit.spark import error_message
+from service.wire.figures import quantile
 
 __all__ = [
     "COMPACTORS",
@@ -372,8 +372,8 @@ def figures(
         "failed_batches": len(result.failed_batches),
         **held,
         "held_share": round(held["ingest_wait_share"], 4),
-        "merge_p50_s": _p(merges, 0.5),
-        "merge_p95_s": _p(merges, 0.95),
+        "merge_p50_s": quantile(merges, 0.5, ndigits=3),
+        "merge_p95_s": quantile(merges, 0.95, ndigits=3),
         **_gaps([b - a for a, b in itertools.pairwise(ends)]),
         **_table_figures(result.health, result.warm(), result.compactions, reader),
         "rows_correct": not result.verify(),
@@ -401,8 +401,8 @@ def flink_figures(
         "flink_commits": len(result.commits),
         "flink_restarts": int(result.job["restarts"]),
         "flink_status": result.job["status"],
-        "commit_lag_p50_s": _p(lags, 0.5),
-        "commit_lag_p95_s": _p(lags, 0.95),
+        "commit_lag_p50_s": quantile(lags, 0.5, ndigits=3),
+        "commit_lag_p95_s": quantile(lags, 0.95, ndigits=3),
         "commit_lag_max_s": round(max(lags), 2) if lags else None,
         **_gaps(result.gaps()),
         "front_commits": result.front_commits,
@@ -432,7 +432,7 @@ def _run(
 def _gaps(gaps: list[float]) -> dict[str, Any]:
     """The seconds between the writer's commits: median and longest."""
     return {
-        "commit_gap_p50_s": _p(gaps, 0.5),
+        "commit_gap_p50_s": quantile(gaps, 0.5, ndigits=3),
         "commit_gap_max_s": round(max(gaps), 2) if gaps else None,
     }
 
@@ -450,8 +450,8 @@ def _table_figures(
         "compactor_outcomes": _counts(str(r.outcome) for r in compactions),
         "compactor_hold_s": [round(r.hold_s or 0.0, 2) for r in compactions],
         "follow_runs": len(follow),
-        "follow_run_p50_s": _p(follow_s, 0.5),
-        "follow_run_p95_s": _p(follow_s, 0.95),
+        "follow_run_p50_s": quantile(follow_s, 0.5, ndigits=3),
+        "follow_run_p95_s": quantile(follow_s, 0.95, ndigits=3),
         "partition_hold_max_s": round(max(holds), 2) if holds else None,
         "backpressure_runs": sum(bool(r.backpressure) for r in compactions),
         **_partition_figures(warm),
@@ -471,10 +471,6 @@ def _table_figures(
             for h in samples
         ],
     }
-
-
-def _p(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 3) if values else None
 
 
 def _counts(values: Any) -> dict[str, int]:

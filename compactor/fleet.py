@@ -62,6 +62,7 @@ from jobkit.spark import error_message
 from jobkit.token import TOKEN_ENV, refused_token
 from service.client import LeaseClient
 from service.wire.errors import LakelockError, OutcomeUnknown, ServerError, Unavailable
+from service.wire.holders import run_holder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -239,7 +240,7 @@ class Fleet:
         unrun = RunReport(
             table=name,
             run_uid=run_uid,
-            holder=f"{self.holder}/{run_uid}",
+            holder=run_holder(self.holder, run_uid),
             outcome=outcome,
             error=error,
             started_at=self.now().isoformat(),

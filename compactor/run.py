@@ -79,6 +79,7 @@ from service.wire.errors import (
     StaleToken,
     Unavailable,
 )
+from service.wire.holders import run_holder
 
 DueCounts = tuple[int, int] | tuple[int, int, int]
 """A due partition's (data files, delete files[, equality delete files of them]), as the
@@ -166,7 +167,7 @@ def _reported(
     report = RunReport(
         table=config.name,
         run_uid=run_uid,
-        holder=f"{holder or default_holder()}/{run_uid}",
+        holder=run_holder(holder or default_holder(), run_uid),
         started_at=now().isoformat(),
         mode=mode,
     )

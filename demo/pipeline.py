@@ -90,6 +90,7 @@ from ingest_gate.job.table import read_rows
 from jobkit.spark import build_session
 from service.client import Lease, LeaseClient
 from service.ops.iceberg_audit import SnapshotRecord, read_snapshots
+from service.wire.figures import quantile
 
 __all__ = [
     "COMPACTORS",
@@ -301,7 +302,7 @@ class PipelineResult:
         failed = [r for r in self.compactions if r.outcome in ("failed", "lease_lost")]
         last = compacted[-1] if compacted else None
         follow = [r for r in self.compactions if r.mode == "follow"]
-        durations = sorted(r.duration_s or 0.0 for r in follow if r.outcome == "compacted")
+        durations = [r.duration_s or 0.0 for r in follow if r.outcome == "compacted"]
         return {
             "mode": "coordinated" if self.options.coordinated else "uncoordinated",
             "compactor": "follow" if self.options.follows else "timer",
@@ -324,8 +325,8 @@ class PipelineResult:
             "compactions": len(compacted),
             "compaction_runs": len(self.compactions),
             "follow_runs": len(follow),
-            "follow_run_p50_s": _quantile(durations, 0.5),
-            "follow_run_p95_s": _quantile(durations, 0.95),
+            "follow_run_p50_s": quantile(durations, 0.5, ndigits=3),
+            "follow_run_p95_s": quantile(durations, 0.95, ndigits=3),
             "failed_compactions": len(failed),
             "data_files_before_last_compaction": (last.before or {}).get("data_files")
             if last
@@ -448,13 +449,6 @@ def run_line(number: int, report: RunReport) -> str:
         f"compaction {number}: {report.outcome}{error}, {what}, "
         f"lease wait {report.lease_wait_s or 0:.1f}s, {report.duration_s or 0:.1f}s"
     )
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    """The `q` quantile of sorted `values` (nearest rank), or None."""
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(q * len(values)))], 3)
 
 
 def _worst_after_warmup(samples: list[Health]) -> dict[str, Any]:

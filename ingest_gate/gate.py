@@ -45,6 +45,7 @@ from typing import Any, Literal, Protocol
 
 from service.client import Lease, LeaseClient, LeaseLost, NotGranted, Renewer
 from service.wire.errors import InvalidRequest
+from service.wire.text import sample
 
 __all__ = [
     "Gate",
@@ -219,7 +220,7 @@ class GatePass:
                 "commit to %s held back: partitions over their compaction debt bound are being "
                 "compacted first (%s)",
                 self.table,
-                "table" if self.partitions is None else ", ".join(self.partitions[:5]),
+                "table" if self.partitions is None else sample(self.partitions, 5),
             )
 
 

@@ -11,6 +11,7 @@ from compactor.config import TableConfig, format_duration
 from compactor.plan.expiry import table_expiry
 from compactor.plan.model import MIB
 from compactor.stats import PartitionStats, TableStats, Totals
+from service.wire.text import sample
 
 __all__ = [
     "by_debt",
@@ -74,12 +75,11 @@ def due_text(due: Mapping[str, Sequence[str]], hot: Mapping[Any, str] | None = N
     """One reason naming the due partitions (the first five), or nothing."""
     if not due:
         return []
-    shown = [
+    named = [
         f"{name}{' (hot)' if hot and name in hot else ''}: {', '.join(why)}"
-        for name, why in list(due.items())[:5]
+        for name, why in due.items()
     ]
-    more = f"; and {len(due) - 5} more" if len(due) > 5 else ""
-    return [f"{len(due)} partitions due: " + "; ".join(shown) + more]
+    return [f"{len(due)} partitions due: {sample(named, 5, sep='; ')}"]
 
 
 def over_bound(

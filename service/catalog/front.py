@@ -57,7 +57,7 @@ from service.catalog import limits, locations
 from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
-from service.lock import due, fence, idempotency
+from service.lock import due, fence, idempotency, intents
 from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
 from service.wire.errors import (
@@ -425,7 +425,7 @@ class Front:
     ) -> None:
         """A commit whose base is no longer the head is answered 409 (the client retries on
         fresh metadata); one naming a maintenance lease gives it the next turn of the head, in
-        a transaction of its own, when it is the holder's (service.lock.fence.lost_head). The
+        a transaction of its own, when it is the holder's (service.lock.intents.open_turn). The
         409 stands whatever becomes of that: a lease named wrongly, or a database that fails
         now, costs the turn only."""
         if self.turn <= timedelta(0):
@@ -439,7 +439,7 @@ class Front:
         table = self.table_name(identifier)
         try:
             self._transact(
-                lambda conn: fence.lost_head(
+                lambda conn: intents.open_turn(
                     conn,
                     table=table,
                     lease_id=lease_id,

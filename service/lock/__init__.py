@@ -3,7 +3,10 @@
     service.lock.rows      the stored rows as typed values
     service.lock.rules     the decisions: pure functions over rows (no database)
     service.lock.store     the rows in the database: read, written as the rules decided
-    service.lock.leases    the transitions: lock the table row, decide, store, audit
+    service.lock.leases    the lease verbs: acquire, renew, release, revoke
+    service.lock.intents   what holds commits back: a drain, backpressure, a turn of the head
+    service.lock.expiry    what is live on a table and how things end (expiry, sweep)
+    service.lock.switch    the operator switch
     service.lock.state     read-only views (a table's state, a lease)
     service.lock.overview  the lock over every table at once: what the state gauges show
     service.lock.audit     the append-only events, in the caller's transaction
@@ -19,5 +22,7 @@
                            SQLAlchemy)
     service.lock.migrate   Alembic to the head (migrations/)
 
-The protocol is written in docs/design.md §3 to §5, and in `service.lock.leases`.
+Each transition locks the table row, decides (rules), stores and audits, in one transaction.
+The protocol is written in docs/design.md §3 to §5, and in `service.lock.leases` and
+`service.lock.intents`.
 """

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +38,8 @@ from service.lock import store
 from service.lock.db import claims_t, due_samples_t, due_t, followers_t, now, tables_t, wake
 from service.lock.rows import seconds
 from service.wire import DuePartition, PartitionFiles, TableDue
+from service.wire.figures import quantile
+from service.wire.holders import acts_under
 
 __all__ = [
     "CHANNEL",
@@ -54,7 +55,6 @@ __all__ = [
     "marker",
     "of_table",
     "poll",
-    "quantile",
     "replace",
 ]
 
@@ -374,10 +374,9 @@ def _named(column: ColumnElement[str], tables: Sequence[str]) -> ColumnElement[b
 
 def _same_compactor(claimant: str, holder: str) -> bool:
     """A claim of `claimant` is `holder`'s own: the same holder, or a run of one under the
-    other (`<holder>/<run>`)."""
-    return (
-        claimant == holder or claimant.startswith(holder + "/") or holder.startswith(claimant + "/")
-    )
+    other (`<holder>/<run>`, service.wire.holders): a follower's run polling under its claim,
+    or a follower polling while one of its runs holds a claim of its own."""
+    return acts_under(holder, claimant) or acts_under(claimant, holder)
 
 
 def _due(
@@ -432,14 +431,6 @@ def _due(
 
 
 # -- what operators see ----------------------------------------------------------------------
-
-
-def quantile(values: Sequence[float], q: float) -> float | None:
-    """The `q` quantile of `values` by nearest rank (one of the values); None for none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,8 @@ expiry cannot slip between the check and the swap; then decides:
     table        schema, properties, refs and the like: passes.
 
 The turn of the head (docs/catalog-front.md §4): a commit of a maintenance lease's holder
-that loses the head (`swap` finds the pointer moved, or the front found its base stale:
-`lost_head`) gives the lease the next turn (service.lock.leases.open_turn), and while it is
+that loses the head (`swap` finds the pointer moved, or the front found its base stale) gives
+the lease the next turn (service.lock.intents.open_turn, the one entry point), and while it is
 open every foreign data commit to the table is held too, whatever it touched, since any
 commit moves the head (rules.head_turn); the lease's next commit that lands ends it.
 
@@ -56,15 +56,16 @@ from typing import Any, Literal
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, due, leases, store
+from service.lock import audit, due, expiry, intents, store
 from service.lock.db import debt_t
 from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
 from service.lock.rules import head_turn, holding, turn_lease, turn_of
 from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
+from service.wire.text import sample
 
-__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "held", "lost_head"]
+__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "held"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -124,7 +125,7 @@ def commit(
     compacts the partitions whose data files it replaced (docs/design.md §5.1). A commit the
     route parks carries its `park`: a hold met by a try that is not its last records nothing.
     A commit of a maintenance lease's holder whose swap finds the pointer moved gives the lease
-    the next turn of the head, for `turn` at most (0: none; `lost_head`); its next commit that
+    the next turn of the head, for `turn` at most (0: none; intents.open_turn); its next commit that
     lands ends the turn.
 
     Raises:
@@ -134,12 +135,12 @@ def commit(
             turn of the table's head.
         CommitConflict: the pointer moved since the commit's base.
     """
-    row, at, live = leases.live_on(conn, change.table)
+    row, at, live = expiry.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
     _check(conn, row, live, change, lease, at, park)
     if not swap(conn):
         if lease is not None and lease.kind == "maintenance":
-            lost_head(
+            intents.open_turn(
                 conn,
                 table=change.table,
                 lease_id=lease.id,
@@ -158,7 +159,7 @@ def commit(
     if lease is not None and not foreign:
         mine = turn_of(live, lease.id)
         if mine is not None and change.token == lease.token:
-            leases.end_turn(conn, mine, at, lease_id=lease.id, actor=change.principal)
+            intents.end_turn(conn, mine, at, lease_id=lease.id, actor=change.principal)
     if change.kind == "data":
         _add_debt(conn, change.table, change.counts, change.snapshot_id)
         due.add_written(
@@ -214,7 +215,7 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     recorded (what expired meanwhile ends, as in every transition): the cheap look a parked
     commit takes each time the table's state moves, instead of a whole try
     (docs/catalog-front.md §4)."""
-    row, at, live = leases.live_on(conn, change.table)
+    row, at, live = expiry.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
     try:
         _decide(conn, row, live, change, lease, at)
@@ -225,31 +226,12 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     return None
 
 
-def lost_head(
-    conn: Connection,
-    *,
-    table: str,
-    lease_id: str,
-    token: int | None,
-    principal: str,
-    turn: timedelta,
-) -> bool:
-    """A commit naming `lease_id` with `token`, by `principal`, was answered 409 because the
-    table's head moved since its base (docs/catalog-front.md §4): when it is the commit of a
-    live maintenance lease's holder, the lease gets the next turn of the head, for `turn` at
-    most (service.lock.leases.open_turn); True when a turn was opened. One transaction (the
-    caller's): the fence's own, or one of its own when the front found the base stale."""
-    return leases.open_turn(
-        conn, table=table, lease_id=lease_id, token=token, principal=principal, turn=turn
-    )
-
-
 def gave_up(conn: Connection, park: Park, refusal: CommitHeld) -> None:
     """The route stopped parking a held commit without a last try (its client left): its one
     `catalog.refused`, as its last try would have recorded it."""
     if park.held is None:
         return  # no try of it was held without being recorded
-    _, at, _ = leases.live_on(conn, park.held.table)
+    _, at, _ = expiry.live_on(conn, park.held.table)
     _refused(conn, park.held, at, refusal, park)
 
 
@@ -411,11 +393,7 @@ def _expected_s(hold: LeaseRow | IntentRow, holds: list[float], at: datetime) ->
 
 
 def _sample(partitions: Scope) -> str:
-    if partitions is None:
-        return "the whole table"
-    names = sorted(partitions)
-    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-    return ", ".join(names[:3]) + more
+    return "the whole table" if partitions is None else sample(sorted(partitions))
 
 
 def _record(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import ClassVar, Literal
 
-from service.wire import LeaseKind, LeaseState
+from service.wire import IntentCause, LeaseKind, LeaseState
 from service.wire.scope import Scope
 
 __all__ = [
@@ -30,15 +30,12 @@ __all__ = [
     "LeaseState",
     "Live",
     "TableRow",
+    "listed",
     "seconds",
 ]
 
 LeaseEnd = Literal["released", "expired", "revoked"]
 """How a lease ended: by its holder, by its TTL, by an operator."""
-
-IntentCause = Literal["drain", "backpressure", "turn"]
-"""Why an intent holds commits: a maintenance request's drain, a compactor's backpressure, or
-a maintenance lease's turn of the table's head at the catalog front (docs/catalog-front.md §4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +67,11 @@ SYSTEM = "lakelock"
 def seconds(delta: timedelta) -> float:
     """A duration on the wire: seconds, to the microsecond."""
     return round(delta.total_seconds(), 6)
+
+
+def listed(partitions: tuple[str, ...] | None) -> list[str] | None:
+    """A scope as the wire and the trail spell it: a list of partition names, None the table."""
+    return None if partitions is None else list(partitions)
 
 
 def _scope(partitions: tuple[str, ...] | None) -> Scope:

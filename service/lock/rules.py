@@ -1,4 +1,5 @@
-"""The protocol's decisions: pure functions over typed rows, no database. See service.lock.leases.
+"""The protocol's decisions: pure functions over typed rows, no database. See service.lock.leases
+and service.lock.intents.
 
 Each transition asks one question here and writes what the answer says:
 
@@ -27,7 +28,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar
 
-from service.lock.rows import Caller, IntentRow, LeaseKind, LeaseRow, Live, TableRow, seconds
+from service.lock.rows import (
+    Caller,
+    IntentRow,
+    LeaseKind,
+    LeaseRow,
+    Live,
+    TableRow,
+    listed,
+    seconds,
+)
 from service.wire.errors import (
     ClaimHeld,
     InvalidRequest,
@@ -40,7 +50,9 @@ from service.wire.errors import (
     NotOwner,
     StaleToken,
 )
+from service.wire.holders import acts_under
 from service.wire.scope import Scope, conflicts, covers
+from service.wire.text import sample
 
 __all__ = [
     "Ask",
@@ -477,9 +489,8 @@ def counts_refusal(
             continue
         outside = sorted(set(named) - set(lease.partitions))
         if outside:
-            more = f" and {len(outside) - 3} more" if len(outside) > 3 else ""
             return InvalidRequest(
-                f"{field} names {', '.join(outside[:3])}{more}, outside the partitions of "
+                f"{field} names {sample(outside)}, outside the partitions of "
                 f"lease {lease.id}: name only the partitions it covers",
                 field=field,
             )
@@ -521,7 +532,7 @@ def hold_back_refusal(
         return other_principal(
             f"the claim {claim_id} on {table}", claim, caller, "hold back writers under"
         )
-    if holder != claim.holder and not holder.startswith(claim.holder + "/"):
+    if not acts_under(holder, claim.holder):
         return NotOwner(
             f"holder {holder!r} is neither the claim's holder {claim.holder!r} nor a run under "
             f"it ({claim.holder}/<run>); hold back writers as the compactor that claimed {table}",
@@ -546,19 +557,12 @@ def other_principal_of(what: str, principal: str | None, caller: Caller, verb: s
         f"{what} {taken}, not by token {caller.principal}: only that token may {verb} it "
         "(an operator may end it); take your own",
         outcome="not_owner",
-        reason="other_principal",
+        reason="other-principal",
     )
 
 
 def _where(partitions: tuple[str, ...] | None) -> str:
-    if partitions is None:
-        return ""
-    more = f" and {len(partitions) - 3} more)" if len(partitions) > 3 else ")"
-    return f" (partitions {', '.join(partitions[:3])}" + more
-
-
-def _names(partitions: tuple[str, ...] | None) -> list[str] | None:
-    return None if partitions is None else list(partitions)
+    return "" if partitions is None else f" (partitions {sample(partitions)})"
 
 
 def refused(
@@ -615,7 +619,7 @@ def _acquire_refused(
 ) -> LakelockError:
     assert blocking is not None
     where = f"{ask.table}{_where(blocking.partitions)}"
-    partitions = _names(blocking.partitions)
+    partitions = listed(blocking.partitions)
     rid = ask.request_id
     match reason:
         case "maintenance":

@@ -1,4 +1,5 @@
-"""Read-only views of the lock: a table's state, a lease, state versions. See service.lock.leases.
+"""Read-only views of the lock: a table's state, a lease, state versions. See service.lock.leases
+and service.lock.intents.
 
 Nothing here writes or locks: a view judges expiry by the clock it reads, leaves out what
 expired, and leaves ending it to the next transition or sweep.

@@ -30,6 +30,7 @@ import httpx
 from service.client import DEFAULT_URL, LeaseClient
 from service.extras import needs_extras
 from service.wire.errors import LakelockError, OutcomeUnknown
+from service.wire.text import sample
 
 with needs_extras("lakelock"):
     import typer
@@ -217,12 +218,11 @@ def _debt_line(debt: dict[str, Any]) -> str:
 
 def _lag_line(lag: dict[str, Any]) -> str:
     """`12 records behind (events:0 12, events:1 0), after batch 7, 3 s ago`: the largest
-    partitions first, at most five of them named."""
+    partitions first, at most five of them named (`..., events:4 0 and 3 more`)."""
     parts = sorted((lag.get("partitions") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
-    named = ", ".join(f"{name} {behind}" for name, behind in parts[:5])
-    more = f", {len(parts) - 5} more" if len(parts) > 5 else ""
+    named = sample([f"{name} {behind}" for name, behind in parts], 5)
     return (
-        f"{lag.get('records')} records behind ({named}{more}), after batch "
+        f"{lag.get('records')} records behind ({named}), after batch "
         f"{lag.get('batch_id')}, reported {_seconds(lag.get('reported_s_ago'))} ago"
     )
 

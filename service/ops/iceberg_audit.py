@@ -41,6 +41,7 @@ from typing import Any
 
 from service.wire.events import EventName
 from service.wire.scope import intersects, scope_of
+from service.wire.text import sample
 
 __all__ = [
     "LEASE_ID",
@@ -334,9 +335,7 @@ def describe_changes(snap: SnapshotRecord) -> str:
         parts.append(text)
     what = ", ".join(parts) or "changed no files"
     if snap.partitions:
-        shown = sorted(snap.partitions)
-        more = f" and {len(shown) - 3} more partitions" if len(shown) > 3 else ""
-        what += f" in {', '.join(shown[:3])}{more}"
+        what += f" in {sample(sorted(snap.partitions))}"
     return what
 
 

@@ -33,7 +33,7 @@ import anyio
 import anyio.to_thread
 from prometheus_client import Gauge
 
-from service.lock import due, leases, state
+from service.lock import due, expiry, state
 from service.lock.db import Connection, Engine, is_unavailable, run_transaction
 from service.server.metrics import Metrics
 from service.server.settings import Settings
@@ -244,7 +244,7 @@ class Runtime:
         swept = 0
         for table in due:
             try:
-                self.transact_sync(partial(leases.sweep, table=table))
+                self.transact_sync(partial(expiry.sweep, table=table))
             except Exception as exc:
                 if is_unavailable(exc):
                     raise

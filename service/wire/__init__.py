@@ -5,8 +5,13 @@
     service.wire.errors   the error tree, and problem+json both ways
     service.wire.scope    partition names and the conflict rule of scopes
     service.wire.events   the audit events' names (`EventName`), re-exported here
+    service.wire.holders  a holder and the runs under it (`<holder>/<run>`)
+    service.wire.text     the few names a message shows of many (`a, b, c and 2 more`)
+    service.wire.figures  quantiles of samples (nearest rank)
 
-The client (the base install) needs all of it; so do the lock core and the server.
+The client (the base install) needs all of it; so do the lock core and the server. It is the
+lowest part that the lock core, the client, the operators' tools and the jobs may all import
+(tests/project/test_layers.py), so the small rules they share live here, once.
 """
 
 from service.wire.events import EventName

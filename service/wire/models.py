@@ -59,6 +59,7 @@ __all__ = [
     "GapsRecorded",
     "IngestLag",
     "Intent",
+    "IntentCause",
     "IntentRef",
     "LagBody",
     "Lease",
@@ -110,6 +111,10 @@ compaction step. `claim`: exclusive per table among claims only, one compactor's
 table from its plan to its housekeeping (it holds no writer)."""
 
 LeaseState = Literal["live", "released", "expired", "revoked"]
+
+IntentCause = Literal["drain", "backpressure", "turn"]
+"""Why an intent holds commits: a maintenance request's drain, a compactor's backpressure, or
+a maintenance lease's turn of the table's head at the catalog front (docs/catalog-front.md §4)."""
 
 Partitions = tuple[str, ...]
 """Partition names as Iceberg writes their paths (`dt=2024-06-20/hr=13`); None for a scope
@@ -601,7 +606,7 @@ class Intent(_Answer):
     partitions: Partitions | None = None
     remaining_s: float
     open_s: float
-    cause: Literal["drain", "backpressure", "turn"] = "drain"
+    cause: IntentCause = "drain"
     principal: str | None = None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from service.lock import fence
+from service.lock import intents
 from service.lock.db import make_engine, run_transaction
 from tests.helpers import backdate, backdate_intent, commit, events, maintenance, release, state
 from tests.invariants import check, load_history
@@ -24,13 +24,13 @@ HOLDER = "operator-client"  # the token the in-process API's requests send
 
 
 def lose_the_head(db_url: str, lease: dict[str, Any], *, token: int | None = None) -> bool:
-    """What the front does when the lease holder's commit is answered 409 (fence.lost_head)."""
+    """What the front does when the lease holder's commit is answered 409 (intents.open_turn)."""
     engine = make_engine(db_url)
     try:
         return run_transaction(
             engine,
             partial(
-                fence.lost_head,
+                intents.open_turn,
                 table=TABLE,
                 lease_id=lease["lease_id"],
                 token=lease["token"] if token is None else token,

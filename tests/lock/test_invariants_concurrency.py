@@ -224,7 +224,7 @@ class Workload:
         """An intruder's call answered as it must: another principal's (409), or about a
         lease that ended meanwhile (410 expired; 409 revoked)."""
         problem = answer.json() if answer.status_code >= 400 else {}
-        mine = problem.get("reason") == "other_principal"
+        mine = problem.get("reason") == "other-principal"
         with self.lock:
             self.calls["intruder refused"] += mine
             if not mine and answer.status_code not in (409, 410):

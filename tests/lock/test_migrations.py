@@ -253,7 +253,7 @@ def test_a_lease_granted_before_principals_is_ended_by_an_operator_only(empty_ur
         ):
             with pytest.raises(NotOwner) as refused:
                 run_transaction(engine, call)
-            assert refused.value.extra["reason"] == "other_principal"
+            assert refused.value.extra["reason"] == "other-principal"
             assert "before lakelock recorded who takes what" in refused.value.detail
         ended = run_transaction(
             engine,

@@ -95,7 +95,7 @@ def refused_as_another_principals(answer: httpx.Response) -> None:
     assert answer.status_code == 409, answer.text
     assert answer.headers["content-type"].startswith("application/problem+json")
     problem = answer.json()
-    assert problem["type"] == "urn:lakelock:not-owner" and problem["reason"] == "other_principal"
+    assert problem["type"] == "urn:lakelock:not-owner" and problem["reason"] == "other-principal"
     assert "not by token job-b" in problem["detail"]
 
 
@@ -134,7 +134,7 @@ def test_another_token_cannot_renew_or_release_a_maintenance_lease(a, b, operato
     assert ended["event"] == "lease.released" and ended["actor"] == "job-client"
     assert ended["detail"]["renewals"] == 2 and ended["detail"]["principal"] == "job-client"
     failed = [e for e in trail(operator, table) if e["event"] == "lease.renew_failed"]
-    assert [(e["actor"], e["detail"]["reason"]) for e in failed] == [("job-b", "other_principal")]
+    assert [(e["actor"], e["detail"]["reason"]) for e in failed] == [("job-b", "other-principal")]
 
 
 def test_another_token_cannot_reuse_a_request_id_to_be_handed_the_lease(a, b):

@@ -468,7 +468,7 @@ def test_another_principal_may_not_renew_or_release(row, asked):
     decision = decide(row, asked, AT)
     assert decision == Refuse("other_principal", row)
     error = refused(decision, asked, AT)  # type: ignore[arg-type]
-    assert isinstance(error, NotOwner) and error.extra["reason"] == "other_principal"
+    assert isinstance(error, NotOwner) and error.extra["reason"] == "other-principal"
     assert f"not by token {asked.caller.principal}" in error.detail
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import AfterValidator
 
-from service.lock import leases
+from service.lock import intents, leases
 from service.server.auth import JobDep, caller
 from service.server.routes.common import (
     WRITE,
@@ -77,7 +77,7 @@ async def hold_back(
     `backpressure` or `maintenance` switched off, nothing is held (`off` says which)."""
     check_partitions(rt, body.partitions)
     return await rt.transact(
-        lambda conn: leases.hold_back(
+        lambda conn: intents.hold_back(
             conn,
             table=table,
             claim_id=body.claim_id,
@@ -112,7 +112,7 @@ async def let_go(
     uncompacted: a group skipped, the run ended): its commits are granted again at once.
     Answers the partitions let go."""
     return await rt.transact(
-        lambda conn: leases.let_go(
+        lambda conn: intents.let_go(
             conn, table=table, holder=holder, caller=caller(who), partitions=partition
         )
     )

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from service.lock import due, leases, state
+from service.lock import due, intents, leases, state
 from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, check_touch
 from service.server.routes.common import (
     READ,
@@ -222,7 +222,7 @@ async def withdraw_intent(
     """Withdraw the intent a maintenance request opened (a compactor giving up the drain):
     commit leases are granted again at once. Withdrawing one that is gone is not an error."""
     withdrawn = await rt.transact(
-        lambda conn: leases.withdraw_intent(
+        lambda conn: intents.withdraw_intent(
             conn, table=table, request_id=request_id, holder=holder, caller=caller(who)
         )
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from service.lock import debt, ingest, leases, state
+from service.lock import debt, ingest, state, switch
 from service.server.auth import JobDep, OperatorDep, ReaderDep, caller, may_touch
 from service.server.routes.common import (
     READ,
@@ -95,7 +95,7 @@ async def set_switch(
     table: TableName, body: SwitchBody, rt: RuntimeDep, who: OperatorDep
 ) -> TableState:
     return await rt.transact(
-        lambda conn: leases.set_switch(
+        lambda conn: switch.set_switch(
             conn,
             table=table,
             reason=body.reason,
