@@ -1,7 +1,9 @@
 """The lock core: the protocol as plain functions over a database connection (SQLAlchemy).
 
     service.lock.rows      the stored rows as typed values
+    service.lock.asks      what a transition is asked and what the rules answer (types)
     service.lock.rules     the decisions: pure functions over rows (no database)
+    service.lock.refusals  a refused request in words: the exception the client gets
     service.lock.store     the rows in the database: read, written as the rules decided
     service.lock.leases    the lease verbs: acquire, renew, release, revoke
     service.lock.intents   what holds commits back: a drain, backpressure, a turn of the head

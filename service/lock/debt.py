@@ -5,6 +5,8 @@
                                                                   replaced when it names them
     of_table(conn, t, at)                                         TableDebt | None
     heaviest(conn, limit=100)                                     [(table, TableDebt)], most first
+    add_commit(conn, t, counts, snapshot_id)                      a front's data commit counted
+                                                                  on the row, where there is one
 
 One row per table (`lakelock_debt`): a report replaces the one before it, whoever sends it (the
 table's claim keeps one compactor on it at a time). Debt is not lock state: a report writes no
@@ -19,15 +21,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
-from service.lock import due, rules, store
+from service.lock import due, refusals, store
 from service.lock.db import debt_t
 from service.lock.rows import Caller, seconds
 from service.wire import DebtBody, TableDebt
 
-__all__ = ["heaviest", "of_table", "report", "weight"]
+__all__ = ["add_commit", "heaviest", "of_table", "report", "weight"]
 
 _COUNTS = (
     "snapshot_id",
@@ -70,7 +72,7 @@ def report(
     _, at = locked
     for claim in store.unended_claims(conn, table):
         if claim.live(at) and not by.may_end(claim):
-            raise rules.other_principal(
+            raise refusals.other_principal(
                 f"the claim {claim.id} on {table}", claim, by, "report debt under"
             )
     if body.partitions is not None:
@@ -115,4 +117,25 @@ def _view(row: dict[str, Any], at: datetime) -> TableDebt:
         measured_at=row["measured_at"],
         reported_by=row["reported_by"],
         reported_s_ago=max(0.0, seconds(at - row["reported_at"])),
+    )
+
+
+def add_commit(
+    conn: Connection, table: str, counts: dict[str, int], snapshot_id: int | None
+) -> None:
+    """A data commit through the catalog front (service.lock.fence), `counts` its snapshot's
+    summary totals, on the table's debt row, where a compactor reported one: new data files
+    are small ones until the next report measures them."""
+    added, deleted = counts.get("added-data-files", 0), counts.get("deleted-data-files", 0)
+    deletes = counts.get("added-delete-files", 0) - counts.get("removed-delete-files", 0)
+    c = debt_t.c
+    conn.execute(
+        update(debt_t)
+        .where(c.table_name == table)
+        .values(
+            data_files=c.data_files + added - deleted,
+            small_files=c.small_files + added,
+            delete_files=c.delete_files + deletes,
+            snapshot_id=snapshot_id if snapshot_id is not None else c.snapshot_id,
+        )
     )

@@ -53,11 +53,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, due, expiry, intents, store
-from service.lock.db import debt_t
+from service.lock import audit, debt, due, expiry, intents, store
 from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
 from service.lock.rules import head_turn, holding, turn_lease, turn_of
 from service.wire import EventName
@@ -161,7 +159,7 @@ def commit(
         if mine is not None and change.token == lease.token:
             intents.end_turn(conn, mine, at, lease_id=lease.id, actor=change.principal)
     if change.kind == "data":
-        _add_debt(conn, change.table, change.counts, change.snapshot_id)
+        debt.add_commit(conn, change.table, change.counts, change.snapshot_id)
         due.add_written(
             conn, table=change.table, written=change.added, at=at, trigger=trigger or due.Trigger()
         )
@@ -417,24 +415,4 @@ def _record(
         if names is not None
         else change.counts.get("changed-partition-count"),
         **counted,
-    )
-
-
-def _add_debt(
-    conn: Connection, table: str, counts: dict[str, int], snapshot_id: int | None
-) -> None:
-    """A data commit's files on the table's debt row, where a compactor reported one: new data
-    files are small ones until the next report measures them."""
-    added, deleted = counts.get("added-data-files", 0), counts.get("deleted-data-files", 0)
-    deletes = counts.get("added-delete-files", 0) - counts.get("removed-delete-files", 0)
-    c = debt_t.c
-    conn.execute(
-        update(debt_t)
-        .where(c.table_name == table)
-        .values(
-            data_files=c.data_files + added - deleted,
-            small_files=c.small_files + added,
-            delete_files=c.delete_files + deletes,
-            snapshot_id=snapshot_id if snapshot_id is not None else c.snapshot_id,
-        )
     )

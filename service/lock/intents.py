@@ -32,9 +32,9 @@ from typing import Literal
 
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, expiry, rules, store
+from service.lock import audit, expiry, refusals, rules, store
+from service.lock.asks import Ask, Drain, WithdrawAsk
 from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow, listed, seconds
-from service.lock.rules import Ask, Drain, WithdrawAsk
 from service.wire import Backpressure, Draining, EventName, IntentRef
 from service.wire.errors import NotFound
 
@@ -123,7 +123,7 @@ def withdraw_intent(
     ask = WithdrawAsk(table, request_id, holder, caller)
     refusal = rules.decide_withdraw(intent, ask)
     if refusal is not None:
-        raise rules.refused(refusal, ask, at)
+        raise refusals.refused(refusal, ask, at)
     expiry.end_intent(
         conn,
         intent,
@@ -216,7 +216,7 @@ def hold_back(
     """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
     intent of cause `backpressure` per partition, opened or kept open (docs/jobs.md §3).
 
-    Only a compactor alive on the table may (`rules.hold_back_refusal`): `claim_id` must be the
+    Only a compactor alive on the table may (`refusals.hold_back_refusal`): `claim_id` must be the
     table's live claim and `holder` its holder or a run under it (`<claim holder>/<run>`). The
     intents live as long as the claim: they expire with it, a renew of the claim extends them,
     its release or revoke ends them; so a compactor that dies holds no writer past its claim.
@@ -237,7 +237,7 @@ def hold_back(
     row, live = expiry.live_now(conn, row, at)
     found = store.read_lease(conn, claim_id)
     claim = found if found is not None and found.kind == "claim" and found.table == table else None
-    refusal = rules.hold_back_refusal(table, claim_id, claim, holder, caller, at)
+    refusal = refusals.hold_back_refusal(table, claim_id, claim, holder, caller, at)
     if refusal is not None:
         raise refusal
     assert claim is not None
@@ -321,7 +321,7 @@ def let_go(
     ]
     theirs = next((x for x in pressed if not caller.may_end(x)), None)
     if theirs is not None:
-        raise rules.other_principal(
+        raise refusals.other_principal(
             f"the backpressure of {holder} on {table}", theirs, caller, "let go of"
         )
     names = expiry.end_backpressure(conn, table, at, pressed, actor=caller.principal)

@@ -36,9 +36,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from service.lock import audit, due, expiry, intents, rules, store
-from service.lock.rows import Caller, LeaseRow, Live, TableRow, listed, seconds
-from service.lock.rules import (
+from service.lock import audit, due, expiry, intents, refusals, rules, store
+from service.lock.asks import (
     Ask,
     Drain,
     End,
@@ -50,6 +49,7 @@ from service.lock.rules import (
     Repeat,
     Unchanged,
 )
+from service.lock.rows import Caller, LeaseRow, Live, TableRow, listed, seconds
 from service.lock.state import lease_view
 from service.wire import Draining, EventName, Lease
 from service.wire.errors import NotFound
@@ -187,7 +187,7 @@ def _settle(
             return repeat.lease
         decision = repeat
     if isinstance(decision, Refuse):
-        raise rules.refused(decision, ask, at)
+        raise refusals.refused(decision, ask, at)
     if isinstance(decision, Drain):
         return decision
     raise RuntimeError(f"the insert of a lease for request {ask.request_id} was refused")
@@ -287,7 +287,7 @@ def _renew_failed(
         if lease.kind == "maintenance":
             expiry.holds_ended(conn, lease.table)
     revoked = audit.last_for_lease(conn, lease.id) if refusal.reason == "revoked" else None
-    error = rules.refused(
+    error = refusals.refused(
         refusal,
         ask,
         at,
@@ -352,7 +352,7 @@ def release(
         raise wrong
     decision = rules.decide_release(found.lease, ask, found.at)
     if isinstance(decision, Refuse):
-        raise rules.refused(decision, ask, found.at)
+        raise refusals.refused(decision, ask, found.at)
     ended = _ended(conn, found, decision, caller.principal)
     if isinstance(decision, End):
         lease, at = found.lease, found.at

@@ -24,8 +24,8 @@ from sqlalchemy.engine import Connection
 
 from service.lock import audit, store
 from service.lock.db import readers_t
+from service.lock.refusals import other_principal_of
 from service.lock.rows import SYSTEM, Caller, seconds
-from service.lock.rules import other_principal_of
 from service.wire import EventName, ReaderBody, ReaderHold
 
 __all__ = ["due", "expire", "hold", "live", "release"]

@@ -17,56 +17,35 @@ Each transition asks one question here and writes what the answer says:
 A function checks in the order its docstring lists, and the first refusal wins, so a reader can
 tell why a request waited from the function and the audit event alone. Which kinds exclude
 which is `service.wire.scope.conflicts`; these functions only add the switch, the order and what
-the answer is. `refused()` turns a `Refuse` into the `service.wire.errors` exception the caller
-raises, with a detail that says what to do next.
+the answer is. The asks and answers are `service.lock.asks`; `service.lock.refusals.refused`
+turns a `Refuse` into the exception the caller raises, with a detail that says what to do next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal, TypeVar
+from typing import TypeVar
 
-from service.lock.rows import (
-    Caller,
-    IntentRow,
-    LeaseKind,
-    LeaseRow,
-    Live,
-    TableRow,
-    listed,
-    seconds,
+from service.lock.asks import (
+    Ask,
+    Drain,
+    End,
+    Extend,
+    Grant,
+    Refuse,
+    ReleaseAsk,
+    RenewAsk,
+    Repeat,
+    Unchanged,
+    WithdrawAsk,
 )
-from service.wire.errors import (
-    ClaimHeld,
-    InvalidRequest,
-    LakelockError,
-    LeaseExpired,
-    Locked,
-    MaintenanceHeld,
-    MaintenanceOff,
-    NotFound,
-    NotOwner,
-    StaleToken,
-)
-from service.wire.holders import acts_under
-from service.wire.scope import Scope, conflicts, covers
+from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
+from service.wire.errors import InvalidRequest
+from service.wire.scope import conflicts, covers
 from service.wire.text import sample
 
 __all__ = [
-    "Ask",
-    "Drain",
-    "End",
-    "Extend",
-    "Grant",
-    "Reason",
-    "Refuse",
-    "ReleaseAsk",
-    "RenewAsk",
-    "Repeat",
-    "Unchanged",
-    "WithdrawAsk",
     "backpressure_holds",
     "counts_refusal",
     "decide_claim",
@@ -78,153 +57,14 @@ __all__ = [
     "decide_turn",
     "decide_withdraw",
     "head_turn",
-    "hold_back_refusal",
     "holding",
-    "other_principal",
-    "other_principal_of",
-    "refused",
     "turn_lease",
     "turn_of",
     "turn_request",
 ]
 
 
-# -- requests --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Ask:
-    """An acquire: `kind` lease on `table` (or `partitions` of it) for `holder`, sent by
-    `caller`, whose principal the lease will belong to."""
-
-    kind: LeaseKind
-    table: str
-    holder: str
-    request_id: str
-    partitions: tuple[str, ...] | None
-    ttl: timedelta
-    caller: Caller
-
-    @property
-    def scope(self) -> Scope:
-        return None if self.partitions is None else frozenset(self.partitions)
-
-
-@dataclass(frozen=True, slots=True)
-class RenewAsk:
-    lease_id: str
-    holder: str
-    token: int | None
-    ttl: timedelta | None  # None: the lease's own TTL
-    caller: Caller
-
-
-@dataclass(frozen=True, slots=True)
-class WithdrawAsk:
-    table: str
-    request_id: str
-    holder: str
-    caller: Caller
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseAsk:
-    """A release by `holder` (with the token for a maintenance lease), or by an operator who
-    may leave both out (then it is a revoke)."""
-
-    lease_id: str
-    holder: str | None
-    token: int | None
-    caller: Caller
-
-    @property
-    def operator(self) -> bool:
-        return self.caller.operator
-
-
-# -- answers ---------------------------------------------------------------------------------
-
-Reason = Literal[
-    # no commit lease now (Locked)
-    "paused",
-    "maintenance",
-    "intent",
-    "backpressure",
-    # no maintenance lease now
-    "maintenance_off",
-    "maintenance_held",
-    # no claim now
-    "claim_held",
-    # a request id used before
-    "request_id_taken",
-    "scope_changed",
-    "ended",
-    # renew, release and withdraw of a lease or intent
-    "expired",
-    "revoked",
-    "not_owner",
-    "other_principal",
-    "token_mismatch",
-    "token_missing",
-    "holder_missing",
-]
-
-Blocking = TableRow | LeaseRow | IntentRow
-"""What a refusal names: the table row (its switch), a lease or an intent."""
-
 Row = TypeVar("Row", LeaseRow, IntentRow)
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """Grant the lease asked for: with `token` (a maintenance lease's, the table's next one),
-    ending the open intents in `fulfils` (the holder's own, which the grant covers)."""
-
-    token: int | None = None
-    fulfils: tuple[IntentRow, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Not yet: the commit leases `in_flight` must end first. Open an intent on the request's
-    scope, or keep `intent`, the one it opened before, open."""
-
-    in_flight: tuple[LeaseRow, ...]
-    intent: IntentRow | None
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    reason: Reason
-    blocking: Blocking | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Repeat:
-    """An acquire repeated with its request id: answer the lease granted to it."""
-
-    lease: LeaseRow
-
-
-@dataclass(frozen=True, slots=True)
-class Extend:
-    """Renew: the lease is live until `expires_at`, with `ttl` from now on."""
-
-    expires_at: datetime
-    ttl: timedelta
-
-
-@dataclass(frozen=True, slots=True)
-class End:
-    """End a live lease this way; `reason` goes into its audit event."""
-
-    end: Literal["released", "revoked"]
-    reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Unchanged:
-    """Nothing to do: the lease already ended (a release is idempotent)."""
 
 
 # -- acquire ---------------------------------------------------------------------------------
@@ -505,259 +345,3 @@ def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
     if intent.holder != ask.holder:
         return Refuse("not_owner", intent)
     return None
-
-
-# -- refusals as errors ----------------------------------------------------------------------
-
-
-def hold_back_refusal(
-    table: str, claim_id: str, claim: LeaseRow | None, holder: str, caller: Caller, at: datetime
-) -> LakelockError | None:
-    """Why a backpressure request may not hold writers, or None: only the holder of the
-    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/jobs.md §3),
-    and only with the token that took the claim (docs/design.md §6)."""
-    if claim is None:
-        return NotFound(
-            f"no claim {claim_id} on {table}; claim the table before holding its writers",
-            lease_id=claim_id,
-        )
-    if not claim.live(at):
-        state = claim.state(at)
-        return LeaseExpired(
-            f"the claim {claim_id} on {table} is {state}; claim the table again",
-            lease_id=claim_id,
-            state=state,
-        )
-    if not caller.owns(claim):
-        return other_principal(
-            f"the claim {claim_id} on {table}", claim, caller, "hold back writers under"
-        )
-    if not acts_under(holder, claim.holder):
-        return NotOwner(
-            f"holder {holder!r} is neither the claim's holder {claim.holder!r} nor a run under "
-            f"it ({claim.holder}/<run>); hold back writers as the compactor that claimed {table}",
-            field="holder",
-        )
-    return None
-
-
-def other_principal(what: str, row: LeaseRow | IntentRow, caller: Caller, verb: str) -> NotOwner:
-    """The refusal of a token acting on what another token took (docs/design.md §6)."""
-    return other_principal_of(what, row.principal, caller, verb)
-
-
-def other_principal_of(what: str, principal: str | None, caller: Caller, verb: str) -> NotOwner:
-    """`other_principal` for what `principal` took (None: taken before principals were kept)."""
-    taken = (
-        f"was taken by token {principal}"
-        if principal is not None
-        else "was taken before lakelock recorded who takes what"
-    )
-    return NotOwner(
-        f"{what} {taken}, not by token {caller.principal}: only that token may {verb} it "
-        "(an operator may end it); take your own",
-        outcome="not_owner",
-        reason="other-principal",
-    )
-
-
-def _where(partitions: tuple[str, ...] | None) -> str:
-    return "" if partitions is None else f" (partitions {sample(partitions)})"
-
-
-def refused(
-    refusal: Refuse,
-    ask: Ask | RenewAsk | ReleaseAsk | WithdrawAsk,
-    at: datetime,
-    *,
-    revoked_by: str | None = None,
-    revoke_reason: str | None = None,
-) -> LakelockError:
-    """The exception that tells the client of `ask` about `refusal`, and what to do next.
-    `revoked_by` and `revoke_reason` (from the audit trail) name who revoked a lease."""
-    reason, blocking = refusal.reason, refusal.blocking
-    if isinstance(blocking, TableRow):
-        if reason == "paused":
-            return Locked(
-                f"ingest on {blocking.name} is paused by {blocking.switch_by}: "
-                f"{blocking.switch_reason}",
-                reason="paused",
-                blocking_holder=blocking.switch_by,
-                retry_after_s=None,
-            )
-        return MaintenanceOff(
-            f"maintenance on {blocking.name} is disabled by {blocking.switch_by}: "
-            f"{blocking.switch_reason}",
-            blocking_holder=blocking.switch_by,
-        )
-    if isinstance(ask, Ask):
-        return _acquire_refused(reason, blocking, ask, at)
-    if reason == "other_principal":
-        assert isinstance(blocking, LeaseRow | IntentRow)
-        what = (
-            f"the intent {ask.request_id!r} on {ask.table}"
-            if isinstance(ask, WithdrawAsk)
-            else f"lease {ask.lease_id}"
-        )
-        verb = {RenewAsk: "renew", ReleaseAsk: "release", WithdrawAsk: "withdraw"}[type(ask)]
-        return other_principal(what, blocking, ask.caller, verb)
-    if isinstance(ask, WithdrawAsk):
-        assert isinstance(blocking, IntentRow)
-        return NotOwner(
-            f"the intent {ask.request_id!r} on {ask.table} is {blocking.holder}'s, "
-            f"not {ask.holder}'s",
-            outcome="not_owner",
-        )
-    assert isinstance(blocking, LeaseRow)
-    if isinstance(ask, RenewAsk):
-        return _renew_refused(reason, blocking, ask, revoked_by, revoke_reason)
-    return _release_refused(reason, blocking, ask)
-
-
-def _acquire_refused(
-    reason: Reason, blocking: LeaseRow | IntentRow | None, ask: Ask, at: datetime
-) -> LakelockError:
-    assert blocking is not None
-    where = f"{ask.table}{_where(blocking.partitions)}"
-    partitions = listed(blocking.partitions)
-    rid = ask.request_id
-    match reason:
-        case "maintenance":
-            return Locked(
-                f"{where} is held for maintenance by {blocking.holder}",
-                reason="maintenance",
-                blocking_holder=blocking.holder,
-                blocking_partitions=partitions,
-                retry_after_s=seconds(blocking.expires_at - at),
-            )
-        case "intent":
-            return Locked(
-                f"{where} is draining for maintenance by {blocking.holder}",
-                reason="intent",
-                blocking_holder=blocking.holder,
-                blocking_partitions=partitions,
-                retry_after_s=None,
-            )
-        case "backpressure":
-            return Locked(
-                f"{where} is over its compaction debt bound: {blocking.holder} compacts it "
-                "before more commits land there",
-                reason="backpressure",
-                blocking_holder=blocking.holder,
-                blocking_partitions=partitions,
-                retry_after_s=seconds(blocking.expires_at - at),
-            )
-        case "maintenance_held":
-            return MaintenanceHeld(
-                f"{where} is held for maintenance by {blocking.holder}",
-                blocking_holder=blocking.holder,
-                blocking_partitions=partitions,
-                retry_after_s=seconds(blocking.expires_at - at),
-            )
-        case "claim_held":
-            assert isinstance(blocking, LeaseRow)
-            left = seconds(blocking.expires_at - at)
-            return ClaimHeld(
-                f"{ask.table} is claimed by {blocking.holder} for {left:.1f}s more (unless "
-                "renewed); move on to the next table",
-                holder=blocking.holder,
-                blocking_holder=blocking.holder,
-                remaining_s=left,
-                retry_after_s=left,
-            )
-        case "request_id_taken":
-            # a conflict with what is stored, not a malformed request: 409, like any other
-            # holder's lease
-            return NotOwner(
-                f"request_id {rid!r} was used by another holder or token; send a new request_id",
-                field="request_id",
-            )
-        case "scope_changed":
-            used = (
-                "the whole table"
-                if partitions is None
-                else f"another set of {len(partitions)} partitions"
-            )
-            return NotOwner(
-                f"request_id {rid!r} was used for {used}; "
-                "send a new request_id for a different scope",
-                field="request_id",
-            )
-        case "ended":
-            assert isinstance(blocking, LeaseRow)
-            state = blocking.state(at)
-            return LeaseExpired(
-                f"the lease granted to request_id {rid!r} is {state}; "
-                "acquire again with a new request_id",
-                lease_id=blocking.id,
-                state=state,
-            )
-    raise AssertionError(f"no acquire refusal {reason}")
-
-
-def _renew_refused(
-    reason: Reason,
-    lease: LeaseRow,
-    ask: RenewAsk,
-    revoked_by: str | None,
-    revoke_reason: str | None,
-) -> LakelockError:
-    match reason:
-        case "revoked":
-            by = revoked_by or "an operator"
-            why = f" ({revoke_reason})" if revoke_reason else ""
-            return NotOwner(
-                f"lease {ask.lease_id} was revoked by {by}{why}; stop writing, do not commit",
-                outcome="not_owner",
-                ended_by=by,
-            )
-        case "expired":
-            return LeaseExpired(
-                f"lease {ask.lease_id} is {lease.end or 'expired'}; acquire a new one",
-                outcome="expired",
-            )
-        case "not_owner":
-            return NotOwner(
-                f"lease {ask.lease_id} is held by {lease.holder}, not {ask.holder}",
-                outcome="not_owner",
-            )
-        case "token_missing":
-            # a request that cannot be right whoever holds the lease: nothing is recorded
-            return InvalidRequest(
-                f"renewing a maintenance lease needs its token: POST /v1/leases/{ask.lease_id}"
-                '/renew {"holder": ..., "token": <the token of the grant>}',
-                field="token",
-            )
-        case "token_mismatch":
-            return StaleToken(
-                f"token {ask.token} is not lease {ask.lease_id}'s; a newer holder exists, "
-                "stop writing",
-                outcome="token_mismatch",
-            )
-    raise AssertionError(f"no renew refusal {reason}")
-
-
-def _release_refused(reason: Reason, lease: LeaseRow, ask: ReleaseAsk) -> LakelockError:
-    match reason:
-        case "not_owner":
-            how = "; an operator ends any lease by leaving holder and token out"
-            return NotOwner(
-                f"lease {ask.lease_id} is held by {lease.holder}, not {ask.holder}; not released"
-                + (how if ask.operator else ""),
-                outcome="not_owner",
-            )
-        case "holder_missing":
-            return InvalidRequest(
-                "releasing a lease needs its holder: "
-                f"DELETE /v1/leases/{ask.lease_id}?holder=<holder>",
-                field="holder",
-            )
-        case "token_missing":
-            return InvalidRequest(
-                "releasing a maintenance lease needs its token: "
-                f"DELETE /v1/leases/{ask.lease_id}?holder=<holder>&token=<token>",
-                field="token",
-            )
-        case "token_mismatch":
-            return StaleToken(f"token {ask.token} is not lease {ask.lease_id}'s; not released")
-    raise AssertionError(f"no release refusal {reason}")

@@ -1,7 +1,17 @@
 """What crosses the wire between the service and its clients; no FastAPI, SQLAlchemy or Spark.
 
     service.wire.models   the HTTP bodies both ways (pydantic), re-exported here:
-                          `from service.wire import Lease`
+                          `from service.wire import Lease`; each lives by its resource:
+    service.wire.common   the bodies' bases and the field types they share
+    service.wire.leases   commit and maintenance leases, a draining request's intent
+    service.wire.claims   a compactor's claim and its backpressure
+    service.wire.tables   a table's switch, intents and state
+    service.wire.due      the files counted per partition, the partitions due
+    service.wire.debt     a compactor's debt report
+    service.wire.ingest   an ingest job's lag and skipped offsets
+    service.wire.readers  the holds of jobs streaming out of a table
+    service.wire.runs     the jobs' run reports
+    service.wire.audit    the audit events as `GET /v1/events` answers them
     service.wire.errors   the error tree, and problem+json both ways
     service.wire.scope    partition names and the conflict rule of scopes
     service.wire.events   the audit events' names (`EventName`), re-exported here

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow
-from service.lock.rules import (
+from service.lock.asks import (
     Ask,
     Drain,
     End,
@@ -22,6 +21,10 @@ from service.lock.rules import (
     Repeat,
     Unchanged,
     WithdrawAsk,
+)
+from service.lock.refusals import refused
+from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow
+from service.lock.rules import (
     decide_claim,
     decide_commit,
     decide_maintenance,
@@ -32,7 +35,6 @@ from service.lock.rules import (
     decide_withdraw,
     head_turn,
     holding,
-    refused,
     turn_lease,
     turn_of,
     turn_request,
