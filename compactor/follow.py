@@ -52,8 +52,9 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.claim import Held, take
 from compactor.config import ConfigError, TableConfig, check_floors
+from compactor.plan.follow import DueCounts
 from compactor.report import Outcome, RunReport, publish
-from compactor.run import DueCounts, follow_table
+from compactor.run import follow_table
 from jobkit.spark import error_message
 from service.wire.errors import LakelockError, OutcomeUnknown, ServerError, Unavailable
 

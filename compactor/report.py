@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -111,6 +111,15 @@ class RunReport:
     # the partitions whose files the run's steps rewrote, as its leases' releases reported
     # them compacted to the service (which zeroes their counts: docs/jobs.md §3)
     compacted: list[str] = field(default_factory=list)
+
+    def add_hold(self, partitions: Iterable[str], seconds: float) -> None:
+        """Add `seconds` to the hold of each of `partitions` (`partition_hold_s`)."""
+        for name in partitions:
+            self.partition_hold_s[name] = self.partition_hold_s.get(name, 0.0) + seconds
+
+    def backpressured(self, partitions: Iterable[str] | None) -> set[str]:
+        """Those of `partitions` whose writers the run's backpressure holds."""
+        return set(partitions or ()) & set(self.backpressure)
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -25,7 +25,7 @@ from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
 from testkit import LocalService, free_port, fresh_database
-from tests.budget import TIER
+from tests.support.budget import TIER
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
@@ -69,7 +69,7 @@ def auth(role: str) -> dict[str, str]:
 
 # -- databases -------------------------------------------------------------------------------
 
-pytest_plugins = ["tests.budget"]  # seconds per module, and the modules over their budget
+pytest_plugins = ["tests.support.budget"]  # seconds per module, and the modules over their budget
 
 FAST = TIER == "fast"
 """The fast tier (bin/test --fast): each test once, on SQLite and local files; its MariaDB and

@@ -16,6 +16,7 @@ compactor.plan.rules     due, hot, past the hard bound, most debt first; when a 
 compactor.plan.steps     the procedure calls, each only when enabled and with work
 compactor.plan.expiry    which snapshots expire_snapshots may remove
 compactor.plan.names     a partition's values read back from its name (the follower's filter)
+compactor.plan.follow    the follower's plan: the due partitions the service names, grouped
 """
 
 from compactor.plan.expiry import ExpiryPlan, snapshot_expiry

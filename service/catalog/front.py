@@ -4,10 +4,10 @@
     front.commit(("db", "events"), requirements, updates, principal="ingest", headers={})
 
 A commit: load the table's current metadata (cached by location), check the commit's
-requirements against it, apply its updates (service.catalog.pointers.applied), read what the
-commit is (service.catalog.changes), write the new metadata file, then in one transaction check
-the leases and swap the pointer. A refused commit or a moved pointer deletes the metadata file
-it wrote, so a refusal leaves nothing behind but its audit event; an unknown outcome keeps it.
+requirements against it and apply its updates (Pointers.stage), read what the commit is
+(service.catalog.changes), write the new metadata file, then in one transaction check the
+leases and swap the pointer. A refused commit or a moved pointer deletes the metadata file it
+wrote, so a refusal leaves nothing behind but its audit event; an unknown outcome keeps it.
 The data and manifest files a refused writer wrote are the writer's to clean up (Iceberg
 clients do on 403 and on 409 after their retries).
 
@@ -327,10 +327,10 @@ class Front:
         park: fence.Park | None = None,
         key: idempotency.Key | None = None,
     ) -> Loaded:
-        """Apply `updates` if `requirements` hold, fenced; the table as it is now. A commit the
-        route parks while a hold refuses it carries its `park` (service.lock.fence.Park); one
-        sent with an Idempotency-Key keeps its answer in the transaction that swaps the
-        pointer (`key`: service.lock.idempotency).
+        """Apply `updates` if `requirements` hold, fenced; the table as it is now. A commit
+        parked while a hold refuses it (service.catalog.park) carries its `park`
+        (service.lock.fence.Park); one sent with an Idempotency-Key keeps its answer in the
+        transaction that swaps the pointer (`key`: service.lock.idempotency).
 
         Raises:
             NoSuchTable: no such table, and the commit does not create it.
@@ -347,9 +347,7 @@ class Front:
                 raise self._no_table(identifier) from None
             current = None
         try:
-            staged = self.pointers._update_and_stage_table(
-                current, identifier, tuple(requirements), tuple(updates)
-            )
+            staged = self.pointers.stage(current, identifier, tuple(requirements), tuple(updates))
         except CommitFailedException as exc:
             if current is not None and _head_moved(requirements, current.metadata):
                 self._lost_head(identifier, updates, principal, headers)
@@ -470,8 +468,8 @@ class Front:
         return self._transact(look)
 
     def gave_up(self, park: fence.Park, held: CommitHeld) -> None:
-        """The route stopped parking a held commit without a last try (its client left):
-        record its one refusal (service.lock.fence.gave_up)."""
+        """service.catalog.park stopped parking a held commit without a last try (its client
+        left, or no room to park it): record its one refusal (service.lock.fence.gave_up)."""
         self._transact(lambda conn: fence.gave_up(conn, park, held))
 
     def _check_set_properties(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
@@ -506,7 +504,7 @@ class Front:
                 raise _not_empty(moved)
             if moved != metadata.location:
                 metadata = metadata.model_copy(update={"location": moved})
-                version = self.pointers._parse_metadata_version(new)
+                version = self.pointers.metadata_version(new)
                 new = locations.metadata_file(moved, version)
         setting = [u.updates for u in updates if isinstance(u, SetPropertiesUpdate)]
         if moved is not None or any(set(s) & set(locations.PATH_PROPERTIES) for s in setting):

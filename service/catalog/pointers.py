@@ -2,6 +2,7 @@
 
     pointers = Pointers("lakelock", engine, warehouse="file:///data/warehouse")
     pointers.load_table(("db", "events"))            # a pyiceberg Table (metadata cached)
+    staged = pointers.stage(current, ("db", "events"), requirements, updates)  # nothing written
     swapped = pointers.swap(conn, ("db", "events"), old, new)   # in the caller's transaction
 
 pyiceberg's `SqlCatalog` reads and writes exactly the tables Iceberg's `JdbcCatalog` keeps
@@ -159,17 +160,38 @@ class Pointers(SqlCatalog):
                 _, (_, dropped) = self._cache.popitem(last=False)
                 self._cached_chars -= len(dropped)
 
-    def _update_and_stage_table(
+    # -- staging a commit ----------------------------------------------------------------------
+    # Staging is where the front reaches pyiceberg's protected API, and `stage` (with
+    # `metadata_version`) is the one way in: the front calls these, never pyiceberg's names.
+    # Touched here: the hook `MetastoreCatalog._update_and_stage_table(current_table,
+    # table_identifier, requirements, updates) -> StagedTable`, which `stage` replaces (so
+    # pyiceberg's own `SqlCatalog.commit_table` stages the same way), the static helpers
+    # `_empty_table_metadata` and `_parse_metadata_version`, and, in `applied` below,
+    # `pyiceberg.table.update`'s `_apply_table_update`, `_TableMetadataUpdateContext` and
+    # `_update_table_metadata_log`. They are used, not copied, so that a commit is validated
+    # and applied exactly as pyiceberg applies it; being protected, they may change in any
+    # release. Checked against pyiceberg 0.12.0, the line the `service` extra pins
+    # (pyproject.toml: >=0.12,<0.13); check them again when that pin moves.
+
+    def stage(
         self,
         current_table: Table | None,
         table_identifier: Identifier,
         requirements: tuple[TableRequirement, ...],
         updates: tuple[TableUpdate, ...],
     ) -> StagedTable:
-        """pyiceberg's, for an existing table without the deep copy of the whole metadata
-        that its `update_table_metadata` ends with (`applied`); a create is validated by
-        pyiceberg's `update_table_metadata`. The new metadata file goes where
-        `locations.metadata_file` says, never where a table property would put it."""
+        """The table as `updates` make it when `requirements` hold (`current_table` None: a
+        create), with the location of its new metadata file; nothing written.
+
+        pyiceberg's `_update_and_stage_table`, for an existing table without the deep copy of
+        the whole metadata that its `update_table_metadata` ends with (`applied`); a create is
+        validated by pyiceberg's `update_table_metadata`. The new metadata file goes where
+        `locations.metadata_file` says, never where a table property would put it.
+
+        Raises:
+            CommitFailedException: a requirement failed.
+            ValueError: an update that cannot apply (pyiceberg's word for it).
+        """
         base = current_table.metadata.properties if current_table is not None else {}
         updates = _absent_removals_dropped(base, updates)
         if current_table is None:
@@ -183,7 +205,7 @@ class Pointers(SqlCatalog):
             for requirement in requirements:
                 requirement.validate(current_table.metadata)
             metadata = applied(current_table.metadata, updates, current_table.metadata_location)
-            version = self._parse_metadata_version(current_table.metadata_location) + 1
+            version = self.metadata_version(current_table.metadata_location) + 1
         location = locations.metadata_file(metadata.location, version)
         return StagedTable(
             identifier=table_identifier,
@@ -192,6 +214,16 @@ class Pointers(SqlCatalog):
             io=self._load_file_io(location=location),
             catalog=self,
         )
+
+    # pyiceberg's hook, for its own commit path (`SqlCatalog.commit_table`, which the front
+    # does not use): staged as the front stages
+    _update_and_stage_table = stage
+
+    @classmethod
+    def metadata_version(cls, location: str) -> int:
+        """The version in a metadata file's name (`<version>-<uuid>.metadata.json`; -1 for
+        a name without one), as pyiceberg's `_parse_metadata_version` reads it."""
+        return cls._parse_metadata_version(location)
 
     def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
         location = orm_table.metadata_location

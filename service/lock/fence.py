@@ -21,7 +21,8 @@ expiry cannot slip between the check and the swap; then decides:
                  conflict with a rewrite (`Change.conflicts`) and touches partitions a live
                  maintenance lease or an open intent covers is held: CommitHeld (429 with a
                  Retry-After of the hold's expected remaining time, which the client retries
-                 by itself; the route parks it first, up to LAKELOCK_CATALOG_HOLD_WAIT_S).
+                 by itself; the catalog front parks it first, up to
+                 LAKELOCK_CATALOG_HOLD_WAIT_S: service.catalog.park).
                  Backpressure holds every foreign data commit into its partitions, and a
                  maintenance lease's open turn of the head every foreign data commit to the
                  table. Else it passes.
@@ -96,9 +97,10 @@ class Change:
 
 @dataclass
 class Park:
-    """One commit the catalog route parks while a hold refuses it (docs/catalog-front.md §4),
-    across its tries: the route says which try is its `last`; `commit` keeps when a try first
-    met the hold and what it read, so the commit is one event, not one per try: its
+    """One commit the catalog front parks while a hold refuses it (service.catalog.park,
+    docs/catalog-front.md §4), across its tries: the parking loop says which try is its
+    `last`; `commit` keeps when a try first met the hold and what it read, so the commit is
+    one event, not one per try: its
     `catalog.commit` with how long it was held, or one `catalog.refused` (by its last try, or
     `gave_up` when its client left)."""
 
@@ -121,7 +123,7 @@ def commit(
     transaction (the caller's), the table's row locked first. A data commit that passes counts
     its files per partition toward their due threshold (`trigger`), a maintenance commit
     compacts the partitions whose data files it replaced (docs/design.md §5.1). A commit the
-    route parks carries its `park`: a hold met by a try that is not its last records nothing.
+    front parks carries its `park`: a hold met by a try that is not its last records nothing.
     A commit of a maintenance lease's holder whose swap finds the pointer moved gives the lease
     the next turn of the head, for `turn` at most (0: none; intents.open_turn); its next commit that
     lands ends the turn.

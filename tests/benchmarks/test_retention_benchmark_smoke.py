@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import run_module
+from tests.support.helpers import run_module
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ foreign appends pass, unless a rewrite that lost the head has the next turn of i
 The compactors here are what a paused or careless compactor looks like: each takes a short
 lease, sometimes sleeps past its TTL or is revoked meanwhile, sometimes sends a stale token or
 rewrites a partition its lease does not cover, and always commits anyway. Their rewrites are
-real: a partition's data files read and written again as one (tests/iceberg_commits.py).
+real: a partition's data files read and written again as one (tests/support/iceberg_commits.py).
 
 The run is driven by counts (commits that passed and were refused of each kind), with a time
 limit only against a hang.
@@ -37,12 +37,12 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import TOKENS, _empty_mariadb, auth, start_server
-from tests.iceberg_commits import rewrite_body, rewrite_files
-from tests.invariants import History, check, fenced, held, load_history
 from tests.lock.test_invariants_concurrency import _event
+from tests.support.iceberg_commits import rewrite_body, rewrite_files
+from tests.support.invariants import History, check, fenced, held, load_history
 
 pytestmark = pytest.mark.mariadb
-BUDGET_S = 120  # tests/budget.py: a concurrent workload until its counts are reached
+BUDGET_S = 120  # tests/support/budget.py: a concurrent workload until its counts are reached
 
 DAYS = [date(2024, 6, 20) + timedelta(days=n) for n in range(4)]
 TABLE = "lakelock.db.t"

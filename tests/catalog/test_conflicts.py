@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from pyiceberg.manifest import DataFile, DataFileContent
 
-from service.catalog.changes import DELETE_FILE_PATH_ID, Written, _count, can_conflict
+from service.catalog.changes import can_conflict
+from service.catalog.manifests import DELETE_FILE_PATH_ID, Written, _count
 from service.lock.fence import _expected_s
 from service.lock.rows import IntentRow, LeaseRow
 

@@ -34,11 +34,11 @@ from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from testkit.commits import rest_body
 from tests.conftest import FRONTS, TOKENS, auth, front_fixture, start_front
-from tests.helpers import HANG_GUARD_S, metric, wait_until
-from tests.iceberg_commits import rewrite_body
+from tests.support.helpers import HANG_GUARD_S, metric, wait_until
+from tests.support.iceberg_commits import rewrite_body
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
-BUDGET_S = 60  # tests/budget.py: a front on each database and on S3
+BUDGET_S = 60  # tests/support/budget.py: a front on each database and on S3
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

@@ -18,7 +18,7 @@ against Iceberg 1.9.2's. Its paths have a `{prefix}` segment, which lakelock's c
 operations lakelock does not serve, into its own folder.
 
 The run is bounded by `MAX_EXAMPLES` per operation and phase and uses the fixed seed of
-tests/fuzzing.py; `bin/fuzz` explores with new seeds.
+tests/support/fuzzing.py; `bin/fuzz` explores with new seeds.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from service.catalog import locations
 from service.lock.db import iceberg_tables_t
 from service.server.routes.catalog import ENDPOINTS
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
-from tests.fuzzing import fuzz_seed, repeat_hint
+from tests.support.fuzzing import fuzz_seed, repeat_hint
 
 pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 

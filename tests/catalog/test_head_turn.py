@@ -31,9 +31,9 @@ from tests.catalog.test_front import (
     service,
 )
 from tests.conftest import FRONTS, auth, front_fixture
-from tests.helpers import HANG_GUARD_S, metric, wait_until
-from tests.iceberg_commits import Rewritten, rewrite_body, rewrite_files
-from tests.invariants import check, load_history
+from tests.support.helpers import HANG_GUARD_S, metric, wait_until
+from tests.support.iceberg_commits import Rewritten, rewrite_body, rewrite_files
+from tests.support.invariants import check, load_history
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

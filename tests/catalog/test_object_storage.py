@@ -36,10 +36,10 @@ from service.wire.errors import StorageFault
 from testkit import free_port
 from tests.catalog.test_front import SCHEMA, SPEC, rows
 from tests.conftest import TOKENS, Warehouse, auth, start_server
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.s3  # the project's S3 server (demo.s3), a JVM
-BUDGET_S = 60  # tests/budget.py: an S3 server of its own, stopped and started again
+BUDGET_S = 60  # tests/support/budget.py: an S3 server of its own, stopped and started again
 
 CATALOG = "lakelock"
 

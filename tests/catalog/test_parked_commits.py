@@ -35,9 +35,9 @@ from testkit.commits import (
     snapshot_commit,
 )
 from tests.conftest import SECRETS, TWO_JOBS_ENV, front_fixture
-from tests.helpers import HANG_GUARD_S, metric, wait_until
+from tests.support.helpers import HANG_GUARD_S, metric, wait_until
 
-BUDGET_S = 45  # tests/budget.py: commits parked until their holds end
+BUDGET_S = 45  # tests/support/budget.py: commits parked until their holds end
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=False),

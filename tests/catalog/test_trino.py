@@ -27,7 +27,7 @@ from tests.catalog.test_front import (
     service,
 )
 from tests.conftest import TOKENS, front_fixture
-from tests.helpers import metric, wait_until
+from tests.support.helpers import metric, wait_until
 
 pytestmark = pytest.mark.slow
 

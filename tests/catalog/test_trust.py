@@ -41,19 +41,19 @@ from pyiceberg.typedef import Record
 from sqlalchemy import create_engine, update
 
 from service.catalog import changes, locations
-from service.catalog.changes import Written
+from service.catalog.manifests import Written
 from service.catalog.pointers import Pointers
 from service.lock.db import iceberg_tables_t
 from service.wire.errors import InvalidRequest
 from tests.catalog.test_front import SCHEMA, SPEC, maintenance_lease, rows
 from tests.conftest import BOTH_DATABASES, TOKENS, auth, start_front
-from tests.helpers import wait_until
-from tests.iceberg_commits import rewrite_body
+from tests.support.helpers import wait_until
+from tests.support.iceberg_commits import rewrite_body
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 CATALOG = "lakelock"
-MODULE = "tests.catalog_trust_marker.Named"  # importing it leaves the marker file
+MODULE = "tests.support.catalog_trust_marker.Named"  # importing it leaves the marker file
 ADDED_SNAPSHOT_ID = 6  # the field's place in a manifest list's record (Iceberg's spec)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import claim, commit
 from tests.lock.due_rows import compact, due, forget_counts, write
+from tests.support.helpers import claim, commit
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 TABLE = "lake.db.events"

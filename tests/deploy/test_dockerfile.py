@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 from service.server.routes import router
 from service.server.settings import Settings
-from tests.dockerfile import ECS, ROOT, Image, container, task_definition
+from tests.support.dockerfile import ECS, ROOT, Image, container, task_definition
 
 IMAGE = Image.read(ROOT / "Dockerfile")
 SERVICE = task_definition("task-definition.json")

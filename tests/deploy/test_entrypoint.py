@@ -23,7 +23,7 @@ from sqlalchemy import create_engine
 
 from service.lock import migrate
 from tests.conftest import TOKENS_ENV, free_port
-from tests.dockerfile import ROOT, Image, container, task_definition
+from tests.support.dockerfile import ROOT, Image, container, task_definition
 
 pytestmark = pytest.mark.slow
 

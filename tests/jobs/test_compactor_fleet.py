@@ -19,7 +19,7 @@ from compactor.fleet import Fleet
 from compactor.job import print_rank
 from compactor.rank import Summary
 from compactor.report import Outcome, RunReport
-from tests.helpers import HANG_GUARD_S
+from tests.support.helpers import HANG_GUARD_S
 
 NOW = datetime(2024, 6, 20, 14, 0, tzinfo=UTC)
 MIB = 1 << 20

@@ -20,7 +20,7 @@ from compactor.report import Outcome, RunReport
 from service.client import Lease
 from service.wire import DuePartition
 from service.wire.errors import ClaimHeld
-from tests.helpers import HANG_GUARD_S
+from tests.support.helpers import HANG_GUARD_S
 
 
 def Due(table: str, partition: str, data_files: int, delete_files: int) -> DuePartition:

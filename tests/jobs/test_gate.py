@@ -18,7 +18,7 @@ from ingest_gate.gate import Gate, GateTimeout, LeaseLost
 from service.client import LeaseClient
 from service.wire.errors import PROBLEM_TYPE_PREFIX
 from tests.conftest import auth
-from tests.helpers import HANG_GUARD_S, metric, wait_until
+from tests.support.helpers import HANG_GUARD_S, metric, wait_until
 
 TABLE = "cat.db.events"
 

@@ -9,7 +9,7 @@ import httpx
 from sqlalchemy import create_engine, text
 
 from tests.conftest import auth
-from tests.helpers import _backdate, commit, maintenance
+from tests.support.helpers import _backdate, commit, maintenance
 
 TABLE = "lake.db.events"
 DUE_TABLES = ("lakelock_due", "lakelock_due_samples", "lakelock_followers")

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.helpers import (
+from tests.support.helpers import (
     backdate,
     backdate_intent,
     claim,
@@ -21,7 +21,7 @@ from tests.helpers import (
     switch,
     unknown,
 )
-from tests.invariants import (
+from tests.support.invariants import (
     History,
     backpressure_outside_claims,
     check,

@@ -9,7 +9,7 @@ import pytest
 
 from service.client import ClaimHeld, LeaseClient, Renewer
 from tests.conftest import auth
-from tests.helpers import (
+from tests.support.helpers import (
     backdate,
     claim,
     commit,

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import commit, events, release, state
+from tests.support.helpers import commit, events, release, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -9,17 +9,6 @@ from sqlalchemy import create_engine, text
 
 from service.wire.models import MAX_COUNTED_FILES
 from tests.conftest import auth
-from tests.helpers import (
-    _backdate,
-    claim,
-    commit,
-    events,
-    maintenance,
-    metric,
-    release,
-    state,
-    switch,
-)
 from tests.lock.due_rows import (
     TABLE,
     compact,
@@ -30,6 +19,17 @@ from tests.lock.due_rows import (
     forget_counts,
     release_with,
     write,
+)
+from tests.support.helpers import (
+    _backdate,
+    claim,
+    commit,
+    events,
+    maintenance,
+    metric,
+    release,
+    state,
+    switch,
 )
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import backdate, commit, events, maintenance, renew, state
+from tests.support.helpers import backdate, commit, events, maintenance, renew, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

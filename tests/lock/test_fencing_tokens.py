@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import backdate, events, maintenance, release, renew, state
+from tests.support.helpers import backdate, events, maintenance, release, renew, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -14,8 +14,16 @@ import pytest
 
 from service.lock import intents
 from service.lock.db import make_engine, run_transaction
-from tests.helpers import backdate, backdate_intent, commit, events, maintenance, release, state
-from tests.invariants import check, load_history
+from tests.support.helpers import (
+    backdate,
+    backdate_intent,
+    commit,
+    events,
+    maintenance,
+    release,
+    state,
+)
+from tests.support.invariants import check, load_history
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

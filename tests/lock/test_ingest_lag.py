@@ -9,7 +9,7 @@ import pytest
 from service.client import LeaseClient
 from service.wire.errors import InvalidRequest
 from tests.conftest import auth
-from tests.helpers import events, metric, state
+from tests.support.helpers import events, metric, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

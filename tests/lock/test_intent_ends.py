@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import backdate, commit, events, maintenance, release, state
-from tests.invariants import History, replay
+from tests.support.helpers import backdate, commit, events, maintenance, release, state
+from tests.support.invariants import History, replay
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

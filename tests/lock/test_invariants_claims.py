@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.invariants import History, check, commit_span, lease_spans
 from tests.lock.test_invariants_concurrency import Workload, run_on_two_services
+from tests.support.invariants import History, check, commit_span, lease_spans
 
 pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import TOKENS, auth, start_server
-from tests.invariants import (
+from tests.support.invariants import (
     History,
     RenewObservation,
     check,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from service.wire.scope import MAX_NAME_CHARS
-from tests.helpers import backdate_intent, commit, events, maintenance, state
+from tests.support.helpers import backdate_intent, commit, events, maintenance, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -1,6 +1,14 @@
 import pytest
 
-from tests.helpers import backdate_intent, commit, events, maintenance, release, state, switch
+from tests.support.helpers import (
+    backdate_intent,
+    commit,
+    events,
+    maintenance,
+    release,
+    state,
+    switch,
+)
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -29,7 +29,7 @@ from pyiceberg.types import DateType, LongType, NestedField, StringType
 
 from tests.conftest import BOTH_DATABASES, TWO_JOBS_ENV, start_front
 from tests.conftest import SECRETS as TWO_JOB_SECRETS
-from tests.iceberg_commits import rewrite_body
+from tests.support.iceberg_commits import rewrite_body
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -11,7 +11,7 @@ import pytest
 from service.client import LeaseClient, ReaderLease
 from service.wire.errors import InvalidRequest
 from tests.conftest import auth
-from tests.helpers import backdate_reader, events, state
+from tests.support.helpers import backdate_reader, events, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.wire.scope import conflicts
-from tests.helpers import commit, events, maintenance, release, renew, state
+from tests.support.helpers import commit, events, maintenance, release, renew, state
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import commit, events, maintenance, release, state, switch, unknown
+from tests.support.helpers import commit, events, maintenance, release, state, switch, unknown
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

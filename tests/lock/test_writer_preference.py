@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from tests.helpers import commit, events, maintenance, release
+from tests.support.helpers import commit, events, maintenance, release
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from service.client import Lease, LeaseClient
 from service.ops import cli
 from tests.conftest import auth
-from tests.helpers import commit
+from tests.support.helpers import commit
 
 TABLE = "lake.db.events"
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from service.server.settings import Settings, settings_table
-from tests.dockerfile import ROOT
+from tests.support.dockerfile import ROOT
 
 DOC = ROOT / "docs" / "settings.md"
 BEGIN = "<!-- settings-table"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import auth
-from tests.helpers import commit, maintenance, renew, switch
+from tests.support.helpers import commit, maintenance, renew, switch
 
 TABLE = "lake.db.events"
 

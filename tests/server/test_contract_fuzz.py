@@ -5,9 +5,9 @@ own openapi.json with the operator's token: every status, content type, header a
 the declared one, no input may give a 5xx, bad input must be refused and good input accepted, and
 each secured operation must refuse a call without or with a wrong token (`ignored_auth`).
 The run is bounded by `MAX_EXAMPLES` per operation and phase: about 2,300 cases, about a minute
-per database on 2 cores. It fuzzes with a fixed seed (tests/fuzzing.py), so the suite fails only
-where the service or its contract changed; `bin/fuzz` explores with new seeds. Its report (and
-the seed to repeat it with) is in a failure.
+per database on 2 cores. It fuzzes with a fixed seed (tests/support/fuzzing.py), so the suite
+fails only where the service or its contract changed; `bin/fuzz` explores with new seeds. Its
+report (and the seed to repeat it with) is in a failure.
 
 Every check runs but one, `use_after_free`: a released lease stays readable with its state.
 The choices, each explained where it is made (tests/server/schemathesis.toml, and below): the
@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.conftest import TOKENS, start_server
-from tests.fuzzing import fuzz_seed, repeat_hint
+from tests.support.fuzzing import fuzz_seed, repeat_hint
 
 pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 

@@ -1,6 +1,6 @@
 """The lock database goes away and comes back, under a real service process.
 
-The service reaches MariaDB through a loopback proxy the test controls (tests/tcp_proxy.py):
+The service reaches MariaDB through a loopback proxy the test controls (tests/support/tcp_proxy.py):
 `cut()` drops every connection and refuses new ones (a failover, a restarted server);
 `blackhole()` holds them silent (a dead network), where only the client's timeouts help.
 """
@@ -18,9 +18,9 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from tests.conftest import _empty_mariadb, auth, start_server
-from tests.helpers import wait_parked, wait_until
-from tests.mariadb_user import password_user
-from tests.tcp_proxy import TcpProxy
+from tests.support.helpers import wait_parked, wait_until
+from tests.support.mariadb_user import password_user
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.slow, pytest.mark.dialect]
 

@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 
 from service.server.app import create_app
 from tests.conftest import auth, make_settings
-from tests.helpers import claim, metric, release, state, wait_parked
 from tests.lock.due_rows import TABLE, due, forget_counts, write
+from tests.support.helpers import claim, metric, release, state, wait_parked
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from tests.conftest import auth
-from tests.helpers import commit, events, maintenance, release, renew, state, unknown
+from tests.support.helpers import commit, events, maintenance, release, renew, state, unknown
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

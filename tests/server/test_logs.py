@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 
 from service.server.logs import JsonFormatter, mask_url
 from tests.conftest import TOKENS, ServerProcess, auth, start_server
-from tests.mariadb_user import password_user
+from tests.support.mariadb_user import password_user
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,15 @@ import time
 
 import pytest
 
-from tests.helpers import commit, maintenance, release, state, switch, wait_parked, wait_until
+from tests.support.helpers import (
+    commit,
+    maintenance,
+    release,
+    state,
+    switch,
+    wait_parked,
+    wait_until,
+)
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

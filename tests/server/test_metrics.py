@@ -1,6 +1,6 @@
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers import backdate, commit, maintenance, release, renew
+from tests.support.helpers import backdate, commit, maintenance, release, renew
 
 
 def _samples(api):

@@ -13,7 +13,7 @@ from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ServerProcess, auth, start_server
-from tests.helpers import HANG_GUARD_S
+from tests.support.helpers import HANG_GUARD_S
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.helpers import commit, unknown
+from tests.support.helpers import commit, unknown
 
 BAD_TABLES = ["events", "a.b.c.d", "db.-events", "1db.events", "db.ev ents", "db." + "x" * 65]
 

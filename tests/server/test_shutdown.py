@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ServerProcess, auth, start_server
-from tests.helpers import wait_parked
+from tests.support.helpers import wait_parked
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,8 @@ from service.lock.db import make_engine
 from service.lock.overview import overview
 from service.server.metrics import Metrics
 from testkit import free_port
-from tests.helpers import (
+from tests.server.test_metrics import _samples
+from tests.support.helpers import (
     backdate,
     claim,
     commit,
@@ -19,7 +20,6 @@ from tests.helpers import (
     release,
     switch,
 )
-from tests.server.test_metrics import _samples
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

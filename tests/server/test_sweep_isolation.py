@@ -4,7 +4,7 @@ fails is logged and left to the next tick, and the tables after it are still swe
 import pytest
 
 from service.lock import expiry
-from tests.helpers import backdate, commit, events
+from tests.support.helpers import backdate, commit, events
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 

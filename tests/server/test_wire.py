@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from service.wire import Draining, Lease, Released, TableState
-from tests.helpers import ROOT, commit, maintenance, release, state
+from tests.support.helpers import ROOT, commit, maintenance, release, state
 
 
 def test_the_client_and_the_wire_models_import_no_server_module():

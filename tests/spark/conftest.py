@@ -30,7 +30,7 @@ from ingest_gate.job.config import IngestConfig, load_config
 from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
-from tests.helpers import wait_parked
+from tests.support.helpers import wait_parked
 
 
 def start_spark(

@@ -39,7 +39,7 @@ from demo.shop import (
 from ingest_gate.job.config import load_config
 from ingest_gate.job.run import BatchHooks, run
 from service.client import LeaseClient
-from tests.helpers import installed, unactivated_env
+from tests.support.helpers import installed, unactivated_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -27,7 +27,7 @@ from compactor.report import Outcome, publish
 from compactor.run import run_table
 from service.client import LeaseClient
 from service.wire.errors import Locked, NotFound
-from tests.helpers import backdate, installed, unactivated_env
+from tests.support.helpers import backdate, installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 

@@ -18,8 +18,8 @@ from compactor.run import run_table
 from jobkit.partition import read_spec, table_partition_names
 from service.client import LeaseClient
 from service.wire.errors import Locked
-from tests.helpers import HANG_GUARD_S, wait_until
 from tests.spark.test_compactor_converges import read_with_pyiceberg
+from tests.support.helpers import HANG_GUARD_S, wait_until
 
 pytestmark = pytest.mark.spark
 

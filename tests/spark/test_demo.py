@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import installed, unactivated_env
+from tests.support.helpers import installed, unactivated_env
 
 # the demo runs by counts; these bounds only guard against a hang
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1500)]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import run_module
+from tests.support.helpers import run_module
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
 

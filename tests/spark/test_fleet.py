@@ -16,8 +16,8 @@ from compactor.catalog import read_summary, spark_jobs
 from compactor.config import CompactorConfig, FleetConfig
 from compactor.fleet import Fleet
 from compactor.report import Outcome
-from tests.helpers import HANG_GUARD_S, installed, unactivated_env
 from tests.spark.conftest import lease_intervals
+from tests.support.helpers import HANG_GUARD_S, installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 

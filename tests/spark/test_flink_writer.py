@@ -43,8 +43,6 @@ from demo.flink import (
 from jobkit.flink import FlinkWriter
 from jobkit.spark import error_message
 from tests.conftest import Warehouse
-from tests.helpers import run_module
-from tests.invariants import check, load_history
 from tests.spark.test_catalog_front import (
     CATALOG,
     direct,
@@ -52,6 +50,8 @@ from tests.spark.test_catalog_front import (
     front_session,
     sqlite_front,
 )
+from tests.support.helpers import run_module
+from tests.support.invariants import check, load_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
 
@@ -147,7 +147,7 @@ def upserted(front: Any, spark: Any) -> Any:
 
 def compactor_config(table: str) -> TableConfig:
     return replace(
-        # a TTL no run outlasts on a loaded machine: the invariant check (tests.invariants,
+        # a TTL no run outlasts on a loaded machine: the invariant check (tests.support.invariants,
         # inv7) knows no renewal of the compactor's, so it takes a run past its TTL for one
         # that committed after its lease expired
         TableConfig(table, lease=LeaseConfig(ttl=timedelta(seconds=120))),

@@ -33,8 +33,8 @@ from ingest_gate.job.snapshots import (
 )
 from service.client import LeaseClient
 from service.ops.iceberg_audit import metadata_file
-from tests.helpers import HANG_GUARD_S, installed, metric, unactivated_env, wait_until
 from tests.spark.conftest import ingest_config, lease_intervals
+from tests.support.helpers import HANG_GUARD_S, installed, metric, unactivated_env, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 

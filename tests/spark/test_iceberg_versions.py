@@ -24,7 +24,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from testkit.lossy_proxy import LossyProxy
 from tests.conftest import front_fixture
-from tests.helpers import HANG_GUARD_S
+from tests.support.helpers import HANG_GUARD_S
 
 pytestmark = pytest.mark.spark
 

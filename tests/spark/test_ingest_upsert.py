@@ -17,8 +17,8 @@ from ingest_gate.job.run import BatchHooks, BatchWriter, Ungated, plan_decoder, 
 from ingest_gate.job.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
 from ingest_gate.job.target import read_target
 from jobkit.spark import SparkJobGroups
-from tests.helpers import installed, unactivated_env
 from tests.spark.conftest import snapshots, table_rows
+from tests.support.helpers import installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 

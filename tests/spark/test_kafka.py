@@ -35,8 +35,8 @@ from ingest_gate.job.config import load_config
 from ingest_gate.job.kafka import RetentionLoss
 from ingest_gate.job.run import run
 from service.client import LeaseClient
-from tests.helpers import installed, unactivated_env
 from tests.spark.conftest import table_rows
+from tests.support.helpers import installed, unactivated_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -26,9 +26,9 @@ from demo.s3 import LocalS3
 from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import error_message
 from tests.conftest import Warehouse
-from tests.helpers import HANG_GUARD_S, wait_until
 from tests.spark.conftest import ingest_config, table_rows
 from tests.spark.test_catalog_front import CATALOG, front_session, rest_catalog, s3a, sqlite_front
+from tests.support.helpers import HANG_GUARD_S, wait_until
 
 pytestmark = pytest.mark.spark
 

@@ -14,8 +14,8 @@ specification says.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Annotated, Any, TypeAlias, TypeVar
 
@@ -28,8 +28,8 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 from starlette.background import BackgroundTask
 
+from service.catalog import park
 from service.catalog.front import Front, Loaded
-from service.lock.fence import Park
 from service.lock.idempotency import Key, Stored
 from service.server import idempotency
 from service.server.auth import (
@@ -45,7 +45,7 @@ from service.server.parking import Parking
 from service.server.routes.common import clock
 from service.server.runtime import ClientGone, Runtime
 from service.server.settings import ApiToken
-from service.wire.errors import CommitHeld, InvalidRequest, StorageFault
+from service.wire.errors import InvalidRequest, StorageFault
 
 __all__ = ["ENDPOINTS", "router"]
 
@@ -339,23 +339,19 @@ async def commit_table(request: Request, caller: Job, namespace: str, table: str
         k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-lakelock-")
     }
 
-    def look(f: Front, park: Park) -> CommitHeld | None:
-        return f.still_held(identifier, park)
-
     async def run(key: Key | None) -> Response:
-        def commit(f: Front, park: Park) -> Loaded:
-            return f.commit(
+        return _table(
+            await park.held_until_free(
+                _front(request),
                 identifier,
                 requirements,
                 updates,
                 principal=caller.name,
                 headers=headers,
-                park=park,
                 key=key,
+                lot=_Lot(request, caller),
             )
-
-        table_name = _front(request).table_name(identifier)
-        return _table(await _held_until_free(request, caller, table_name, commit, look))
+        )
 
     return await idempotency.once(request, caller, run, partial(_replay, request, identifier))
 
@@ -372,107 +368,52 @@ async def _replay(request: Request, identifier: Identifier, stored: Stored) -> R
     return _table((location, metadata, text))
 
 
-async def _held_until_free(
-    request: Request,
-    caller: ApiToken,
-    table: str,
-    commit: Callable[[Front, Park], Loaded],
-    look: Callable[[Front, Park], CommitHeld | None],
-) -> Loaded:
-    """`commit`, parked while a hold refuses it (CommitHeld) and judged again each time the
-    table's lock state changes, up to LAKELOCK_CATALOG_HOLD_WAIT_S (docs/catalog-front.md §4):
-    held, not failed. A hold that ends lets it through, or answers 409 where the head moved
-    meanwhile; one that outlasts the wait is the 429, with the hold's expected remaining time,
-    after one last try. While parked it is judged by `look` (the lock's state, against what its
-    last try read), and tried whole only when the hold ends or the table's pointer moves: a
-    parked commit costs about one commit. Past LAKELOCK_CATALOG_MAX_PARKED (or _PER_TOKEN)
-    parked commits, a held one is answered 429 at once. The tries share one `Park`, so the
-    commit is one event whatever the number of tries: the last try records the refusal, or the
-    `catalog.commit` says how long it was held (and a client that left, or a commit with no
-    room to park, has its refusal recorded here). `table` is lakelock's name of the table."""
-    rt: Runtime = request.app.state.runtime
-    parking: Parking = request.app.state.parking
-    until = clock() + rt.settings.catalog_hold_wait_s
-    park = Park()
-    held: CommitHeld | None = None  # the hold the last judgement met
-    with ExitStack() as place:
-        while True:
-            # once held, the version is read before each judgement, so a change between one
-            # and its wait is not missed; a commit that is never held reads none
-            seen = await rt.version(table) if held is not None else None
-            park.last = clock() >= until or rt.changes.closing.is_set()
-            if held is not None and seen is not None and not park.last:
-                still = await _call(request, lambda f: look(f, park))
-                rt.metrics.catalog_parked_judged.labels("look" if still else "try").inc()
-                if still is not None:
-                    held = still
-                    await _parked_until_change(request, rt, table, seen, held, until, park)
-                    continue
+class _Lot:
+    """What the server lends a commit the catalog parks (service.catalog.park.Lot): the event
+    loop's clock, the catalog's worker threads, the tables' lock versions and their waits
+    (Runtime.changes), the parked places of `caller` (Parking) and their metrics."""
+
+    def __init__(self, request: Request, caller: ApiToken) -> None:
+        self._request, self._caller = request, caller
+        self._rt: Runtime = request.app.state.runtime
+        self._parking: Parking = request.app.state.parking
+        self.wait_s = self._rt.settings.catalog_hold_wait_s
+
+    def clock(self) -> float:
+        return clock()
+
+    def closing(self) -> bool:
+        return self._rt.changes.closing.is_set()
+
+    async def call(self, fn: Callable[[], T], /) -> T:
+        return await anyio.to_thread.run_sync(fn, limiter=self._request.app.state.catalog_limiter)
+
+    async def version(self, table: str) -> object:
+        return await self._rt.version(table)
+
+    async def wait(self, table: str, *, seen: object, until: float) -> bool:
+        try:
+            await self._rt.changes.wait(
+                table, seen=seen, until=until, is_disconnected=self._request.is_disconnected
+            )
+        except ClientGone:
+            return False
+        return True
+
+    def full(self) -> str | None:
+        return self._parking.full(self._caller.name)
+
+    @contextmanager
+    def parked(self) -> Iterator[None]:
+        with self._parking.parked(self._caller.name):
+            self._rt.metrics.catalog_parked.inc()
             try:
-                return await _call(request, lambda f: commit(f, park))
-            except CommitHeld as refusal:
-                if park.last:
-                    raise  # recorded by the try
-                if held is None:
-                    await _park(request, place, parking, caller, park, refusal)
-                held = refusal
-                if seen is not None:
-                    await _parked_until_change(request, rt, table, seen, held, until, park)
-                # else no version was read before this try: read it, judge once more
+                yield
+            finally:
+                self._rt.metrics.catalog_parked.dec()
 
-
-async def _park(
-    request: Request,
-    place: ExitStack,
-    parking: Parking,
-    caller: ApiToken,
-    park: Park,
-    refusal: CommitHeld,
-) -> None:
-    """Take a place among the parked commits for the commit `refusal` held first.
-
-    Raises:
-        CommitHeld: no room (LAKELOCK_CATALOG_MAX_PARKED or _PER_TOKEN): a 429 at once, with
-            the hold's Retry-After; its one refusal recorded.
-    """
-    setting = parking.full(caller.name)
-    if setting is None:
-        place.enter_context(parking.parked(caller.name))
-        rt: Runtime = request.app.state.runtime
-        rt.metrics.catalog_parked.inc()
-        place.callback(rt.metrics.catalog_parked.dec)
-        return
-    full = CommitHeld(
-        f"{refusal.detail}; not parked: {setting} commits are parked already, so it is "
-        "answered now",
-        **{**refusal.extra, "reason": "too-many-parked", "setting": setting},
-    )
-    await _call(request, partial(Front.gave_up, park=park, held=full))
-    raise full
-
-
-async def _parked_until_change(
-    request: Request,
-    rt: Runtime,
-    table: str,
-    seen: object,
-    held: CommitHeld,
-    until: float,
-    park: Park,
-) -> None:
-    """Wait until the table's lock state moves past `seen`, the hold's turn of the head ends
-    (a known instant no event announces: docs/catalog-front.md §4) or `until`.
-
-    Raises:
-        CommitHeld: the client left; its one refusal is recorded.
-    """
-    turn = held.extra.get("turn")
-    ends = until if turn is None else min(until, clock() + float(turn["remaining_s"]))
-    try:
-        await rt.changes.wait(table, seen=seen, until=ends, is_disconnected=request.is_disconnected)
-    except ClientGone:
-        await _call(request, partial(Front.gave_up, park=park, held=held))
-        raise held from None
+    def judged(self, how: str) -> None:
+        self._rt.metrics.catalog_parked_judged.labels(how).inc()
 
 
 @router.delete("/v1/namespaces/{namespace}/tables/{table}", status_code=204)

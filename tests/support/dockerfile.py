@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ECS = ROOT / "deploy" / "ecs"
 PLACEHOLDERS = {
     "AWS_ACCOUNT_ID": "123456789012",

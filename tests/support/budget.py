@@ -69,7 +69,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         write(f"over budget: {module} took {seconds:.0f}s, its budget {budget:.0f}s")
     if total > suite_s:
         write(f"over budget: the run took {total:.0f}s, the suite's {suite_s:.0f}s")
-    out = Path(__file__).resolve().parents[1] / "var" / "test-durations.json"
+    out = Path(__file__).resolve().parents[2] / "var" / "test-durations.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine, text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 HANG_GUARD_S = 120.0
