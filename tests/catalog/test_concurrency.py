@@ -52,6 +52,7 @@ SCHEMA = Schema(
     NestedField(3, "v", StringType(), required=False),
 )
 REWRITE_TRIES = 10  # a compactor's commit retries on a moved head (Iceberg's default is 4)
+PAUSE_S = (0.1, 0.5)  # between an actor's commits: a stream's batches, a compactor's ticks
 # what the run must have seen before it stops (counts, not seconds)
 ENOUGH = {
     "replace.passed": 4,
@@ -104,12 +105,15 @@ class Workload:
     def writer(self, seed: int) -> None:
         """A foreign writer, which never asks lakelock: appends, which cannot conflict with a
         rewrite and pass every hold, and now and then a delete of a day's rows, which removes
-        data files and is held where a maintenance lease is live or draining."""
+        data files and is held where a maintenance lease is live or draining. Like every actor
+        here it pauses between commits (PAUSE_S), as a stream between batches: a delete reads
+        the table's manifests before it commits, and actors in a tight loop of appends and
+        rewrites leave it no window to commit in, however often pyiceberg retries."""
         rng = random.Random(seed)
-        while not self.done.is_set():
+        while not self.done.wait(rng.uniform(*PAUSE_S)):
             table = self.catalog(rng).load_table("db.t")
             day = rng.choice(DAYS)
-            deleting = rng.random() < 0.2
+            deleting = rng.random() < 0.3
             what = "delete" if deleting else "append"
             try:
                 if deleting:
@@ -123,14 +127,15 @@ class Workload:
                 # (docs/catalog-front.md §4): checked on the trail below
                 self.count(f"{what}.held")
             except (CommitFailedException, ValidationException):
-                # another writer's commit came first: Iceberg's own conflict, not lakelock's
+                # another writer's commit came first, past pyiceberg's retries: Iceberg's own
+                # conflict, not lakelock's
                 self.count(f"{what}.conflict")
 
     def ingest(self, seed: int) -> None:
         """The protocol's own writer: a commit lease, then an append naming it."""
         rng = random.Random(seed)
         with self.service(rng) as api:
-            while not self.done.is_set():
+            while not self.done.wait(rng.uniform(*PAUSE_S)):
                 day = rng.choice(DAYS)
                 # a TTL well past an append's retries on a busy machine: a lease that expired
                 # mid-append would let a compactor in and have the append refused, rightly
@@ -156,7 +161,7 @@ class Workload:
         rng = random.Random(seed)
         holder = f"compactor-{seed}"
         with self.service(rng) as api:
-            while not self.done.is_set():
+            while not self.done.wait(rng.uniform(*PAUSE_S)):
                 day = rng.choice(DAYS)
                 scope = None if rng.random() < 0.3 else [partition(day)]
                 mischief = rng.random()
