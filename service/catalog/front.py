@@ -373,16 +373,14 @@ class Front:
         if park is not None:
             park.base = old  # what a hold met now was read against (still_held)
         try:
-            self._transact(
-                lambda conn: fence.commit(
-                    conn,
-                    change,
-                    swap=lambda c: self._swap(c, identifier, old, new, moved=moved, key=key),
-                    trigger=self.trigger,
-                    park=park,
-                    turn=self.turn,
-                )
-            )
+
+            def check_swap_record(conn: Connection) -> None:
+                checked = fence.check(conn, change, park=park)
+                if not self._swap(conn, identifier, old, new, moved=moved, key=key):
+                    fence.lost(conn, checked, turn=self.turn)
+                fence.landed(conn, checked, trigger=self.trigger)
+
+            self._transact(check_swap_record)
         except (LakelockError, idempotency.KeyTaken):
             # refused or lost, or the copy of a keyed request sent at the same time was
             # answered first: the transaction did not swap (or rolled back); the file is no one's

@@ -3,10 +3,15 @@ swaps the table's metadata pointer (docs/catalog-front.md).
 
     change = Change(table="lakelock.db.events", kind="maintenance", lease_id=..., token=7,
                     partitions=frozenset({"dt=2024-06-20"}), principal="compactor", ...)
-    commit(conn, change, swap=lambda conn: pointers.swap(conn, ...))   # or raises
+    # one transaction, the caller's: check, swap, record
+    checked = check(conn, change)                    # or raises the refusal, recorded
+    if not pointers.swap(conn, ...):
+        lost(conn, checked)                          # raises CommitConflict
+    landed(conn, checked)
 
-`commit` locks the table's row (as every lease transition does), so a revoke, a grant or an
-expiry cannot slip between the check and the swap; then decides:
+`check` locks the table's row (as every lease transition does), so a revoke, a grant or an
+expiry cannot slip between the check and the swap that follows it in the same transaction; it
+decides:
 
     maintenance  files replaced, delete files removed, snapshots removed: needs a live
                  maintenance lease of this table taken by the committing token (design §6), named
@@ -29,10 +34,11 @@ expiry cannot slip between the check and the swap; then decides:
     table        schema, properties, refs and the like: passes.
 
 The turn of the head (docs/catalog-front.md §4): a commit of a maintenance lease's holder
-that loses the head (`swap` finds the pointer moved, or the front found its base stale) gives
-the lease the next turn (service.lock.intents.open_turn, the one entry point), and while it is
-open every foreign data commit to the table is held too, whatever it touched, since any
-commit moves the head (rules.head_turn); the lease's next commit that lands ends it.
+that loses the head (its swap finds the pointer moved: `lost`; or the front found its base
+stale) gives the lease the next turn (service.lock.intents.open_turn, the one entry point),
+and while it is open every foreign data commit to the table is held too, whatever it
+touched, since any commit moves the head (rules.head_turn); the lease's next commit that
+lands ends it.
 
 A refusal is recorded (`catalog.refused`) and nothing else changes; a held commit the route
 parks (`Park`) is recorded once, by its last try or when the route gives up on it, not at each
@@ -42,17 +48,17 @@ recorded (`catalog.commit`: the principal, what it is, the lease it named or `fo
 partitions it touched, and how long it was parked) and a data commit adds what it wrote to the
 table's debt row, so operators see foreign writers and debt moves without a table scan, and to
 its partitions' due counts (service.lock.due); a maintenance commit compacts the partitions
-whose data files it replaced there. `swap` returns False when the pointer moved since the
-commit's base: CommitConflict (409, retried by Iceberg clients).
+whose data files it replaced there (`landed`). A swap that finds the pointer moved since the
+commit's base is CommitConflict (`lost`: 409, retried by Iceberg clients).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from sqlalchemy.engine import Connection
 
@@ -64,7 +70,7 @@ from service.wire.errors import CommitConflict, CommitHeld, Fenced
 from service.wire.scope import Scope, covers, intersects
 from service.wire.text import sample
 
-__all__ = ["MAX_LISTED", "Change", "Park", "commit", "gave_up", "held"]
+__all__ = ["MAX_LISTED", "Change", "Checked", "Park", "check", "gave_up", "held", "landed", "lost"]
 
 ChangeKind = Literal["maintenance", "data", "table"]
 
@@ -99,10 +105,9 @@ class Change:
 class Park:
     """One commit the catalog front parks while a hold refuses it (service.catalog.park,
     docs/catalog-front.md §4), across its tries: the parking loop says which try is its
-    `last`; `commit` keeps when a try first met the hold and what it read, so the commit is
-    one event, not one per try: its
-    `catalog.commit` with how long it was held, or one `catalog.refused` (by its last try, or
-    `gave_up` when its client left)."""
+    `last`; `check` keeps when a try first met the hold and what it read, so the commit is one
+    event, not one per try: its `catalog.commit` with how long it was held, or one
+    `catalog.refused` (by its last try, or `gave_up` when its client left)."""
 
     last: bool = True  # this try is the last: a hold met now is the answer, and recorded
     since: datetime | None = None  # when a try of it first met a hold (the database clock)
@@ -110,54 +115,71 @@ class Park:
     base: str | None = None  # the metadata the last held try was read against (`held`)
 
 
-def commit(
-    conn: Connection,
-    change: Change,
-    *,
-    swap: Callable[[Connection], bool],
-    trigger: due.Trigger | None = None,
-    park: Park | None = None,
-    turn: timedelta = timedelta(0),
-) -> None:
-    """Check `change` against the table's leases and switch, then `swap` the pointer; one
-    transaction (the caller's), the table's row locked first. A data commit that passes counts
-    its files per partition toward their due threshold (`trigger`), a maintenance commit
-    compacts the partitions whose data files it replaced (docs/design.md §5.1). A commit the
-    front parks carries its `park`: a hold met by a try that is not its last records nothing.
-    A commit of a maintenance lease's holder whose swap finds the pointer moved gives the lease
-    the next turn of the head, for `turn` at most (0: none; intents.open_turn); its next commit that
-    lands ends the turn.
+@dataclass(frozen=True)
+class Checked:
+    """A commit `check` let through, and what it read under the table's row lock: what `lost`
+    or `landed` records, later in the same transaction."""
+
+    change: Change
+    at: datetime  # the database clock at the check
+    live: Live
+    lease: LeaseRow | None  # the lease the commit named, as read
+    park: Park | None
+
+
+def check(conn: Connection, change: Change, *, park: Park | None = None) -> Checked:
+    """Check `change` against the table's leases, intents and switch, the table's row locked
+    first, in the caller's transaction, which swaps the pointer next. A commit the front parks
+    carries its `park`: a hold met by a try that is not its last records nothing.
 
     Raises:
         Fenced: a maintenance commit without a live lease, token and scope for it.
         CommitHeld: a foreign data commit meets a draining or held maintenance lease, or a
             compactor's backpressure on a partition it touches, or a maintenance lease's
             turn of the table's head.
-        CommitConflict: the pointer moved since the commit's base.
     """
     row, at, live = expiry.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
     _check(conn, row, live, change, lease, at, park)
-    if not swap(conn):
-        if lease is not None and lease.kind == "maintenance":
-            intents.open_turn(
-                conn,
-                table=change.table,
-                lease_id=lease.id,
-                token=change.token,
-                principal=change.principal,
-                turn=turn,
-            )
-        raise CommitConflict(
-            f"{change.table} changed since this commit's base; reload the table and commit again"
+    return Checked(change, at, live, lease, park)
+
+
+def lost(conn: Connection, checked: Checked, *, turn: timedelta = timedelta(0)) -> NoReturn:
+    """The swap of a checked commit found the pointer moved since its base. A commit of a
+    maintenance lease's holder gives the lease the next turn of the head, for `turn` at most
+    (0: none; intents.open_turn); its next commit that lands ends the turn.
+
+    Raises:
+        CommitConflict: always (409: reload the table and commit again).
+    """
+    change, lease = checked.change, checked.lease
+    if lease is not None and lease.kind == "maintenance":
+        intents.open_turn(
+            conn,
+            table=change.table,
+            lease_id=lease.id,
+            token=change.token,
+            principal=change.principal,
+            turn=turn,
         )
+    raise CommitConflict(
+        f"{change.table} changed since this commit's base; reload the table and commit again"
+    )
+
+
+def landed(conn: Connection, checked: Checked, *, trigger: due.Trigger | None = None) -> None:
+    """Record a checked commit whose swap landed: its `catalog.commit` (with how long it was
+    parked); a data commit counts its files per partition toward their due threshold
+    (`trigger`) and the table's debt, a maintenance commit compacts the partitions whose data
+    files it replaced (docs/design.md §5.1); the lease's own commit ends its turn of the head."""
+    change, at, lease, park = checked.change, checked.at, checked.lease, checked.park
     passed: dict[str, Any] = {"can_conflict": change.conflicts} if change.kind == "data" else {}
     if park is not None and park.since is not None:
         passed["held_s"] = seconds(at - park.since)
     foreign = not _leased(change, lease, at)
     _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=foreign, **passed)
     if lease is not None and not foreign:
-        mine = turn_of(live, lease.id)
+        mine = turn_of(checked.live, lease.id)
         if mine is not None and change.token == lease.token:
             intents.end_turn(conn, mine, at, lease_id=lease.id, actor=change.principal)
     if change.kind == "data":
