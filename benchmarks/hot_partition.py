@@ -110,14 +110,17 @@ def _jobs(spark: Any, first: int, last: int) -> list[tuple[float, float, int]]:
 
 
 def _timed_steps(spark: Any, seen: list[StepTime]) -> Callable[[], None]:
-    """Time every step compactor.run runs, split by Spark's jobs (nothing else runs Spark
+    """Time every step a compactor run runs, split by Spark's jobs (nothing else runs Spark
     meanwhile: the batches come before the rewrite); returns the undo. What the timing itself
     costs (a few status-store reads) counts outside the steps."""
-    import compactor.run as run_module
+    import compactor.groups as groups
+    import compactor.procedure as procedure
+    import compactor.unleased as unleased
 
-    # compactor.run calls the name it imported: replaced there, and put back by the undo
-    names = vars(run_module)
-    real = names["run_step"]
+    # the steps under a lease (compactor.groups) and those without one (compactor.unleased)
+    # call the name they imported: replaced there, and put back by the undo
+    callers = [vars(groups), vars(unleased)]
+    real = procedure.run_step
 
     def timed(session: Any, *, table: str, step: Any, properties: Any) -> dict[str, Any]:
         job_ids = _job_count(spark)
@@ -142,10 +145,12 @@ def _timed_steps(spark: Any, seen: list[StepTime]) -> Callable[[], None]:
                 )
             )
 
-    names["run_step"] = timed
+    for names in callers:
+        names["run_step"] = timed
 
     def undo() -> None:
-        names["run_step"] = real
+        for names in callers:
+            names["run_step"] = real
 
     return undo
 
