@@ -372,14 +372,14 @@ class Front:
         self._write(identifier, metadata, new, text, raw)
         if park is not None:
             park.base = old  # what a hold met now was read against (still_held)
+
+        def check_swap_record(conn: Connection) -> None:
+            checked = fence.check(conn, change, park=park)
+            if not self._swap(conn, identifier, old, new, moved=moved, key=key):
+                fence.lost(conn, checked, turn=self.turn)
+            fence.landed(conn, checked, trigger=self.trigger)
+
         try:
-
-            def check_swap_record(conn: Connection) -> None:
-                checked = fence.check(conn, change, park=park)
-                if not self._swap(conn, identifier, old, new, moved=moved, key=key):
-                    fence.lost(conn, checked, turn=self.turn)
-                fence.landed(conn, checked, trigger=self.trigger)
-
             self._transact(check_swap_record)
         except (LakelockError, idempotency.KeyTaken):
             # refused or lost, or the copy of a keyed request sent at the same time was
