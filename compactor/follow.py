@@ -29,8 +29,9 @@ else after `poll_s` with nothing; never a loop of asks. A table whose run could 
 (claimed by another process or by this one's full plan, its partitions held, a failure) cools
 down, 1 s doubling to `max_cool_s`, and is not tried again before; while every due table cools
 the follower waits for the first to be ready instead of asking again at once. `stop` ends the
-loop within half a second, even while a long-poll waits (the poll is left to end on the
-service, holding nothing).
+loop within the client's STOP_SLICE_S (2 s), even while a long-poll waits: the client asks a
+poll given a stop event in slices of that length (service.client.LeaseClient.due), and its
+retry policy is the only back-off when the service fails.
 
 The full plan (compactor.fleet.Fleet.tick) still runs on a slower grid, `every_s` (5 minutes by
 default), in a thread of its own: it sees what the counts cannot (deletes per row, late data in
@@ -218,40 +219,26 @@ class Follower:
 
     def _poll(self, stop: threading.Event) -> list[Any] | None:
         """The due partitions the service answers within `poll_s` ([] when none came); None
-        when `stop` was set meanwhile or the service failed (after a back-off)."""
-        box: dict[str, Any] = {}
-        answered = threading.Event()
-
-        def ask() -> None:
-            try:
-                box["due"] = self.client.due(
-                    list(self.fleet.selection),
-                    holder=self.fleet.holder,
-                    wait_s=self.poll_s,
-                    limit=self.limit,
-                )
-            except BaseException as exc:
-                box["error"] = exc
-            finally:
-                answered.set()
-
-        threading.Thread(target=ask, name="lakelock-follow-poll", daemon=True).start()
-        # the poll holds nothing on the service: on a stop it is left to end there
-        while not answered.wait(0.5):
-            if stop.is_set():
-                return None
-        error = box.get("error")
-        if error is None:
-            self.stats.polls += 1
-            return list(box["due"])
-        self.stats.poll_failures += 1
-        if isinstance(error, Unavailable | OutcomeUnknown | ServerError):
-            back_off = min(2.0 ** min(self.stats.poll_failures, 5), 30.0)
-            log.warning("cannot ask for due partitions (%s); again in %.0fs", error, back_off)
-            stop.wait(back_off)
+        when `stop` was set meanwhile, or the service failed past the client's retries (which
+        are the only back-off: the next round asks again)."""
+        try:
+            due = self.client.due(
+                list(self.fleet.selection),
+                holder=self.fleet.holder,
+                wait_s=self.poll_s,
+                limit=self.limit,
+                stop=stop,
+            )
+        except (Unavailable, OutcomeUnknown, ServerError) as error:
+            # a refusal (a token that may not, a bad table name) does not heal by asking
+            # again, and is raised; a failing service may
+            self.stats.poll_failures += 1
+            log.warning("cannot ask for due partitions (%s); asking again", error)
             return None
-        # a refusal (a token that may not, a bad table name) does not heal by asking again
-        raise error
+        if stop.is_set():
+            return None
+        self.stats.polls += 1
+        return due
 
     def _work(self, due: Sequence[Any]) -> list[tuple[str, dict[str, DueCounts]]]:
         """The due partitions by table, tables not cooling down, most debt first (partitions

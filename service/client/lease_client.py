@@ -26,6 +26,7 @@ Failures come back as the `service.wire.errors` tree, after the retries of
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -86,6 +87,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# a long poll given a stop event is asked in slices of this length: how long a stop may wait
+STOP_SLICE_S = 2.0
 
 
 class LeaseClient:
@@ -371,6 +375,7 @@ class LeaseClient:
         holder: str,
         wait_s: float = 30.0,
         limit: int = 100,
+        stop: threading.Event | None = None,
     ) -> list[DuePartition]:
         """The partitions due for compaction on `tables` (names or globs, `lake.db.*`), most
         files first: at once when any is due, else as soon as one becomes due, else an empty
@@ -378,15 +383,37 @@ class LeaseClient:
         compactor holds the claim of (`holder`'s own claims, and its runs' `<holder>/<run>`,
         do not) and those whose maintenance is switched off. Retried like any read.
 
+        With `stop`, the wait ends within STOP_SLICE_S of `stop` being set, with what the last
+        slice answered: the long poll is asked in slices of that length (a sync HTTP call
+        cannot be interrupted), and the retries end with it.
+
         Raises: InvalidRequest, OutcomeUnknown, Unavailable, ServerError.
         """
+        if stop is None:
+            return self._due(tables, holder, wait_s, limit, None)
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            part = round(min(left, STOP_SLICE_S), 3)
+            due = self._due(tables, holder, part, limit, stop)
+            if due or part >= left or stop.is_set():
+                return due
+
+    def _due(
+        self,
+        tables: Sequence[str],
+        holder: str,
+        wait_s: float,
+        limit: int,
+        stop: threading.Event | None,
+    ) -> list[DuePartition]:
         params: dict[str, Any] = {
             "table": list(tables),
             "holder": holder,
             "wait_s": wait_s,
             "limit": limit,
         }
-        answer = self._transport.call("GET", "/v1/due", params=params, wait_s=wait_s)
+        answer = self._transport.call("GET", "/v1/due", params=params, wait_s=wait_s, stop=stop)
         return list(Due.model_validate_json(answer.content).due)
 
     def withdraw_intent(self, table: str, *, request_id: str, holder: str) -> bool:

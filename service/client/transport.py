@@ -9,13 +9,16 @@ holds the retry rules of docs/design.md §3.2, run by tenacity: connection error
 5xx answers are retried with `Backoff`, a 4xx never is; out of tries on a timeout or a broken
 connection a call raises `OutcomeUnknown` (it may have taken effect), on a 5xx the error its
 answer stands for. A call that must not be repeated (`idempotent=False`) is not sent again once
-it may have reached the service.
+it may have reached the service. A call given a `stop` event tries no more once it is set, and
+its pauses between tries end with it (etcd's cancellable `Lock(ctx)`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -73,16 +76,27 @@ class RetryPolicy:
         if self.retries < 0:
             raise ValueError(f"retries must be >= 0, got {self.retries}")
 
-    def retrying(self, what: str, *, within_s: float | None = None) -> tenacity.Retrying:
+    def retrying(
+        self,
+        what: str,
+        *,
+        within_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> tenacity.Retrying:
         """The tenacity loop for one call (`what`: its method and path, for the log); out of
-        tries it raises what the last failure stands for."""
+        tries it raises what the last failure stands for. With `cancel`, no try starts once it
+        is set, and a pause between tries ends when it is."""
         stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(self.retries + 1)
         if within_s is not None:
             stop = stop | tenacity.stop_before_delay(within_s)
+        sleep: Callable[[float], None] = time.sleep
+        if cancel is not None:
+            stop, sleep = stop | _Cancelled(cancel), _Cancelled(cancel).pause
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(httpx.TransportError)
             | tenacity.retry_if_result(_failed),
             wait=self.backoff,
+            sleep=sleep,
             stop=stop,
             before_sleep=lambda state: _log_retry(what, state, self.retries),
             retry_error_callback=lambda state: _give_up(what, state),
@@ -124,12 +138,14 @@ class Transport:
         wait_s: float = 0.0,
         within_s: float | None = None,
         idempotent: bool = True,
+        stop: threading.Event | None = None,
     ) -> httpx.Response:
         """One call with retries: a 2xx answer, or the error its problem body stands for.
 
         `wait_s` is the long poll the service may hold the call for; `within_s` bounds the whole
         call, retries included; a call that is not `idempotent` is not sent again after a
-        failure that may have reached the service.
+        failure that may have reached the service; once `stop` is set, a failed try is the
+        last (a try under way is not interrupted: its long poll is the caller's to bound).
 
         Raises:
             LakelockError: the answer's problem; `OutcomeUnknown` when no answer came.
@@ -159,7 +175,7 @@ class Transport:
                     raise _unknown(what, exc, tries) from exc
                 raise
 
-        response = self.policy.retrying(what, within_s=within_s)(attempt)
+        response = self.policy.retrying(what, within_s=within_s, cancel=stop)(attempt)
         if response.is_success:
             return response
         raise _problem(response)
@@ -185,6 +201,19 @@ def describe(failure: BaseException | httpx.Response) -> str:
     if isinstance(failure, httpx.Response):
         return f"HTTP {failure.status_code}"
     return f"{type(failure).__name__}: {failure}" if str(failure) else type(failure).__name__
+
+
+class _Cancelled(tenacity.stop.stop_base):
+    """A tenacity stop once `event` is set, and a pause between tries that it ends."""
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.event.is_set()
+
+    def pause(self, seconds: float) -> None:
+        self.event.wait(seconds)
 
 
 def _failed(answer: httpx.Response) -> bool:

@@ -24,6 +24,8 @@ from service.wire.errors import (
     ServerError,
     Unavailable,
 )
+from tests.conftest import auth
+from tests.support.helpers import HANG_GUARD_S, wait_parked
 
 TABLE = "cat.db.events"
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -625,3 +627,40 @@ def test_a_follower_compacts_what_the_stream_made_due(lakelock_server: Any) -> N
     due = job.state(table)["due"]
     assert (due["partitions_counted"], due["compacted_last_hour"]) == (1, 1)
     job.close()
+
+
+def test_a_stop_ends_the_retries_of_a_failing_call_and_their_pause() -> None:
+    stop = threading.Event()
+
+    def failing(request: httpx.Request) -> httpx.Response:
+        stop.set()  # the caller stops while the service fails
+        return problem(503, "unavailable")
+
+    client, recorder = make_client(failing, backoff_s=30.0, max_backoff_s=30.0)
+    started = time.monotonic()
+    with pytest.raises(Unavailable):
+        client.due(["cat.db.*"], holder="compactor:1", wait_s=0, stop=stop)
+    assert len(recorder.requests) == 1  # no retry once stopped, and no 30 s pause before it
+    assert time.monotonic() - started < 30.0
+
+
+def test_a_long_poll_for_due_partitions_ends_soon_after_its_stop(
+    lakelock_server: Any, job_client: LeaseClient
+) -> None:
+    stop = threading.Event()
+    answered: list[list[Any]] = []
+    poll = threading.Thread(
+        target=lambda: answered.append(
+            job_client.due(["cat.db.*"], holder="compactor:1", wait_s=60, stop=stop)
+        ),
+        daemon=True,
+    )
+    started = time.monotonic()
+    poll.start()
+    with httpx.Client(base_url=lakelock_server.url, headers=auth("reader")) as api:
+        wait_parked(api, 1)
+    stop.set()
+    poll.join(HANG_GUARD_S)
+    # nothing was due; the poll asked in slices and ended at the first after the stop
+    assert answered == [[]]
+    assert time.monotonic() - started < 60.0

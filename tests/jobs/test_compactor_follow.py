@@ -52,7 +52,15 @@ class Service:
         self.parked = threading.Event()
         self.stop = threading.Event()
 
-    def due(self, tables: list[str], *, holder: str, wait_s: float, limit: int) -> list[Due]:
+    def due(
+        self,
+        tables: list[str],
+        *,
+        holder: str,
+        wait_s: float,
+        limit: int,
+        stop: threading.Event | None = None,
+    ) -> list[Due]:
         if wait_s == 0:
             self.rechecks.append(tables)
             return [d for d in self.now if d.table in tables and d.table not in self.gone]
@@ -61,7 +69,12 @@ class Service:
             self.now = self.answers.pop(0)
             return self.now
         self.parked.set()
-        self.stop.wait(HANG_GUARD_S)
+        # the client's contract: a stop ends the poll (within STOP_SLICE_S), with nothing
+        ends = time.monotonic() + HANG_GUARD_S
+        while not (self.stop.is_set() or (stop is not None and stop.is_set())):
+            if time.monotonic() > ends:
+                break
+            time.sleep(0.05)
         return []
 
     def claim(self, table: str, *, holder: str, ttl_s: float, request_id: str) -> Lease:
