@@ -2,11 +2,15 @@
 
     Ask            an acquire: a lease of a kind on a table or partitions, by a caller
     RenewAsk       a renew of a lease, by its holder (with the token for a maintenance lease)
-    ReleaseAsk     a release by the holder, or by an operator who may leave both out (a revoke)
+    ReleaseAsk     a release by the holder, or by an operator who may leave both out (a revoke),
+                   with what the lease did (the partitions written or compacted)
     WithdrawAsk    a maintenance request's drain or a backpressure intent withdrawn
+    HoldBackAsk    a compactor's request to hold back the writers of partitions under its claim
+    Change         a catalog commit, as the front read it (what the fence judges)
     Grant          grant it (a maintenance lease's token; the intents the grant fulfils)
     Drain          not yet: these commit leases end first, under an intent
-    Refuse         no: a `Reason`, and the row that blocks (the switch, a lease, an intent)
+    Refuse         no: a `Reason`, and the row that blocks (the switch, a lease, an intent);
+                   the one refusal value of every decision
     Repeat         an acquire repeated by request id: the lease granted to it
     Extend         a renew: live until then, with this TTL
     End            end a live lease (released or revoked)
@@ -17,20 +21,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from service.lock.rows import Caller, IntentRow, LeaseKind, LeaseRow, TableRow
 from service.wire.scope import Scope
 
+if TYPE_CHECKING:
+    from service.lock.due import Files
+
 __all__ = [
     "Ask",
     "Blocking",
+    "Change",
+    "ChangeKind",
     "Drain",
     "End",
     "Extend",
     "Grant",
+    "HoldBackAsk",
     "Reason",
     "Refuse",
     "ReleaseAsk",
@@ -88,10 +99,60 @@ class ReleaseAsk:
     holder: str | None
     token: int | None
     caller: Caller
+    written: tuple[str, ...] = ()  # the partitions a commit lease's commit wrote
+    compacted: tuple[str, ...] = ()  # the partitions a maintenance lease compacted
 
     @property
     def operator(self) -> bool:
         return self.caller.operator
+
+    def outside(self, lease: LeaseRow) -> tuple[str, list[str]] | None:
+        """The first of `written` and `compacted` that names partitions outside `lease`'s
+        scope, and those partitions; None when both keep within it."""
+        if lease.partitions is None:
+            return None
+        for reported, named in (("written", self.written), ("compacted", self.compacted)):
+            out = sorted(set(named) - set(lease.partitions))
+            if out:
+                return reported, out
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HoldBackAsk:
+    """Hold back the writers of partitions of `table` for `holder`, under the claim
+    `claim_id` (docs/jobs.md §3)."""
+
+    table: str
+    claim_id: str
+    holder: str
+    caller: Caller
+
+
+ChangeKind = Literal["maintenance", "data", "table"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One catalog commit, as the front read it from the request and the new metadata."""
+
+    table: str  # lakelock's name: <catalog>.<namespace>.<table>
+    kind: ChangeKind
+    principal: str
+    operations: tuple[str, ...] = ()  # snapshot operations, and "remove-snapshots"
+    snapshot_id: int | None = None
+    lease_id: str | None = None
+    token: int | None = None
+    partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
+    # what the commit's snapshots added and removed (their summaries' totals)
+    counts: dict[str, int] = field(default_factory=dict)
+    # a data commit that can conflict with a rewrite in flight (removes files, or adds position
+    # deletes against files it did not add); one that cannot passes maintenance holds
+    conflicts: bool = True
+    # per partition, the data, delete and equality delete files its snapshots added, and the
+    # partitions whose data files they deleted (docs/design.md §5.1)
+    added: Mapping[str, Files] = field(default_factory=dict)
+    rewritten: frozenset[str] = frozenset()
 
 
 # -- answers ---------------------------------------------------------------------------------
@@ -119,6 +180,18 @@ Reason = Literal[
     "token_mismatch",
     "token_missing",
     "holder_missing",
+    # what a release reports of its lease (docs/design.md §5.1)
+    "counts_kind",
+    "counts_holder",
+    "counts_outside",
+    # a backpressure request
+    "no_claim",
+    # a catalog commit (the fence)
+    "no_lease",
+    "unknown_lease",
+    "other_table",
+    "out_of_scope",
+    "turn",
 ]
 
 Blocking = TableRow | LeaseRow | IntentRow

@@ -10,8 +10,9 @@ swaps the table's metadata pointer (docs/catalog-front.md).
     landed(conn, checked)
 
 `check` locks the table's row (as every lease transition does), so a revoke, a grant or an
-expiry cannot slip between the check and the swap that follows it in the same transaction; it
-decides:
+expiry cannot slip between the check and the swap that follows it in the same transaction. The
+decision is service.lock.rules.decide_catalog_commit's, among the other decisions, a `Refuse`
+worded by service.lock.refusals.commit_refused and raised here:
 
     maintenance  files replaced, delete files removed, snapshots removed: needs a live
                  maintenance lease of this table taken by the committing token (design §6), named
@@ -54,51 +55,35 @@ commit's base is CommitConflict (`lost`: 409, retried by Iceberg clients).
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, debt, due, expiry, intents, store
-from service.lock.rows import IntentRow, LeaseRow, Live, TableRow, seconds
-from service.lock.rules import head_turn, holding, turn_lease, turn_of
+from service.lock.asks import Change, ChangeKind
+from service.lock.refusals import commit_refused
+from service.lock.rows import LeaseRow, Live, TableRow, seconds
+from service.lock.rules import decide_catalog_commit, leased, turn_of
 from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
-from service.wire.scope import Scope, covers, intersects
-from service.wire.text import sample
 
-__all__ = ["MAX_LISTED", "Change", "Checked", "Park", "check", "gave_up", "held", "landed", "lost"]
-
-ChangeKind = Literal["maintenance", "data", "table"]
+__all__ = [
+    "MAX_LISTED",
+    "Change",
+    "ChangeKind",
+    "Checked",
+    "Park",
+    "check",
+    "gave_up",
+    "held",
+    "landed",
+    "lost",
+]
 
 # an event lists at most this many partition names (and says how many there were)
 MAX_LISTED = 100
-
-
-@dataclass(frozen=True)
-class Change:
-    """One catalog commit, as the front read it from the request and the new metadata."""
-
-    table: str  # lakelock's name: <catalog>.<namespace>.<table>
-    kind: ChangeKind
-    principal: str
-    operations: tuple[str, ...] = ()  # snapshot operations, and "remove-snapshots"
-    snapshot_id: int | None = None
-    lease_id: str | None = None
-    token: int | None = None
-    partitions: Scope = None  # touched; None: the whole table (unpartitioned or unknown)
-    # what the commit's snapshots added and removed (their summaries' totals)
-    counts: dict[str, int] = field(default_factory=dict)
-    # a data commit that can conflict with a rewrite in flight (removes files, or adds position
-    # deletes against files it did not add); one that cannot passes maintenance holds
-    conflicts: bool = True
-    # per partition, the data, delete and equality delete files its snapshots added, and the
-    # partitions whose data files they deleted (docs/design.md §5.1)
-    added: Mapping[str, due.Files] = field(default_factory=dict)
-    rewritten: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -176,7 +161,7 @@ def landed(conn: Connection, checked: Checked, *, trigger: due.Trigger | None = 
     passed: dict[str, Any] = {"can_conflict": change.conflicts} if change.kind == "data" else {}
     if park is not None and park.since is not None:
         passed["held_s"] = seconds(at - park.since)
-    foreign = not _leased(change, lease, at)
+    foreign = not leased(change, lease, at)
     _record(conn, change, at, EventName.CATALOG_COMMIT, foreign=foreign, **passed)
     if lease is not None and not foreign:
         mine = turn_of(checked.live, lease.id)
@@ -202,32 +187,35 @@ def _check(
 ) -> None:
     """Raise the refusal of `change`, if any, recorded: a hold met by a parked commit's try
     that is not its last is recorded when the commit ends (`Park`)."""
-    try:
-        _decide(conn, row, live, change, lease, at)
-    except CommitHeld as refusal:
-        if park is not None and not park.last:
-            park.since, park.held = park.since or at, change
-        else:
-            _refused(conn, change, at, refusal, park)
-        raise
-    except Fenced as refusal:
+    refusal = _refusal(conn, row, live, change, lease, at)
+    if refusal is None:
+        return
+    if isinstance(refusal, CommitHeld) and park is not None and not park.last:
+        park.since, park.held = park.since or at, change
+    else:
         _refused(conn, change, at, refusal, park)
-        raise
+    raise refusal
 
 
-def _decide(
+def _refusal(
     conn: Connection,
     row: TableRow,
     live: Live,
     change: Change,
     lease: LeaseRow | None,
     at: datetime,
-) -> None:
-    """Raise the refusal of `change`, if any; nothing recorded."""
-    if change.kind == "maintenance":
-        _check_maintenance(row, change, lease, at)
-    elif change.kind == "data":
-        _check_data(conn, row, live, change, lease, at)
+) -> Fenced | CommitHeld | None:
+    """The refusal of `change` as its client hears it (rules.decide_catalog_commit), if any;
+    nothing recorded. A hold's Retry-After goes by the table's recent maintenance holds."""
+    refusal = decide_catalog_commit(row, live, change, lease, at)
+    if refusal is None:
+        return None
+    holds = audit.recent_holds(conn, change.table) if refusal.reason in _BY_HISTORY else []
+    return commit_refused(refusal, change, at, holds)
+
+
+# the holds whose expected end the table's recent maintenance holds tell (a turn's is its own)
+_BY_HISTORY = ("maintenance", "intent", "backpressure")
 
 
 def held(conn: Connection, change: Change) -> CommitHeld | None:
@@ -239,13 +227,9 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     (docs/catalog-front.md §4)."""
     row, at, live = expiry.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
-    try:
-        _decide(conn, row, live, change, lease, at)
-    except CommitHeld as refusal:
-        return refusal
-    except Fenced:
-        return None  # a whole try answers it, recorded
-    return None
+    refusal = _refusal(conn, row, live, change, lease, at)
+    # a Fenced commit a whole try answers, recorded
+    return refusal if isinstance(refusal, CommitHeld) else None
 
 
 def gave_up(conn: Connection, park: Park, refusal: CommitHeld) -> None:
@@ -272,150 +256,6 @@ def _refused(
     if park is not None and park.since is not None:
         detail["held_s"] = seconds(at - park.since)
     _record(conn, change, at, EventName.CATALOG_REFUSED, **detail)
-
-
-def _fenced(change: Change, reason: str, detail: str) -> Fenced:
-    return Fenced(
-        f"{change.table}: maintenance commit refused ({reason}): {detail}; the table is "
-        "unchanged. Take a maintenance lease and commit with lakelock.lease-id and "
-        "lakelock.token in the snapshot summary (or the X-Lakelock-Lease-Id and "
-        "X-Lakelock-Token headers)",
-        reason=reason,
-        table=change.table,
-    )
-
-
-def _check_maintenance(row: TableRow, change: Change, lease: LeaseRow | None, at: datetime) -> None:
-    if row.maintenance == "disabled":
-        raise _fenced(
-            change, "maintenance-off", f"an operator disabled maintenance ({row.switch_reason})"
-        )
-    if change.lease_id is None:
-        raise _fenced(change, "no-lease", "the commit names no lease")
-    # removing snapshots touches no partition and holds no writer: the table's claim (who is
-    # its compactor now) is enough for it, so expiry never drains ingest
-    removal = set(change.operations) == {"remove-snapshots"}
-    kinds = ("maintenance", "claim") if removal else ("maintenance",)
-    if lease is None or lease.kind not in kinds:
-        what = "maintenance lease or claim" if removal else "maintenance lease"
-        raise _fenced(change, "unknown-lease", f"{change.lease_id} is no {what}")
-    if lease.table != change.table:
-        raise _fenced(change, "other-table", f"lease {lease.id} is on {lease.table}")
-    if lease.principal is None or lease.principal != change.principal:
-        # a lease id and token are not secrets (snapshot summaries carry them): who took the
-        # lease is what lets a commit use it
-        raise _fenced(
-            change,
-            "other-principal",
-            f"lease {lease.id} was not taken by token {change.principal}",
-        )
-    if not lease.live(at):
-        raise _fenced(
-            change, lease.end or "expired", f"lease {lease.id} is {lease.end or 'expired'}"
-        )
-    if lease.kind == "maintenance" and change.token != lease.token:
-        raise _fenced(
-            change, "stale-token", f"token {change.token} is not lease {lease.id}'s ({lease.token})"
-        )
-    if not covers(lease.scope, change.partitions):
-        raise _fenced(
-            change,
-            "out-of-scope",
-            f"the commit touches partitions lease {lease.id} does not cover "
-            f"({_sample(change.partitions)})",
-        )
-
-
-def _live_here(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
-    """The commit names a live lease of its table that its own token took."""
-    return (
-        lease is not None
-        and lease.live(at)
-        and lease.table == change.table
-        and lease.principal is not None
-        and lease.principal == change.principal
-    )
-
-
-def _leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
-    """The commit names a live lease of its table that covers what it touched (a checked
-    maintenance commit always does): not a foreign writer's."""
-    return (
-        lease is not None
-        and _live_here(change, lease, at)
-        and covers(lease.scope, change.partitions)
-    )
-
-
-def _check_data(
-    conn: Connection,
-    row: TableRow,
-    live: Live,
-    change: Change,
-    lease: LeaseRow | None,
-    at: datetime,
-) -> None:
-    if lease is not None and _leased(change, lease, at):
-        if lease.kind == "commit":
-            return  # the gate granted it before any drain began: the protocol's own writer
-        if lease.kind == "maintenance" and change.token == lease.token:
-            return  # the holder of the maintenance lease writes under it
-    # what holds a gated commit holds a foreign one that can conflict with a rewrite: the same
-    # leases and intents (rules.holding); one that cannot passes all but backpressure, which
-    # holds writers for the debt they add, not for what they touch
-    holds: tuple[LeaseRow | IntentRow, ...] = (*live.of_kind("maintenance"), *holding(row, live))
-    if not change.conflicts:
-        holds = tuple(h for h in holds if isinstance(h, IntentRow) and h.cause == "backpressure")
-    blocking = [hold for hold in holds if intersects(hold.scope, change.partitions)]
-    if blocking:
-        first = blocking[0]
-        if isinstance(first, LeaseRow):
-            what, why = "held", f"a maintenance lease of {first.holder} holds"
-        elif first.cause == "backpressure":
-            what, why = "backpressure", f"{first.holder} holds back the writers of"
-        else:
-            what, why = "draining", f"a maintenance lease of {first.holder} is draining"
-        raise CommitHeld(
-            f"{change.table}: {why} partitions this commit touches; retry shortly",
-            reason=what,
-            table=change.table,
-            retry_after_s=_expected_s(first, audit.recent_holds(conn, change.table), at),
-        )
-    # a maintenance commit that lost the head to another commit has the next turn: every
-    # commit moves the head, so every foreign data commit waits for it, wherever it writes
-    # (docs/catalog-front.md §4); the gate's writers and the leases' holders returned above
-    turn = head_turn(row, live)
-    if turn is not None:
-        left = seconds(turn.expires_at - at)
-        raise CommitHeld(
-            f"{change.table}: a rewrite of {turn.holder} lost the table's head to another "
-            "commit and commits next; retry shortly",
-            reason="held",
-            table=change.table,
-            retry_after_s=max(1.0, round(left, 1)),
-            turn={
-                "lease_id": turn_lease(turn),
-                "holder": turn.holder,
-                "remaining_s": left,
-            },
-        )
-
-
-def _expected_s(hold: LeaseRow | IntentRow, holds: list[float], at: datetime) -> float:
-    """How long `hold` is expected to last yet, for a held writer's Retry-After: the median of
-    the table's recent maintenance holds (`holds`), less what a lease has held so far, and no
-    later than the lease's expiry; at least 1 s, and 1 s without a history to go by."""
-    if not holds:
-        return 1.0
-    left = statistics.median(holds)
-    if isinstance(hold, LeaseRow):
-        left -= (at - hold.acquired_at).total_seconds()
-        left = min(left, (hold.expires_at - at).total_seconds())
-    return max(1.0, round(left, 1))
-
-
-def _sample(partitions: Scope) -> str:
-    return "the whole table" if partitions is None else sample(sorted(partitions))
 
 
 def _record(

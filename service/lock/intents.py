@@ -33,7 +33,7 @@ from typing import Literal
 from sqlalchemy.engine import Connection
 
 from service.lock import audit, expiry, refusals, rules, store
-from service.lock.asks import Ask, Drain, WithdrawAsk
+from service.lock.asks import Ask, Drain, HoldBackAsk, WithdrawAsk
 from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow, listed, seconds
 from service.wire import Backpressure, Draining, EventName, IntentRef
 from service.wire.errors import NotFound
@@ -216,7 +216,7 @@ def hold_back(
     """Hold the commits that touch `partitions` of `table` until `holder` compacts them: one
     intent of cause `backpressure` per partition, opened or kept open (docs/jobs.md §3).
 
-    Only a compactor alive on the table may (`refusals.hold_back_refusal`): `claim_id` must be the
+    Only a compactor alive on the table may (`rules.decide_hold_back`): `claim_id` must be the
     table's live claim and `holder` its holder or a run under it (`<claim holder>/<run>`). The
     intents live as long as the claim: they expire with it, a renew of the claim extends them,
     its release or revoke ends them; so a compactor that dies holds no writer past its claim.
@@ -237,9 +237,10 @@ def hold_back(
     row, live = expiry.live_now(conn, row, at)
     found = store.read_lease(conn, claim_id)
     claim = found if found is not None and found.kind == "claim" and found.table == table else None
-    refusal = refusals.hold_back_refusal(table, claim_id, claim, holder, caller, at)
+    ask = HoldBackAsk(table, claim_id, holder, caller)
+    refusal = rules.decide_hold_back(claim, ask, at)
     if refusal is not None:
-        raise refusal
+        raise refusals.refused(refusal, ask, at)
     assert claim is not None
     names = list(dict.fromkeys(partitions))
     if not rules.backpressure_holds(row):

@@ -345,11 +345,8 @@ def release(
             lease; `written` for a lease other than a commit lease, `compacted` for one other
             than a maintenance lease, either outside the lease's scope (nothing changes).
     """
-    ask = ReleaseAsk(lease_id, holder, token, caller)
+    ask = ReleaseAsk(lease_id, holder, token, caller, tuple(written or ()), tuple(compacted or ()))
     found = _found(conn, lease_id)
-    wrong = rules.counts_refusal(found.lease, holder, list(written or ()), compacted)
-    if wrong is not None:
-        raise wrong
     decision = rules.decide_release(found.lease, ask, found.at)
     if isinstance(decision, Refuse):
         raise refusals.refused(decision, ask, found.at)

@@ -6,20 +6,34 @@
     other_principal(what, row, caller, verb)             -> NotOwner
                         a token acting on what another token took (docs/design.md §6)
     other_principal_of(what, principal, caller, verb)    -> NotOwner   the same, by principal
-    hold_back_refusal(table, claim_id, claim, holder, caller, at) -> LakelockError | None
-                        why a backpressure request may not hold writers
+    commit_refused(refusal, change, at, holds)           -> Fenced | CommitHeld
+                        a catalog commit's `Refuse` (service.lock.fence), with the Retry-After
+                        of a hold from the table's recent maintenance `holds`
 
 A refusal's `reason` is spelled once, as docs/api.md writes it.
 """
 
 from __future__ import annotations
 
+import statistics
 from datetime import datetime
 
-from service.lock.asks import Ask, Reason, Refuse, ReleaseAsk, RenewAsk, WithdrawAsk
+from service.lock.asks import (
+    Ask,
+    Change,
+    HoldBackAsk,
+    Reason,
+    Refuse,
+    ReleaseAsk,
+    RenewAsk,
+    WithdrawAsk,
+)
 from service.lock.rows import Caller, IntentRow, LeaseRow, TableRow, listed, seconds
+from service.lock.rules import turn_lease
 from service.wire.errors import (
     ClaimHeld,
+    CommitHeld,
+    Fenced,
     InvalidRequest,
     LakelockError,
     LeaseExpired,
@@ -30,41 +44,10 @@ from service.wire.errors import (
     NotOwner,
     StaleToken,
 )
-from service.wire.holders import acts_under
+from service.wire.scope import Scope
 from service.wire.text import sample
 
-__all__ = ["hold_back_refusal", "other_principal", "other_principal_of", "refused"]
-
-
-def hold_back_refusal(
-    table: str, claim_id: str, claim: LeaseRow | None, holder: str, caller: Caller, at: datetime
-) -> LakelockError | None:
-    """Why a backpressure request may not hold writers, or None: only the holder of the
-    table's live claim, or a run under it (`<claim holder>/<run>`), may (docs/jobs.md §3),
-    and only with the token that took the claim (docs/design.md §6)."""
-    if claim is None:
-        return NotFound(
-            f"no claim {claim_id} on {table}; claim the table before holding its writers",
-            lease_id=claim_id,
-        )
-    if not claim.live(at):
-        state = claim.state(at)
-        return LeaseExpired(
-            f"the claim {claim_id} on {table} is {state}; claim the table again",
-            lease_id=claim_id,
-            state=state,
-        )
-    if not caller.owns(claim):
-        return other_principal(
-            f"the claim {claim_id} on {table}", claim, caller, "hold back writers under"
-        )
-    if not acts_under(holder, claim.holder):
-        return NotOwner(
-            f"holder {holder!r} is neither the claim's holder {claim.holder!r} nor a run under "
-            f"it ({claim.holder}/<run>); hold back writers as the compactor that claimed {table}",
-            field="holder",
-        )
-    return None
+__all__ = ["commit_refused", "other_principal", "other_principal_of", "refused"]
 
 
 def other_principal(what: str, row: LeaseRow | IntentRow, caller: Caller, verb: str) -> NotOwner:
@@ -93,7 +76,7 @@ def _where(partitions: tuple[str, ...] | None) -> str:
 
 def refused(
     refusal: Refuse,
-    ask: Ask | RenewAsk | ReleaseAsk | WithdrawAsk,
+    ask: Ask | RenewAsk | ReleaseAsk | WithdrawAsk | HoldBackAsk,
     at: datetime,
     *,
     revoked_by: str | None = None,
@@ -118,6 +101,8 @@ def refused(
         )
     if isinstance(ask, Ask):
         return _acquire_refused(reason, blocking, ask, at)
+    if isinstance(ask, HoldBackAsk):
+        return _hold_back_refused(reason, blocking, ask, at)
     if reason == "other_principal":
         assert isinstance(blocking, LeaseRow | IntentRow)
         what = (
@@ -265,6 +250,35 @@ def _renew_refused(
 
 def _release_refused(reason: Reason, lease: LeaseRow, ask: ReleaseAsk) -> LakelockError:
     match reason:
+        case "counts_kind" if ask.written and lease.kind != "commit":
+            return InvalidRequest(
+                f"written counts the files a commit lease's commit added; lease {lease.id} is "
+                f"a {lease.kind}: release a maintenance lease with compacted (the partitions it "
+                "rewrote), a claim with neither",
+                field="written",
+            )
+        case "counts_kind":
+            return InvalidRequest(
+                f"compacted names the partitions a maintenance lease compacted; lease "
+                f"{lease.id} is a {lease.kind}: release a commit lease with written (the files "
+                "its commit added), a claim with neither",
+                field="compacted",
+            )
+        case "counts_holder":
+            return InvalidRequest(
+                "written and compacted are reported by the lease's holder: send holder (and the "
+                "token of a maintenance lease) with them",
+                field="holder",
+            )
+        case "counts_outside":
+            named = ask.outside(lease)
+            assert named is not None
+            reported, outside = named
+            return InvalidRequest(
+                f"{reported} names {sample(outside)}, outside the partitions of "
+                f"lease {lease.id}: name only the partitions it covers",
+                field=reported,
+            )
         case "not_owner":
             how = "; an operator ends any lease by leaving holder and token out"
             return NotOwner(
@@ -287,3 +301,136 @@ def _release_refused(reason: Reason, lease: LeaseRow, ask: ReleaseAsk) -> Lakelo
         case "token_mismatch":
             return StaleToken(f"token {ask.token} is not lease {ask.lease_id}'s; not released")
     raise AssertionError(f"no release refusal {reason}")
+
+
+def _hold_back_refused(
+    reason: Reason, claim: LeaseRow | IntentRow | TableRow | None, ask: HoldBackAsk, at: datetime
+) -> LakelockError:
+    table, claim_id = ask.table, ask.claim_id
+    if reason == "no_claim":
+        return NotFound(
+            f"no claim {claim_id} on {table}; claim the table before holding its writers",
+            lease_id=claim_id,
+        )
+    assert isinstance(claim, LeaseRow)
+    match reason:
+        case "expired":
+            state = claim.state(at)
+            return LeaseExpired(
+                f"the claim {claim_id} on {table} is {state}; claim the table again",
+                lease_id=claim_id,
+                state=state,
+            )
+        case "other_principal":
+            return other_principal(
+                f"the claim {claim_id} on {table}", claim, ask.caller, "hold back writers under"
+            )
+        case "not_owner":
+            return NotOwner(
+                f"holder {ask.holder!r} is neither the claim's holder {claim.holder!r} nor a run "
+                f"under it ({claim.holder}/<run>); hold back writers as the compactor that "
+                f"claimed {table}",
+                field="holder",
+            )
+    raise AssertionError(f"no hold-back refusal {reason}")
+
+
+# a commit's refusal as the fence answers it: the `reason` on the wire (docs/catalog-front.md)
+_FENCED = {
+    "maintenance_off": "maintenance-off",
+    "no_lease": "no-lease",
+    "unknown_lease": "unknown-lease",
+    "other_table": "other-table",
+    "other_principal": "other-principal",
+    "token_mismatch": "stale-token",
+    "out_of_scope": "out-of-scope",
+}
+
+
+def commit_refused(
+    refusal: Refuse, change: Change, at: datetime, holds: list[float]
+) -> Fenced | CommitHeld:
+    """The answer to a catalog commit the fence refused (service.lock.rules.
+    decide_catalog_commit): Fenced for a maintenance commit (403: the writer cleans up),
+    CommitHeld for a held data commit (429, with the Retry-After `_expected_s` gives from the
+    table's recent maintenance `holds`, in seconds)."""
+    reason, blocking = refusal.reason, refusal.blocking
+    if change.kind == "maintenance":
+        return _fenced(change, reason, blocking)
+    assert isinstance(blocking, LeaseRow | IntentRow)
+    if reason == "turn":
+        assert isinstance(blocking, IntentRow)
+        left = seconds(blocking.expires_at - at)
+        return CommitHeld(
+            f"{change.table}: a rewrite of {blocking.holder} lost the table's head to another "
+            "commit and commits next; retry shortly",
+            reason="held",
+            table=change.table,
+            retry_after_s=max(1.0, round(left, 1)),
+            turn={
+                "lease_id": turn_lease(blocking),
+                "holder": blocking.holder,
+                "remaining_s": left,
+            },
+        )
+    what, why = {
+        "maintenance": ("held", f"a maintenance lease of {blocking.holder} holds"),
+        "backpressure": ("backpressure", f"{blocking.holder} holds back the writers of"),
+        "intent": ("draining", f"a maintenance lease of {blocking.holder} is draining"),
+    }[reason]
+    return CommitHeld(
+        f"{change.table}: {why} partitions this commit touches; retry shortly",
+        reason=what,
+        table=change.table,
+        retry_after_s=_expected_s(blocking, holds, at),
+    )
+
+
+def _fenced(change: Change, reason: Reason, blocking: object) -> Fenced:
+    """A maintenance commit's refusal: the table is unchanged, and how to commit under a lease."""
+    wire, detail = _FENCED.get(reason, reason), ""
+    if isinstance(blocking, TableRow):
+        detail = f"an operator disabled maintenance ({blocking.switch_reason})"
+    elif reason == "no_lease":
+        detail = "the commit names no lease"
+    elif reason == "unknown_lease":
+        removal = set(change.operations) == {"remove-snapshots"}
+        what = "maintenance lease or claim" if removal else "maintenance lease"
+        detail = f"{change.lease_id} is no {what}"
+    elif isinstance(blocking, LeaseRow):
+        lease = blocking
+        if reason == "expired":
+            wire = lease.end or "expired"
+        detail = {
+            "other_table": f"lease {lease.id} is on {lease.table}",
+            "other_principal": f"lease {lease.id} was not taken by token {change.principal}",
+            "expired": f"lease {lease.id} is {wire}",
+            "token_mismatch": f"token {change.token} is not lease {lease.id}'s ({lease.token})",
+            "out_of_scope": f"the commit touches partitions lease {lease.id} does not cover "
+            f"({_sample(change.partitions)})",
+        }[reason]
+    return Fenced(
+        f"{change.table}: maintenance commit refused ({wire}): {detail}; the table is "
+        "unchanged. Take a maintenance lease and commit with lakelock.lease-id and "
+        "lakelock.token in the snapshot summary (or the X-Lakelock-Lease-Id and "
+        "X-Lakelock-Token headers)",
+        reason=wire,
+        table=change.table,
+    )
+
+
+def _expected_s(hold: LeaseRow | IntentRow, holds: list[float], at: datetime) -> float:
+    """How long `hold` is expected to last yet, for a held writer's Retry-After: the median of
+    the table's recent maintenance holds (`holds`), less what a lease has held so far, and no
+    later than the lease's expiry; at least 1 s, and 1 s without a history to go by."""
+    if not holds:
+        return 1.0
+    left = statistics.median(holds)
+    if isinstance(hold, LeaseRow):
+        left -= (at - hold.acquired_at).total_seconds()
+        left = min(left, (hold.expires_at - at).total_seconds())
+    return max(1.0, round(left, 1))
+
+
+def _sample(partitions: Scope) -> str:
+    return "the whole table" if partitions is None else sample(sorted(partitions))

@@ -12,7 +12,11 @@ Each transition asks one question here and writes what the answer says:
     decide_withdraw(intent, ask)           Refuse | None
     decide_turn(table, live, lease, ...)   IntentRow | None  (a turn of the head to open)
     head_turn(table, live)                 IntentRow | None  (the turn that holds now)
-    counts_refusal(lease, holder, ...)     InvalidRequest | None  (what a release reports)
+    decide_hold_back(claim, ask, at)       Refuse | None   (a compactor's backpressure)
+    decide_catalog_commit(table, live, change, lease, at)
+                                           Refuse | None   (a catalog commit: the fence)
+
+Every refusal is a `Refuse`, worded by service.lock.refusals; the caller raises it.
 
 A function checks in the order its docstring lists, and the first refusal wins, so a reader can
 tell why a request waited from the function and the audit event alone. Which kinds exclude
@@ -23,16 +27,17 @@ turns a `Refuse` into the exception the caller raises, with a detail that says w
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from service.lock.asks import (
     Ask,
+    Change,
     Drain,
     End,
     Extend,
     Grant,
+    HoldBackAsk,
     Refuse,
     ReleaseAsk,
     RenewAsk,
@@ -41,15 +46,15 @@ from service.lock.asks import (
     WithdrawAsk,
 )
 from service.lock.rows import IntentRow, LeaseRow, Live, TableRow
-from service.wire.errors import InvalidRequest
-from service.wire.scope import conflicts, covers
-from service.wire.text import sample
+from service.wire.holders import acts_under
+from service.wire.scope import conflicts, covers, intersects
 
 __all__ = [
     "backpressure_holds",
-    "counts_refusal",
+    "decide_catalog_commit",
     "decide_claim",
     "decide_commit",
+    "decide_hold_back",
     "decide_maintenance",
     "decide_release",
     "decide_renew",
@@ -58,6 +63,7 @@ __all__ = [
     "decide_withdraw",
     "head_turn",
     "holding",
+    "leased",
     "turn_lease",
     "turn_of",
     "turn_request",
@@ -274,7 +280,11 @@ def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unch
     that is not the lease's is refused, whoever sends it (it names another lease); a release
     needs the holder unless an operator sends it, and a maintenance lease's holder its token.
     An ended lease is left as it is; a live one ends `released` by its holder, `revoked` by an
-    operator who left the holder out."""
+    operator who left the holder out. Before all that, what the release reports of the lease
+    (`_counts`)."""
+    counts = _counts(lease, ask)
+    if counts is not None:
+        return counts
     if not ask.caller.may_end(lease):
         return Refuse("other_principal", lease)
     if ask.holder is not None and ask.holder != lease.holder:
@@ -293,47 +303,18 @@ def decide_release(lease: LeaseRow, ask: ReleaseAsk, at: datetime) -> End | Unch
     return End("revoked", "released by an operator")
 
 
-def counts_refusal(
-    lease: LeaseRow,
-    holder: str | None,
-    written: Collection[str] | None,
-    compacted: Sequence[str] | None,
-) -> InvalidRequest | None:
-    """What a release may report of the lease's partitions (docs/design.md §5.1), or None:
-    the files a commit wrote (`written`: the partitions named) only on a commit lease, the
-    partitions compacted only on a maintenance lease, each within the lease's scope, and
-    either only by the lease's holder (an operator's release without one is a revoke: nothing
-    was done under it)."""
-    if written and lease.kind != "commit":
-        return InvalidRequest(
-            f"written counts the files a commit lease's commit added; lease {lease.id} is a "
-            f"{lease.kind}: release a maintenance lease with compacted (the partitions it "
-            "rewrote), a claim with neither",
-            field="written",
-        )
-    if compacted and lease.kind != "maintenance":
-        return InvalidRequest(
-            f"compacted names the partitions a maintenance lease compacted; lease {lease.id} "
-            f"is a {lease.kind}: release a commit lease with written (the files its commit "
-            "added), a claim with neither",
-            field="compacted",
-        )
-    if (written or compacted) and holder is None:
-        return InvalidRequest(
-            "written and compacted are reported by the lease's holder: send holder (and the "
-            "token of a maintenance lease) with them",
-            field="holder",
-        )
-    for field, named in (("written", written), ("compacted", compacted)):
-        if not named or lease.partitions is None:
-            continue
-        outside = sorted(set(named) - set(lease.partitions))
-        if outside:
-            return InvalidRequest(
-                f"{field} names {sample(outside)}, outside the partitions of "
-                f"lease {lease.id}: name only the partitions it covers",
-                field=field,
-            )
+def _counts(lease: LeaseRow, ask: ReleaseAsk) -> Refuse | None:
+    """What a release may report of the lease's partitions (docs/design.md §5.1): the
+    partitions a commit wrote only on a commit lease, those compacted only on a maintenance
+    lease (`counts_kind`), either only by the lease's holder (`counts_holder`: an operator's
+    release without one is a revoke, nothing was done under it), each within the lease's
+    scope (`counts_outside`)."""
+    if (ask.written and lease.kind != "commit") or (ask.compacted and lease.kind != "maintenance"):
+        return Refuse("counts_kind", lease)
+    if (ask.written or ask.compacted) and ask.holder is None:
+        return Refuse("counts_holder", lease)
+    if ask.outside(lease) is not None:
+        return Refuse("counts_outside", lease)
     return None
 
 
@@ -344,4 +325,110 @@ def decide_withdraw(intent: IntentRow, ask: WithdrawAsk) -> Refuse | None:
         return Refuse("other_principal", intent)
     if intent.holder != ask.holder:
         return Refuse("not_owner", intent)
+    return None
+
+
+def decide_hold_back(claim: LeaseRow | None, ask: HoldBackAsk, at: datetime) -> Refuse | None:
+    """Only a compactor alive on the table holds back its writers (docs/jobs.md §3): the
+    table's live claim `claim_id` (`no_claim`, `expired`), taken by the caller's token
+    (`other_principal`, docs/design.md §6), for its holder or a run under it (`not_owner`:
+    `<claim holder>/<run>`). None: hold them back."""
+    if claim is None:
+        return Refuse("no_claim")
+    if not claim.live(at):
+        return Refuse("expired", claim)
+    if not ask.caller.owns(claim):
+        return Refuse("other_principal", claim)
+    if not acts_under(ask.holder, claim.holder):
+        return Refuse("not_owner", claim)
+    return None
+
+
+# -- a catalog commit (the fence, service.lock.fence) ----------------------------------------
+
+
+def decide_catalog_commit(
+    table: TableRow, live: Live, change: Change, lease: LeaseRow | None, at: datetime
+) -> Refuse | None:
+    """A maintenance commit needs its lease (`_maintenance_commit`); a data commit that is not
+    the protocol's own writer waits for the holds on what it touches (`_data_commit`); any
+    other commit passes (None)."""
+    if change.kind == "maintenance":
+        return _maintenance_commit(table, change, lease, at)
+    if change.kind == "data":
+        return _data_commit(table, live, change, lease, at)
+    return None
+
+
+def _maintenance_commit(
+    table: TableRow, change: Change, lease: LeaseRow | None, at: datetime
+) -> Refuse | None:
+    """Maintenance enabled (`maintenance_off`); a lease named (`no_lease`) that is a
+    maintenance lease, or the table's claim for a commit that only removes snapshots (it
+    touches no partition and holds no writer, so expiry never drains ingest;
+    `unknown_lease`), of this table (`other_table`), taken by the committing token
+    (`other_principal`: a lease id and token are not secrets, snapshot summaries carry
+    them), live (`expired`), named with its current token (`token_mismatch`), whose scope
+    covers what the commit touched (`out_of_scope`)."""
+    if table.maintenance == "disabled":
+        return Refuse("maintenance_off", table)
+    if change.lease_id is None:
+        return Refuse("no_lease")
+    removal = set(change.operations) == {"remove-snapshots"}
+    kinds = ("maintenance", "claim") if removal else ("maintenance",)
+    if lease is None or lease.kind not in kinds:
+        return Refuse("unknown_lease")
+    if lease.table != change.table:
+        return Refuse("other_table", lease)
+    if lease.principal is None or lease.principal != change.principal:
+        return Refuse("other_principal", lease)
+    if not lease.live(at):
+        return Refuse("expired", lease)
+    if lease.kind == "maintenance" and change.token != lease.token:
+        return Refuse("token_mismatch", lease)
+    if not covers(lease.scope, change.partitions):
+        return Refuse("out_of_scope", lease)
+    return None
+
+
+def leased(change: Change, lease: LeaseRow | None, at: datetime) -> bool:
+    """The commit names a live lease of its table, taken by its own token, that covers what it
+    touched (a maintenance commit that passed always does): not a foreign writer's."""
+    return (
+        lease is not None
+        and lease.live(at)
+        and lease.table == change.table
+        and lease.principal is not None
+        and lease.principal == change.principal
+        and covers(lease.scope, change.partitions)
+    )
+
+
+def _data_commit(
+    table: TableRow, live: Live, change: Change, lease: LeaseRow | None, at: datetime
+) -> Refuse | None:
+    """A commit under a commit lease (the gate granted it before any drain began), or under a
+    maintenance lease by its holder with its token, passes. Any other is a foreign writer's:
+    what holds a gated commit holds it when it can conflict with a rewrite (`maintenance`,
+    `intent`, `backpressure`: the same leases and intents, `holding`); one that cannot passes
+    all but backpressure, which holds writers for the debt they add, not for what they touch.
+    Then a maintenance commit that lost the head has the next turn (`turn`): every commit
+    moves the head, so every foreign data commit waits for it, wherever it writes
+    (docs/catalog-front.md §4)."""
+    if lease is not None and leased(change, lease, at):
+        if lease.kind == "commit":
+            return None
+        if lease.kind == "maintenance" and change.token == lease.token:
+            return None
+    holds: tuple[LeaseRow | IntentRow, ...] = (*live.of_kind("maintenance"), *holding(table, live))
+    if not change.conflicts:
+        holds = tuple(h for h in holds if isinstance(h, IntentRow) and h.cause == "backpressure")
+    first = next((h for h in holds if intersects(h.scope, change.partitions)), None)
+    if isinstance(first, LeaseRow):
+        return Refuse("maintenance", first)
+    if first is not None:
+        return Refuse("backpressure" if first.cause == "backpressure" else "intent", first)
+    turn = head_turn(table, live)
+    if turn is not None:
+        return Refuse("turn", turn)
     return None

@@ -10,7 +10,7 @@ from pyiceberg.manifest import DataFile, DataFileContent
 
 from service.catalog.changes import can_conflict
 from service.catalog.manifests import DELETE_FILE_PATH_ID, Written, _count
-from service.lock.fence import _expected_s
+from service.lock.refusals import _expected_s
 from service.lock.rows import IntentRow, LeaseRow
 
 OLD = "file:/lake/db/t/data/old.parquet"

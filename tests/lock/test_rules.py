@@ -11,10 +11,12 @@ from hypothesis import strategies as st
 
 from service.lock.asks import (
     Ask,
+    Change,
     Drain,
     End,
     Extend,
     Grant,
+    HoldBackAsk,
     Refuse,
     ReleaseAsk,
     RenewAsk,
@@ -22,11 +24,13 @@ from service.lock.asks import (
     Unchanged,
     WithdrawAsk,
 )
-from service.lock.refusals import refused
+from service.lock.refusals import commit_refused, refused
 from service.lock.rows import Caller, IntentRow, LeaseRow, Live, TableRow
 from service.lock.rules import (
+    decide_catalog_commit,
     decide_claim,
     decide_commit,
+    decide_hold_back,
     decide_maintenance,
     decide_release,
     decide_renew,
@@ -41,10 +45,14 @@ from service.lock.rules import (
 )
 from service.wire.errors import (
     ClaimHeld,
+    CommitHeld,
+    Fenced,
+    InvalidRequest,
     LeaseExpired,
     Locked,
     MaintenanceHeld,
     MaintenanceOff,
+    NotFound,
     NotOwner,
 )
 from service.wire.scope import covers
@@ -438,6 +446,16 @@ def test_renew_extends_from_now_by_the_asked_or_the_lease_own_ttl():
         (M, ReleaseAsk("x", "c", None, JOB), "token_missing"),
         (M, ReleaseAsk("x", "c", 2, JOB), "token_mismatch"),
         (M, ReleaseAsk("x", None, None, OP), End("revoked", "released by an operator")),
+        # what the release reports of the lease: the right kind, by its holder, in its scope
+        (lease(), ReleaseAsk("x", "h", None, JOB, written=(P1,)), End("released")),
+        (M, ReleaseAsk("x", "c", 3, JOB, compacted=(P1,)), End("released")),
+        (M, ReleaseAsk("x", "c", 3, JOB, written=(P1,)), "counts_kind"),
+        (lease(), ReleaseAsk("x", "h", None, JOB, compacted=(P1,)), "counts_kind"),
+        (C, ReleaseAsk("x", "compactor-1", None, JOB, written=(P1,)), "counts_kind"),
+        (lease(), ReleaseAsk("x", None, None, OP, written=(P1,)), "counts_holder"),
+        (lease("commit", P1), ReleaseAsk("x", "h", None, JOB, written=(P1, P2)), "counts_outside"),
+        # checked first: a report that cannot be right is refused before who sends it
+        (lease(), ReleaseAsk("x", "h", None, OTHER, compacted=(P1,)), "counts_kind"),
     ],
 )
 def test_release_rule(row, asked, answer):
@@ -472,6 +490,49 @@ def test_another_principal_may_not_renew_or_release(row, asked):
     error = refused(decision, asked, AT)  # type: ignore[arg-type]
     assert isinstance(error, NotOwner) and error.extra["reason"] == "other-principal"
     assert f"not by token {asked.caller.principal}" in error.detail
+
+
+def test_a_release_reporting_partitions_outside_its_lease_names_them():
+    asked = ReleaseAsk("x", "h", None, JOB, written=(P1, P3, P2))
+    decision = decide_release(lease("commit", P1), asked, AT)
+    assert isinstance(decision, Refuse)
+    error = refused(decision, asked, AT)
+    assert isinstance(error, InvalidRequest) and error.extra["field"] == "written"
+    assert "dt=2" in error.detail and "dt=3" in error.detail and "dt=1," not in error.detail
+
+
+@pytest.mark.parametrize(
+    ("claim", "asked", "reason"),
+    [
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-1", JOB), None),
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-1/run-4", JOB), None),
+        (None, HoldBackAsk("lake.db.t", "x", "compactor-1", JOB), "no_claim"),
+        (
+            lease("claim", holder="compactor-1", expires_at=AT),
+            HoldBackAsk("lake.db.t", "x", "compactor-1", JOB),
+            "expired",
+        ),
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-1", OTHER), "other_principal"),
+        # an operator holds no writers under a compactor's claim: it has no claim of its own
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-1", OP), "other_principal"),
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-2", JOB), "not_owner"),
+        (C, HoldBackAsk("lake.db.t", "x", "compactor-10", JOB), "not_owner"),
+    ],
+)
+def test_hold_back_rule(claim, asked, reason):
+    decision = decide_hold_back(claim, asked, AT)
+    assert (decision and decision.reason) == reason
+    if decision is not None:
+        error = refused(decision, asked, AT)
+        assert (
+            type(error)
+            is {
+                "no_claim": NotFound,
+                "expired": LeaseExpired,
+                "other_principal": NotOwner,
+                "not_owner": NotOwner,
+            }[reason]
+        )
 
 
 def test_an_operator_ends_a_lease_of_any_principal_or_of_none():
@@ -590,3 +651,118 @@ def test_acquire_rules_match_the_model(situation):
         else:
             expected = Grant(token=row.next_token)
     assert decision == expected
+
+
+# -- a catalog commit (the fence) -----------------------------------------------------------
+
+
+def change(kind: str = "data", *parts: str, lease_id: str | None = None, **more: object) -> Change:
+    return Change(
+        "lake.db.t",
+        kind,  # type: ignore[arg-type]
+        JOB.principal,
+        lease_id=lease_id,
+        partitions=frozenset(parts) or None,
+        **more,  # type: ignore[arg-type]
+    )
+
+
+M_C = lease("maintenance", P1, holder="c")
+LOST_HEAD = IntentRow(
+    "lake.db.t",
+    turn_request(M_C.id),
+    "c",
+    None,
+    AT,
+    AT + TTL,
+    principal=JOB.principal,
+    cause="turn",
+)
+
+
+@pytest.mark.parametrize(
+    ("row", "live", "commit", "named", "reason"),
+    [
+        # a maintenance commit needs its live lease, token and scope
+        (table(), Live((M_C,)), change("maintenance", P1, lease_id="m", token=3), M_C, None),
+        (table(maintenance="disabled"), Live(), change("maintenance", P1), None, "maintenance_off"),
+        (table(), Live(), change("maintenance", P1), None, "no_lease"),
+        (table(), Live(), change("maintenance", P1, lease_id="m"), None, "unknown_lease"),
+        (table(), Live(), change("maintenance", P1, lease_id="m"), lease(), "unknown_lease"),
+        # a claim serves a commit that only removes snapshots, and no other
+        (
+            table(),
+            Live(),
+            change("maintenance", lease_id="m", operations=("remove-snapshots",)),
+            C,
+            None,
+        ),
+        (
+            table(),
+            Live(),
+            change("maintenance", P1, lease_id="m", operations=("replace",)),
+            C,
+            "unknown_lease",
+        ),
+        (
+            table(),
+            Live(),
+            change("maintenance", P1, lease_id="m", token=3),
+            lease("maintenance", P1, table="lake.db.u"),
+            "other_table",
+        ),
+        (
+            table(),
+            Live(),
+            change("maintenance", P1, lease_id="m", token=3),
+            lease("maintenance", P1, principal="job-b"),
+            "other_principal",
+        ),
+        (
+            table(),
+            Live(),
+            change("maintenance", P1, lease_id="m", token=3),
+            lease("maintenance", P1, expires_at=AT),
+            "expired",
+        ),
+        (table(), Live(), change("maintenance", P1, lease_id="m", token=2), M_C, "token_mismatch"),
+        (
+            table(),
+            Live(),
+            change("maintenance", P1, P2, lease_id="m", token=3),
+            M_C,
+            "out_of_scope",
+        ),
+        # a data commit: the gate's own writer passes, a foreign one waits for what holds it
+        (table(), Live((M_C,)), change("data", P1, lease_id="c"), lease("commit", P1), None),
+        (table(), Live((M_C,)), change("data", P1, lease_id="m", token=3), M_C, None),
+        (table(), Live((M_C,)), change("data", P1), None, "maintenance"),
+        (table(), Live((M_C,)), change("data", P1, lease_id="m", token=2), M_C, "maintenance"),
+        (table(), Live((M_C,)), change("data", P2), None, None),
+        (table(), Live((), (I_P2,)), change("data", P2), None, "intent"),
+        # one that cannot conflict with a rewrite passes all holds but backpressure
+        (table(), Live((M_C,), (I_P2,)), change("data", P1, P2, conflicts=False), None, None),
+        # a lost head's turn holds every foreign data commit, wherever it writes
+        (table(), Live((M_C,), (LOST_HEAD,)), change("data", P3), None, "turn"),
+        (table(), Live((M_C,), (LOST_HEAD,)), change("data", P1, lease_id="m", token=3), M_C, None),
+        # a table change (schema, properties) passes whatever holds the table
+        (table(), Live((M_C,), (LOST_HEAD,)), change("table"), None, None),
+    ],
+)
+def test_catalog_commit_rule(row, live, commit, named, reason):
+    decision = decide_catalog_commit(row, live, commit, named, AT)
+    assert (decision and decision.reason) == reason
+    if decision is not None:
+        error = commit_refused(decision, commit, AT, holds=[])
+        assert isinstance(error, Fenced if commit.kind == "maintenance" else CommitHeld)
+
+
+def test_a_commit_refusal_keeps_its_wire_spelling():
+    commit = change("maintenance", P1, lease_id="m", token=2)
+    error = commit_refused(Refuse("token_mismatch", M_C), commit, AT, holds=[])
+    assert error.extra["reason"] == "stale-token"
+    revoked = lease("maintenance", P1, end="revoked", ended_at=AT)
+    error = commit_refused(Refuse("expired", revoked), commit, AT, holds=[])
+    assert error.extra["reason"] == "revoked" and "is revoked" in error.detail
+    held = commit_refused(Refuse("turn", LOST_HEAD), change("data", P3), AT, holds=[])
+    assert held.extra["reason"] == "held" and held.extra["turn"]["lease_id"] == M_C.id
