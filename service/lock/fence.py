@@ -64,7 +64,7 @@ from sqlalchemy.engine import Connection
 from service.lock import audit, debt, due, expiry, intents, store
 from service.lock.asks import Change, ChangeKind
 from service.lock.refusals import commit_refused
-from service.lock.rows import LeaseRow, Live, TableRow, seconds
+from service.lock.rows import LeaseRow, Live, seconds
 from service.lock.rules import decide_catalog_commit, leased, turn_of
 from service.wire import EventName
 from service.wire.errors import CommitConflict, CommitHeld, Fenced
@@ -123,10 +123,17 @@ def check(conn: Connection, change: Change, *, park: Park | None = None) -> Chec
             compactor's backpressure on a partition it touches, or a maintenance lease's
             turn of the table's head.
     """
-    row, at, live = expiry.live_on(conn, change.table)
-    lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
-    _check(conn, row, live, change, lease, at, park)
-    return Checked(change, at, live, lease, park)
+    judged = _judged(conn, change)
+    error, at = judged.error, judged.at
+    if error is not None:
+        # a hold met by a parked commit's try that is not its last is recorded when the
+        # commit ends (`Park`)
+        if isinstance(error, CommitHeld) and park is not None and not park.last:
+            park.since, park.held = park.since or at, change
+        else:
+            _refused(conn, change, at, error, park)
+        raise error
+    return Checked(change, at, judged.live, judged.lease, park)
 
 
 def lost(conn: Connection, checked: Checked, *, turn: timedelta = timedelta(0)) -> NoReturn:
@@ -176,42 +183,27 @@ def landed(conn: Connection, checked: Checked, *, trigger: due.Trigger | None = 
         due.compacted(conn, table=change.table, partitions=change.rewritten, at=at)
 
 
-def _check(
-    conn: Connection,
-    row: TableRow,
-    live: Live,
-    change: Change,
-    lease: LeaseRow | None,
-    at: datetime,
-    park: Park | None,
-) -> None:
-    """Raise the refusal of `change`, if any, recorded: a hold met by a parked commit's try
-    that is not its last is recorded when the commit ends (`Park`)."""
-    refusal = _refusal(conn, row, live, change, lease, at)
-    if refusal is None:
-        return
-    if isinstance(refusal, CommitHeld) and park is not None and not park.last:
-        park.since, park.held = park.since or at, change
-    else:
-        _refused(conn, change, at, refusal, park)
-    raise refusal
+@dataclass(frozen=True)
+class _Judged:
+    """What a check read under the table's row lock, and the refusal it came to (None: none)
+    as its client hears it."""
+
+    at: datetime
+    live: Live
+    lease: LeaseRow | None
+    error: Fenced | CommitHeld | None
 
 
-def _refusal(
-    conn: Connection,
-    row: TableRow,
-    live: Live,
-    change: Change,
-    lease: LeaseRow | None,
-    at: datetime,
-) -> Fenced | CommitHeld | None:
-    """The refusal of `change` as its client hears it (rules.decide_catalog_commit), if any;
-    nothing recorded. A hold's Retry-After goes by the table's recent maintenance holds."""
+def _judged(conn: Connection, change: Change) -> _Judged:
+    """`change` judged on the table's state now (rules.decide_catalog_commit); nothing of it
+    recorded. A hold's Retry-After goes by the table's recent maintenance holds."""
+    row, at, live = expiry.live_on(conn, change.table)
+    lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
     refusal = decide_catalog_commit(row, live, change, lease, at)
     if refusal is None:
-        return None
+        return _Judged(at, live, lease, None)
     holds = audit.recent_holds(conn, change.table) if refusal.reason in _BY_HISTORY else []
-    return commit_refused(refusal, change, at, holds)
+    return _Judged(at, live, lease, commit_refused(refusal, change, at, holds))
 
 
 # the holds whose expected end the table's recent maintenance holds tell (a turn's is its own)
@@ -225,11 +217,9 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     recorded (what expired meanwhile ends, as in every transition): the cheap look a parked
     commit takes each time the table's state moves, instead of a whole try
     (docs/catalog-front.md §4)."""
-    row, at, live = expiry.live_on(conn, change.table)
-    lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
-    refusal = _refusal(conn, row, live, change, lease, at)
+    error = _judged(conn, change).error
     # a Fenced commit a whole try answers, recorded
-    return refusal if isinstance(refusal, CommitHeld) else None
+    return error if isinstance(error, CommitHeld) else None
 
 
 def gave_up(conn: Connection, park: Park, refusal: CommitHeld) -> None:
