@@ -61,7 +61,8 @@ class Stream:
 
     def __init__(self, spark: Any, values: dict[str, Any]) -> None:
         from ingest_gate.job.config import load_config
-        from ingest_gate.job.run import BatchHooks, run
+        from ingest_gate.job.record import BatchHooks
+        from ingest_gate.job.run import run
 
         self.visible: list[tuple[str, float]] = []  # (last source file, commit time)
         self._last: dict[int, str | None] = {}

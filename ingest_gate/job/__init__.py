@@ -2,6 +2,8 @@
 §2); `python -m ingest_gate` runs it.
 
 ingest_gate.job.run        run(config): the Structured Streaming query, one MERGE per micro-batch
+ingest_gate.job.record     what a micro-batch did (BatchRecord: its JSON log line), test hooks
+ingest_gate.job.gating     the gate a batch passes before its commit (a lakelock Gate, or Ungated)
 ingest_gate.job.config     IngestConfig: defaults, a TOML file, the command line
 ingest_gate.job.source     the streaming source: a landing folder of JSON lines, or Kafka
 ingest_gate.job.target     the target table as the job sees it: the table is the schema

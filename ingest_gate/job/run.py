@@ -51,15 +51,13 @@ id) survives restarts, so it identifies a batch across them. A run stopped at it
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ingest_gate.job.changes import (
     DELETED,
@@ -71,7 +69,9 @@ from ingest_gate.job.changes import (
     write_dead_letters,
 )
 from ingest_gate.job.decode import Decoder
+from ingest_gate.job.gating import GateLike, make_gate
 from ingest_gate.job.merge import merge_sql
+from ingest_gate.job.record import BatchHooks, BatchRecord, note_gate
 from ingest_gate.job.snapshots import (
     batch_properties,
     committed_snapshot,
@@ -106,14 +106,10 @@ if TYPE_CHECKING:
     from ingest_gate.job.kafka import KafkaProgress
 
 __all__ = [
-    "BatchHooks",
-    "BatchRecord",
     "BatchWriter",
     "IngestError",
     "IngestRun",
     "TableMissing",
-    "Ungated",
-    "make_gate",
     "plan_decoder",
     "run",
 ]
@@ -161,131 +157,6 @@ def plan_decoder(config: IngestConfig, target: Target) -> Decoder:
         format=config.format,
         event_time_column=event_time,
         time_zone=config.time_zone,
-    )
-
-
-class GateLike(Protocol):
-    def commit(
-        self, table: str, *, partitions: Sequence[str] | None = None
-    ) -> contextlib.AbstractContextManager[Any]: ...
-
-
-@dataclass
-class BatchRecord:
-    """What one micro-batch did; `as_dict()` is the JSON log line.
-
-    outcome: committed | proceeded_without_lease | proceeded_after_lease_lost | ungated (the
-             MERGE ran) | empty (no valid rows) | replayed (committed before) | timed_out |
-             lease_lost | failed (nothing committed, the batch raised) | interrupted (the run
-             was stopped while the batch ran; the next start runs it again)
-    scope:   the partitions its commit lease covered, or "table"
-    merge_filter: how its MERGE was limited to its partitions: exact, superset (see
-             ingest_gate.job.merge), or None (the whole table)
-    sources: files (or Kafka topic-partitions) read, last_source the last of them by name;
-             rows_read: records; skipped: records skipped by reason (tombstone, DDL); changes:
-             what the good records asked for (deletes of them); duplicates_dropped: changes
-             another change of the same key superseded within the batch
-    lag:     source kafka: records behind per topic-partition after the batch (latest offset
-             minus the batch's end), as reported to the service
-    """
-
-    query_id: str
-    batch_id: int
-    sources: int = 0
-    last_source: str | None = None
-    rows_read: int = 0
-    bad_rows: int = 0
-    skipped: dict[str, int] = field(default_factory=dict)
-    unknown_fields: int = 0
-    unknown_names: list[str] = field(default_factory=list)
-    changes: int = 0
-    deletes: int = 0
-    duplicates_dropped: int = 0
-    rows_in_merge: int = 0
-    rows_merged: int | None = None
-    gate_wait_s: float = 0.0
-    wait_reasons: list[str] = field(default_factory=list)
-    backpressure_s: float = 0.0
-    lease_calls_s: float = 0.0
-    lease_id: str | None = None
-    scope: list[str] | str = "table"
-    merge_filter: str | None = None
-    commit_s: float = 0.0
-    snapshot_id: int | None = None
-    # partitions whose files the commit counted per partition (summary), None: no counts
-    written_partitions: int | None = None
-    dead_letter_path: str | None = None
-    outcome: str = "failed"
-    error: str | None = None
-    duration_s: float = 0.0
-    lag: dict[str, int] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class BatchHooks:
-    """Test seams around the MERGE of a batch; each gets the batch id and the gate pass.
-
-    `before_merge` runs inside the gate, before `check()` and the MERGE; `after_merge` after the
-    Iceberg commit and before the checkpoint commit (raising there simulates a crash).
-    """
-
-    before_merge: Callable[[int, Any], None] | None = None
-    after_merge: Callable[[int, Any], None] | None = None
-
-
-@dataclass
-class _UngatedPass:
-    partitions: Sequence[str] | None
-    lease: None = None
-
-    def check(self) -> None:
-        return None
-
-    def wrote(self, counts: Any) -> None:
-        return None  # no service to tell
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "scope": "table" if self.partitions is None else list(self.partitions),
-            "waited_s": 0.0,
-            "wait_reasons": [],
-            "lease_calls_s": 0.0,
-            "outcome": "ungated",
-        }
-
-
-class Ungated:
-    """A gate that grants at once: for runs without a lakelock service (`--no-gate`). Commits
-    then rely on Iceberg's validation alone, and fail whenever compaction overlaps."""
-
-    @contextlib.contextmanager
-    def commit(
-        self, table: str, *, partitions: Sequence[str] | None = None
-    ) -> Iterator[_UngatedPass]:
-        yield _UngatedPass(partitions)
-
-
-def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
-    """The gate of `config`: a lakelock `Gate` whose job groups cancel Spark work, or `Ungated`."""
-    if not config.gate_enabled:
-        log.warning("gate disabled: commits to %s are not coordinated", config.table)
-        return Ungated()
-    from ingest_gate.gate import Gate
-    from jobkit.spark import SparkJobGroups
-    from service.client import LeaseClient
-
-    client = LeaseClient(config.lakelock_url, token=config.lakelock_token)
-    return Gate(
-        client,
-        holder=config.holder,
-        ttl_s=config.lease_ttl_s,
-        max_hold_s=config.max_hold_s,
-        policy=config.policy,  # type: ignore[arg-type]  # validated by IngestConfig
-        poll_s=config.poll_s,
-        job_groups=SparkJobGroups(spark.sparkContext),
     )
 
 
@@ -505,7 +376,7 @@ class BatchWriter:
         try:
             with self.gate.commit(cfg.table, partitions=partitions) as gate_pass:
                 self.in_progress = (record.batch_id, "merge")
-                self._note_gate(record, gate_pass)
+                note_gate(record, gate_pass)
                 if self.hooks.before_merge is not None:
                     self.hooks.before_merge(record.batch_id, gate_pass)
                 gate_pass.check()
@@ -522,11 +393,11 @@ class BatchWriter:
             if gate_pass is None:
                 gate_pass = getattr(exc, "gate_pass", None)
             if gate_pass is not None:
-                self._note_gate(record, gate_pass)
+                note_gate(record, gate_pass)
             raise
         finally:
             spark.catalog.dropTempView(view)
-        self._note_gate(record, gate_pass)
+        note_gate(record, gate_pass)
         if record.outcome == "lease_lost":
             # the gate let the batch through (policy proceed), so the MERGE did commit
             record.outcome = "proceeded_after_lease_lost"
@@ -633,20 +504,6 @@ class BatchWriter:
             )
             return None, partition_filter
         return names, partition_filter
-
-    @staticmethod
-    def _note_gate(record: BatchRecord, gate_pass: Any) -> None:
-        info = gate_pass.as_dict()
-        record.scope = info.get("scope", "table")
-        record.gate_wait_s = info.get("waited_s", 0.0)
-        record.wait_reasons = list(info.get("wait_reasons", []))
-        record.backpressure_s = info.get("backpressure_s", 0.0)
-        record.lease_calls_s = info.get("lease_calls_s", 0.0)
-        if info.get("outcome"):
-            record.outcome = info["outcome"]
-        lease = gate_pass.lease
-        if lease is not None:
-            record.lease_id = lease.lease_id
 
 
 class IngestRun:

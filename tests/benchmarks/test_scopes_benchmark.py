@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from benchmarks.scopes import ingest_held, lease_spans
-from ingest_gate.job.run import BatchRecord
+from ingest_gate.job.record import BatchRecord
 
 T0 = 1_800_000_000.0  # seconds since the epoch
 HOT, COLD = "dt=2024-05-01/hr=13", "dt=2024-05-01/hr=09"

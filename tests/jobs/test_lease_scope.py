@@ -12,7 +12,8 @@ import pytest
 
 from ingest_gate.job import run as job
 from ingest_gate.job.config import ConfigError, load_config
-from ingest_gate.job.run import BatchWriter, Ungated
+from ingest_gate.job.gating import Ungated
+from ingest_gate.job.run import BatchWriter
 from jobkit.partition import PartitionField, PartitionScope, PartitionSpec
 
 DT_HR = PartitionSpec(

@@ -37,7 +37,8 @@ from demo.shop import (
     source_rows,
 )
 from ingest_gate.job.config import load_config
-from ingest_gate.job.run import BatchHooks, run
+from ingest_gate.job.record import BatchHooks
+from ingest_gate.job.run import run
 from service.client import LeaseClient
 from tests.support.helpers import installed, unactivated_env
 

@@ -14,7 +14,8 @@ import pytest
 
 from demo.generate import KEY_FIELDS, ChangeGenerator, create_events_table
 from ingest_gate.job.config import load_config
-from ingest_gate.job.run import BatchWriter, IngestError, Ungated, run
+from ingest_gate.job.gating import Ungated
+from ingest_gate.job.run import BatchWriter, IngestError, run
 from ingest_gate.job.target import TableMissing
 from service.ops.iceberg_audit import metadata_file
 from tests.spark.conftest import table_rows

@@ -8,7 +8,8 @@ import pytest
 
 from demo.generate import EventGenerator
 from ingest_gate.gate import GateTimeout, LeaseLost
-from ingest_gate.job.run import BatchHooks, run
+from ingest_gate.job.record import BatchHooks
+from ingest_gate.job.run import run
 from ingest_gate.job.snapshots import LEASE_ID
 from service.client import Lease, LeaseClient
 from tests.spark.conftest import ingest_config, snapshots, table_rows, wait_held_at_the_service

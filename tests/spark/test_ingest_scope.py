@@ -13,7 +13,8 @@ import pytest
 
 from demo.generate import EventGenerator
 from ingest_gate.job.merge import merge_sql
-from ingest_gate.job.run import BatchHooks, run
+from ingest_gate.job.record import BatchHooks
+from ingest_gate.job.run import run
 from jobkit.partition import batch_partition_values, read_spec, table_partition_names
 from jobkit.predicate import partition_predicate
 from service.client import Lease, LeaseClient

@@ -13,7 +13,9 @@ import pytest
 from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
 from ingest_gate.job.changes import changes, decode_batch, last_change_per_key
 from ingest_gate.job.config import load_config
-from ingest_gate.job.run import BatchHooks, BatchWriter, Ungated, plan_decoder, run
+from ingest_gate.job.gating import Ungated
+from ingest_gate.job.record import BatchHooks
+from ingest_gate.job.run import BatchWriter, plan_decoder, run
 from ingest_gate.job.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
 from ingest_gate.job.target import read_target
 from jobkit.spark import SparkJobGroups

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from demo.generate import format_time, write_lines
-from ingest_gate.job.run import BatchHooks, run
+from ingest_gate.job.record import BatchHooks
+from ingest_gate.job.run import run
 from ingest_gate.job.table import FANOUT_PROPERTY, table_properties
 from jobkit.partition import partition_names, read_spec
 from service.ops.iceberg_audit import metadata_file
