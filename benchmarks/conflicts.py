@@ -47,7 +47,7 @@ from benchmarks.modes import (
     side_by_side,
 )
 from compactor.report import changed_anything
-from demo.pipeline import PipelineResult
+from demo.result import PipelineResult
 from service.wire import EventName
 from service.wire.figures import quantile
 

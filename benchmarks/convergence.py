@@ -41,7 +41,7 @@ TABLE = "local.db.events"
 def demo_table_config(table: str) -> TableConfig:
     """The demo's compactor config (KB-sized files, not the 128 MiB of a real table): the
     benchmark measures what the demo runs."""
-    from demo.pipeline import PipelineOptions
+    from demo.options import PipelineOptions
 
     return PipelineOptions(table=table).table_config()
 

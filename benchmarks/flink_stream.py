@@ -4,7 +4,7 @@ lakelock's compactor: the Flink writer of benchmarks.streaming_health (`--writer
     stream = FlinkStream(options, checkpoint_every_s=2, readers=[reader.read])
     result = stream.run()       # FlinkStreamResult: samples, compactions, commits, the check
 
-`options` is the demo pipeline's (demo.pipeline.PipelineOptions), of which the run takes what
+`options` is the demo pipeline's (demo.options.PipelineOptions), of which the run takes what
 does not belong to the ingest job: `duration_s`, `rate`, `seed`, `update_ratio`, the compactor's
 (`compactor`, `compact_every_s`, `full_plan_every_s`, `follow_poll_s`, `compactions_on` and the
 table config: `table_config()`), `health_every_s`, `progress_every_s`, `timeout_s`, `workdir`
@@ -19,7 +19,7 @@ job's table on for `duration_s`:
 
     lander      a file every `file_interval_s` of `rate` upserts a second (demo.flink.GrowingFeed:
                 the keys grow with event time, so a new partition opens every 3,600 upserts)
-    compactor   demo.pipeline.compact: the follower long-polling the service (the front's
+    compactor   demo.compaction.compact: the follower long-polling the service (the front's
                 commits count the due partitions), or a run every `compact_every_s`
     sampler     the table's files per partition every `health_every_s` (demo.health.sample_at,
                 from the metadata file the front's database names)
@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from compactor.report import RunReport
+from demo.compaction import compact, run_line
 from demo.flink import (
     GrowingFeed,
     current_metadata,
@@ -58,7 +59,8 @@ from demo.flink import (
     wait_until,
 )
 from demo.health import Health, sample_at, static_table
-from demo.pipeline import PipelineOptions, compact, run_line, warm_samples
+from demo.options import PipelineOptions
+from demo.result import warm_samples
 from demo.trino import TrinoServer, front_catalog
 from jobkit.spark import CatalogConfig
 
@@ -115,7 +117,7 @@ class FlinkStreamResult:
         return self.landed[-1][1] if self.landed else 0
 
     def warm(self) -> list[Health]:
-        """The samples after the compactor's warm-up (demo.pipeline.warm_samples)."""
+        """The samples after the compactor's warm-up (demo.result.warm_samples)."""
         return warm_samples(
             self.health, self.compactions, compactions_on=self.options.compactions_on
         )

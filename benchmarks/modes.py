@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from demo.options import PipelineOptions
+from demo.pipeline import Pipeline
+from demo.result import PipelineResult
 
 __all__ = [
     "add_workload_arguments",

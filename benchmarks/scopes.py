@@ -49,7 +49,7 @@ from benchmarks.modes import (
     run_pipeline,
     side_by_side,
 )
-from demo.pipeline import PipelineResult
+from demo.result import PipelineResult
 from service.ops.iceberg_audit import metadata_file
 from service.wire import EventName
 from service.wire.figures import quantile

@@ -98,7 +98,9 @@ from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult
 from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
-from demo.pipeline import Pipeline, PipelineOptions, PipelineResult
+from demo.options import PipelineOptions
+from demo.pipeline import Pipeline
+from demo.result import PipelineResult
 from demo.trino import TrinoServer
 from jobkit.spark import error_message
 from service.wire.figures import quantile

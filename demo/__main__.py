@@ -27,7 +27,9 @@ from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
     from demo.lake import STORAGES
-    from demo.pipeline import COMPACTORS, Pipeline, PipelineOptions, PipelineResult
+    from demo.options import COMPACTORS, PipelineOptions
+    from demo.pipeline import Pipeline
+    from demo.result import PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
 
 __all__ = ["main"]

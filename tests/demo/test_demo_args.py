@@ -4,7 +4,7 @@ option to compare with (no Spark: the arguments only)."""
 import pytest
 
 from demo.__main__ import _parser, _positive
-from demo.pipeline import PipelineOptions
+from demo.options import PipelineOptions
 
 
 def parse(*argv: str):
