@@ -50,10 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.catalog import candidates, read_summary, spark_jobs
 from compactor.claim import Claim, Held, take
-from compactor.config import CompactorConfig, ConfigError, TableConfig, check_floors
+from compactor.config import CompactorConfig, ConfigError, TableConfig
 from compactor.debt import debt_of, send_debt
 from compactor.patterns import expand
 from compactor.plan import Plan
+from compactor.procedure_config import check_floors
 from compactor.rank import Assessment, Look, Track, advance, assess, rank
 from compactor.report import EXIT_CODES, Outcome, RunReport, publish
 from compactor.run import default_holder, run_table, utcnow

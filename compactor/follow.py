@@ -52,8 +52,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compactor.claim import Held, take
-from compactor.config import ConfigError, TableConfig, check_floors
+from compactor.config import ConfigError, TableConfig
 from compactor.plan.follow import DueCounts
+from compactor.procedure_config import check_floors
 from compactor.report import Outcome, RunReport, publish
 from compactor.run import follow_table
 from jobkit.spark import error_message

@@ -61,7 +61,6 @@ from compactor.config import (
     TITLE,
     CompactorConfig,
     ConfigError,
-    RetentionRefused,
     TableConfig,
     load_config,
     parse_duration,
@@ -70,6 +69,7 @@ from compactor.fleet import Fleet
 from compactor.follow import MAX_POLL_S, Follower
 from compactor.patterns import check_name, expand
 from compactor.plan import plan
+from compactor.procedure_config import RetentionRefused
 from compactor.run import default_holder, utcnow
 from compactor.stats import collect_stats
 from jobkit.spark import CatalogConfig, catalog_place

@@ -61,10 +61,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from compactor.backpressure import Backpressure
-from compactor.config import RetentionRefused, TableConfig
+from compactor.config import TableConfig
 from compactor.groups import no_group_hook, run_groups, settle
 from compactor.plan import Mode, Plan, Step, plan
 from compactor.plan.follow import DueCounts, follow_plan
+from compactor.procedure_config import RetentionRefused
 from compactor.report import Outcome, RunReport, changed_anything
 from compactor.stats import TableStats, collect_stats
 from compactor.unleased import unleased

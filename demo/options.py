@@ -8,7 +8,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from compactor.config import LeaseConfig, PlanConfig, RewriteDataFilesConfig, TableConfig
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.procedure_config import RewriteDataFilesConfig
 from demo.s3 import BUCKET
 
 __all__ = ["COMPACTORS", "TOPIC", "PipelineOptions"]

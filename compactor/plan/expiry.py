@@ -8,7 +8,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from compactor.config import ExpireSnapshotsConfig, TableConfig
+from compactor.config import TableConfig
+from compactor.procedure_config import ExpireSnapshotsConfig
 from compactor.stats import SnapshotStats, TableStats
 
 __all__ = ["ExpiryPlan", "restart_points", "snapshot_expiry", "table_expiry"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from compactor.config import TableConfig, check_floors
+from compactor.config import TableConfig
 from compactor.plan.model import Group, Mode, PartitionPlan, Plan, Step
 from compactor.plan.rules import (
     by_debt,
@@ -31,6 +31,7 @@ from compactor.plan.rules import (
 )
 from compactor.plan.scope import scope_of
 from compactor.plan.steps import data_steps, manifest_steps, unleased_steps
+from compactor.procedure_config import check_floors
 from compactor.stats import PartitionStats, TableStats, Totals
 
 __all__ = ["plan"]

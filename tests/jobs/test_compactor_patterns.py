@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from compactor.config import ConfigError, RetentionRefused, config_from_dict
+from compactor.config import ConfigError, config_from_dict
 from compactor.job import parse_args, resolve
 from compactor.patterns import expand, is_pattern, matches
+from compactor.procedure_config import RetentionRefused
 
 
 @pytest.mark.parametrize(

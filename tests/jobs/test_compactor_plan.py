@@ -8,14 +8,13 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from compactor.config import (
+from compactor.config import PlanConfig, TableConfig
+from compactor.plan import Mode, full_rewrite_due, plan, recent_where, snapshot_expiry
+from compactor.procedure_config import (
     ExpireSnapshotsConfig,
-    PlanConfig,
     RemoveOrphanFilesConfig,
     RetentionRefused,
-    TableConfig,
 )
-from compactor.plan import Mode, full_rewrite_due, plan, recent_where, snapshot_expiry
 from compactor.stats import PartitionStats, SnapshotStats, TableStats
 
 NOW = datetime(2024, 5, 10, 12, 0, tzinfo=UTC)

@@ -16,13 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from compactor.config import (
-    DEFAULT_REWRITE_OPTIONS,
-    LeaseConfig,
-    PlanConfig,
-    RewriteDataFilesConfig,
-    TableConfig,
-)
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.procedure_config import DEFAULT_REWRITE_OPTIONS, RewriteDataFilesConfig
 from compactor.report import Outcome
 from compactor.run import run_table
 from demo.binlog import BinlogReader

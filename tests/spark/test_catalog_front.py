@@ -19,14 +19,10 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor.config import (
-    ExpireSnapshotsConfig,
-    LeaseConfig,
-    RemoveOrphanFilesConfig,
-    TableConfig,
-)
+from compactor.config import LeaseConfig, TableConfig
 from compactor.plan import Step
 from compactor.procedure import ProcedureFailed, run_step
+from compactor.procedure_config import ExpireSnapshotsConfig, RemoveOrphanFilesConfig
 from compactor.report import Outcome
 from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 import pytest
 from typer.testing import CliRunner
 
-from compactor.config import PlanConfig, RewriteDataFilesConfig
+from compactor.config import PlanConfig
 from compactor.job import run_scheduled
 from compactor.plan import Step, plan
 from compactor.procedure import run_step
+from compactor.procedure_config import RewriteDataFilesConfig
 from compactor.report import EXIT_CODES, Outcome, publish
 from compactor.run import run_table
 from compactor.stats import collect_stats

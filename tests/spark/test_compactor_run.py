@@ -15,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from compactor.config import (
-    ExpireSnapshotsConfig,
-    LeaseConfig,
-    PlanConfig,
-    RewriteDataFilesConfig,
-    TableConfig,
-)
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.job import run_once, run_scheduled
+from compactor.procedure_config import ExpireSnapshotsConfig, RewriteDataFilesConfig
 from compactor.report import Outcome, publish
 from compactor.run import run_table
 from service.client import LeaseClient

@@ -12,7 +12,8 @@ from datetime import timedelta
 import pytest
 
 from compactor.claim import take
-from compactor.config import LeaseConfig, PlanConfig, RewriteManifestsConfig, TableConfig
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.procedure_config import RewriteManifestsConfig
 from compactor.report import Outcome
 from compactor.run import run_table
 from jobkit.partition import read_spec, table_partition_names

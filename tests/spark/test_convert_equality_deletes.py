@@ -15,13 +15,10 @@ import pytest
 from pyiceberg.table import StaticTable
 
 from compactor import convert as convert_module
-from compactor.config import (
-    ConvertEqualityDeletesConfig,
-    RewriteDataFilesConfig,
-    TableConfig,
-)
+from compactor.config import TableConfig
 from compactor.plan import Step
 from compactor.procedure import ProcedureFailed, run_step
+from compactor.procedure_config import ConvertEqualityDeletesConfig, RewriteDataFilesConfig
 from compactor.report import Outcome
 from compactor.run import follow_table
 from demo import equality

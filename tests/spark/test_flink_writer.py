@@ -20,13 +20,8 @@ from typing import Any
 
 import pytest
 
-from compactor.config import (
-    ConvertEqualityDeletesConfig,
-    ExpireSnapshotsConfig,
-    LeaseConfig,
-    PlanConfig,
-    TableConfig,
-)
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
+from compactor.procedure_config import ConvertEqualityDeletesConfig, ExpireSnapshotsConfig
 from compactor.report import Outcome
 from compactor.run import follow_table, run_table, utcnow
 from demo.flink import (
