@@ -36,6 +36,7 @@ outlives the pass because of its counts.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -230,6 +231,7 @@ class Gate:
     Gate(client, holder="ingest:q1")                                # fail after 300 s
     Gate(client, holder="ingest:q1", policy="proceed", max_hold_s=60)
     Gate(client, holder="ingest:q1", job_groups=SparkJobGroups(spark), ttl_s=30)
+    Gate(client, holder="ingest:q1", stop=stopping)   # a stop ends a wait for the lease
     """
 
     def __init__(
@@ -243,6 +245,7 @@ class Gate:
         poll_s: float = 10.0,
         job_groups: JobGroups | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stop: threading.Event | None = None,
     ) -> None:
         if policy not in ("fail", "proceed"):
             raise ValueError(f"policy must be 'fail' or 'proceed', got {policy!r}")
@@ -258,6 +261,9 @@ class Gate:
         self.poll_s = poll_s
         self.job_groups: JobGroups = job_groups if job_groups is not None else _NoJobGroups()
         self.clock = clock
+        # set when the job stops: a pass still waiting for its lease ends (Stopped) within
+        # the client's STOP_SLICE_S instead of holding the stop up to max_hold_s
+        self.stop = stop
 
     @contextmanager
     def commit(self, table: str, *, partitions: Sequence[str] | None = None) -> Iterator[GatePass]:
@@ -267,6 +273,8 @@ class Gate:
 
         Raises:
             GateTimeout: no lease within `max_hold_s` and policy `fail`.
+            service.client.Stopped: the gate's `stop` was set while the pass waited (under
+                either policy: a stopping job commits nothing without its lease).
             LeaseLost: the lease was lost while the body ran and policy `fail` (also when the
                 body returned, or raised because its Spark jobs were cancelled).
             InvalidRequest, Unauthorized, Forbidden: the gate is misconfigured; waiting
@@ -346,6 +354,7 @@ class Gate:
                 retry_unavailable=True,
                 on_wait=lambda waited: gate_pass._note(waited.reason, waited.waited_s),
                 clock=self.clock,
+                stop=self.stop,
             )
         except NotGranted as exc:
             gate_pass.waited_s = exc.waited_s

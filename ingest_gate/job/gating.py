@@ -1,7 +1,7 @@
 """How the ingest job passes the gate before each commit (ingest_gate.gate, docs/jobs.md): a
 lakelock `Gate` built from the job's config, or `Ungated` for runs without a service.
 
-    make_gate(config, spark)   -> GateLike   the config's gate (`gate_enabled`), or Ungated
+    make_gate(config, spark, stop=...) -> GateLike   the config's gate (`gate_enabled`), or Ungated
     Ungated().commit(table, partitions=...)  a pass granted at once, coordinated with nothing
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -61,8 +62,11 @@ class Ungated:
         yield _UngatedPass(partitions)
 
 
-def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
-    """The gate of `config`: a lakelock `Gate` whose job groups cancel Spark work, or `Ungated`."""
+def make_gate(
+    config: IngestConfig, spark: SparkSession, *, stop: threading.Event | None = None
+) -> GateLike:
+    """The gate of `config`: a lakelock `Gate` whose job groups cancel Spark work, or `Ungated`.
+    `stop` (the job's stop) ends a pass that still waits for its lease."""
     if not config.gate_enabled:
         log.warning("gate disabled: commits to %s are not coordinated", config.table)
         return Ungated()
@@ -79,4 +83,5 @@ def make_gate(config: IngestConfig, spark: SparkSession) -> GateLike:
         policy=config.policy,  # type: ignore[arg-type]  # validated by IngestConfig
         poll_s=config.poll_s,
         job_groups=SparkJobGroups(spark.sparkContext),
+        stop=stop,
     )

@@ -175,6 +175,7 @@ class BatchWriter:
         query_id: str | None = None,
         hooks: BatchHooks | None = None,
         replay_guard: bool = True,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.config = config
         self.gate = gate
@@ -186,8 +187,8 @@ class BatchWriter:
         self.in_progress: tuple[int, str] | None = None
         self.last_error: BaseException | None = None
         # set by IngestRun.stop() before the query is stopped: what a batch raises from then on
-        # is the stop's interruption, not a failure
-        self.stopping = threading.Event()
+        # is the stop's interruption, not a failure (the gate's stop too: make_gate)
+        self.stopping = stopping if stopping is not None else threading.Event()
         # the table's partition scope, decided at the first batch that merges (see _table_scope)
         # and again after the table changed
         self._scope: PartitionScope | None = None
@@ -654,9 +655,10 @@ def run(
             jar_sets=("spark-kafka",) if config.source == "kafka" else (),
             paths=(config.checkpoint_path, config.landing_path, config.dead_letter_path),
         )
-    writer = BatchWriter(
-        config, gate=gate if gate is not None else make_gate(config, spark), hooks=hooks
-    )
+    stopping = threading.Event()
+    if gate is None:
+        gate = make_gate(config, spark, stop=stopping)
+    writer = BatchWriter(config, gate=gate, hooks=hooks, stopping=stopping)
     decoder = writer.prepare(spark)  # refuses a missing table or a misfit before any batch
     check_write_modes(spark, config.table)
     ensure_clustered_writes(spark, config.table)

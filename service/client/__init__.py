@@ -18,7 +18,15 @@ from service.client.lease_client import LeaseClient
 from service.client.reader import ReaderLease
 from service.client.renewer import LeaseLost, Renewer
 from service.client.transport import DEFAULT_URL
-from service.client.waiting import MAX_WAIT_S, UNAVAILABLE, Acquired, NotGranted, Waited
+from service.client.waiting import (
+    MAX_WAIT_S,
+    STOP_SLICE_S,
+    UNAVAILABLE,
+    Acquired,
+    NotGranted,
+    Stopped,
+    Waited,
+)
 from service.wire import DebtBody, Draining, DuePartition, Lease, TableDebt
 from service.wire.errors import (
     ClaimHeld,
@@ -36,6 +44,7 @@ from service.wire.errors import (
 __all__ = [
     "DEFAULT_URL",
     "MAX_WAIT_S",
+    "STOP_SLICE_S",
     "UNAVAILABLE",
     "Acquired",
     "ClaimHeld",
@@ -56,6 +65,7 @@ __all__ = [
     "Renewer",
     "ServerError",
     "StaleToken",
+    "Stopped",
     "TableDebt",
     "Unavailable",
     "Waited",

@@ -46,9 +46,11 @@ from service.client.transport import (
 )
 from service.client.waiting import (
     MAX_WAIT_S,
+    STOP_SLICE_S,
     UNAVAILABLE,
     Acquired,
     NotGranted,
+    Stopped,
     Waited,
     ask_until,
 )
@@ -73,6 +75,7 @@ from service.wire.errors import ClaimHeld, LakelockError
 __all__ = [
     "DEFAULT_URL",
     "MAX_WAIT_S",
+    "STOP_SLICE_S",
     "UNAVAILABLE",
     "Acquired",
     "ClaimHeld",
@@ -82,14 +85,12 @@ __all__ = [
     "Lease",
     "LeaseClient",
     "NotGranted",
+    "Stopped",
     "TableDebt",
     "Waited",
 ]
 
 log = logging.getLogger(__name__)
-
-# a long poll given a stop event is asked in slices of this length: how long a stop may wait
-STOP_SLICE_S = 2.0
 
 
 class LeaseClient:
@@ -235,6 +236,7 @@ class LeaseClient:
         on_wait: Callable[[Waited], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        stop: threading.Event | None = None,
     ) -> Acquired:
         """Ask for a `kind` lease until it is granted or `within_s` seconds passed (at least
         once). The first ask answers at once, so a grant says nothing held it up; after a
@@ -247,10 +249,12 @@ class LeaseClient:
         compaction); without it the failure is raised (the compactor: no trusted lease, no
         compaction). A maintenance request that opened an intent and ends without its lease
         (the deadline, a refusal, an error, an interrupt) withdraws the intent, so ingest does
-        not wait for it to expire.
+        not wait for it to expire. With `stop`, the wait ends within STOP_SLICE_S of it being
+        set (`Stopped`, the intent withdrawn): each long poll is asked in slices of that length.
 
         Raises:
             NotGranted: no lease within `within_s`.
+            Stopped: `stop` was set before a grant.
             MaintenanceHeld, MaintenanceOff: a maintenance lease cannot be had now.
             NotOwner, LeaseExpired: `request_id` belongs to another holder or ended.
             Unavailable, OutcomeUnknown, ServerError: without `retry_unavailable`.
@@ -276,6 +280,7 @@ class LeaseClient:
             clock=clock,
             sleep=sleep,
             withdraw=withdraw,
+            stop=stop,
         )
 
     def _acquire(

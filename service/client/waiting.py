@@ -6,12 +6,15 @@
 `ask(wait_s)` asks once, long-polling up to `wait_s` on the service; the first ask does not
 wait. Refusals (`Locked`) and drains (`Draining`) are waited out, and so is a failing service
 when `retry_unavailable` (with `transport.Backoff`); the gate's and the compactor's rules are
-docs/design.md §3.2's.
+docs/design.md §3.2's. A `stop` event ends the wait (`Stopped`) within STOP_SLICE_S: each long
+poll is asked in slices of that length, and a pause between asks ends with it (etcd's
+cancellable `Lock(ctx)`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,13 +24,25 @@ from service.client.transport import Backoff, describe
 from service.wire import Draining, Lease
 from service.wire.errors import TRANSIENT, LakelockError, Locked
 
-__all__ = ["MAX_WAIT_S", "UNAVAILABLE", "Acquired", "NotGranted", "Waited", "ask_until"]
+__all__ = [
+    "MAX_WAIT_S",
+    "STOP_SLICE_S",
+    "UNAVAILABLE",
+    "Acquired",
+    "NotGranted",
+    "Stopped",
+    "Waited",
+    "ask_until",
+]
 
 log = logging.getLogger(__name__)
 
 MAX_WAIT_S = 60.0  # the service bounds a long poll to [0, LAKELOCK_MAX_WAIT_S], 60 s by default
 UNAVAILABLE = "unavailable"  # the wait reason while the service fails or cannot be reached
 FAILED_FIRST_S = 0.5  # the backoff after the service failed: 0.5 s doubling, up to poll_s
+STOP_SLICE_S = 2.0
+"""A long poll given a stop event is asked in slices of this length: how long a stop may wait
+(a sync HTTP call cannot be interrupted from another thread)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,11 @@ class NotGranted(Exception):
         self.calls_s = calls_s
 
 
+class Stopped(Exception):
+    """The caller's stop event ended a wait before a lease was granted. A maintenance
+    request's intent is already withdrawn; nothing is held."""
+
+
 def ask_until(
     ask: Callable[[float], Lease | Draining],
     *,
@@ -84,17 +104,20 @@ def ask_until(
     clock: Callable[[], float],
     sleep: Callable[[float], None],
     withdraw: Callable[[], None],
+    stop: threading.Event | None = None,
 ) -> Acquired:
-    """Ask until a lease is granted or `within_s` passed (at least once); `what` names the
-    lease in messages. `withdraw` is called when an ask drained (an intent is open) and the
-    loop ends without the lease, whatever ended it.
+    """Ask until a lease is granted or `within_s` passed (at least once), or `stop` is set;
+    `what` names the lease in messages. `withdraw` is called when an ask drained (an intent is
+    open) and the loop ends without the lease, whatever ended it.
 
     Raises:
         NotGranted: no lease within `within_s`.
+        Stopped: `stop` was set first.
         LakelockError: what `ask` raised and is not waited out.
     """
     started = clock()
     deadline = started + within_s
+    longest_s, pause = (MAX_WAIT_S, sleep) if stop is None else (STOP_SLICE_S, stop.wait)
     calls_s = 0.0
     reasons: list[str] = []
     last: Draining | Exception | None = None
@@ -102,8 +125,10 @@ def ask_until(
     intent_open = False
     try:
         while True:
-            # the first ask answers at once; later ones long-poll, within the deadline
-            wait_s = 0.0 if last is None else min(poll_s, deadline - clock(), MAX_WAIT_S)
+            _stopped(stop, what, clock() - started)
+            # the first ask answers at once; later ones long-poll, within the deadline (and
+            # in slices a stop can end)
+            wait_s = 0.0 if last is None else min(poll_s, deadline - clock(), longest_s)
             asked = clock()
             try:
                 answer = _asked(ask, max(wait_s, 0.0), retry_unavailable=retry_unavailable)
@@ -131,15 +156,20 @@ def ask_until(
                 )
             if failures and isinstance(answer, Exception):
                 log.warning("%s: service failed (%s); backing off", what, describe(answer))
-            pause = _pause_s(
+            pause_s = _pause_s(
                 answer, failures, poll_s=poll_s, wait_s=wait_s, asked_s=clock() - asked
             )
-            pause = min(pause, deadline - clock())
-            if pause > 0:
-                sleep(pause)
+            pause_s = min(pause_s, deadline - clock())
+            if pause_s > 0:
+                pause(pause_s)
     finally:
         if intent_open:
             withdraw()
+
+
+def _stopped(stop: threading.Event | None, what: str, waited_s: float) -> None:
+    if stop is not None and stop.is_set():
+        raise Stopped(f"stopped waiting for a {what} after {waited_s:.1f}s")
 
 
 def _asked(

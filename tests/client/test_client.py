@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer
+from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer, Stopped
 from service.client.transport import Backoff
 from service.wire.errors import (
     PROBLEM_TYPE_PREFIX,
@@ -664,3 +664,39 @@ def test_a_long_poll_for_due_partitions_ends_soon_after_its_stop(
     # nothing was due; the poll asked in slices and ended at the first after the stop
     assert answered == [[]]
     assert time.monotonic() - started < 60.0
+
+
+def test_a_stop_ends_a_wait_for_a_lease_and_withdraws_its_intent(job_client: LeaseClient) -> None:
+    table = "cat.db.client_stop"
+    commit = job_client.acquire_commit(table, holder="ingest:stop", ttl_s=60)
+    stop, waiting = threading.Event(), threading.Event()
+    ended: list[BaseException] = []
+
+    def wait_for_maintenance() -> None:
+        try:
+            job_client.acquire_until(
+                "maintenance",
+                table,
+                holder="compactor:stop",
+                ttl_s=30,
+                within_s=120,
+                poll_s=10,
+                on_wait=lambda waited: waiting.set(),
+                stop=stop,
+            )
+        except BaseException as exc:
+            ended.append(exc)
+
+    started = time.monotonic()
+    waiter = threading.Thread(target=wait_for_maintenance, daemon=True)
+    waiter.start()
+    assert waiting.wait(HANG_GUARD_S)  # draining: the commit lease is in flight
+    stop.set()
+    waiter.join(HANG_GUARD_S)
+    assert [type(e) for e in ended] == [Stopped]
+    assert time.monotonic() - started < 120.0
+    # the drain's intent went with the wait: a new commit is granted, not held by it
+    other = job_client.acquire_commit(table, holder="ingest:other", ttl_s=30)
+    assert isinstance(other, Lease)
+    job_client.release(other)
+    job_client.release(commit)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from ingest_gate.gate import Gate, GateTimeout, LeaseLost
-from service.client import LeaseClient
+from service.client import LeaseClient, Stopped
 from service.wire.errors import PROBLEM_TYPE_PREFIX
 from tests.conftest import auth
 from tests.support.helpers import HANG_GUARD_S, metric, wait_until
@@ -420,6 +420,33 @@ def test_gate_against_the_service_waits_for_resume_and_releases(lakelock_server:
         gate_pass.check()
     assert gate_pass.wait_reasons == ["paused"]
     assert gate_pass.outcome == "committed"
+    assert operator.state(table)["commit_leases"] == []
+    job.close()
+    operator.close()
+
+
+def test_a_stopping_job_leaves_the_gate_without_a_lease_under_either_policy(
+    lakelock_server: Any,
+) -> None:
+    """A job stopped while its pass waits (ingest paused) ends the wait within the client's
+    stop slice, not after max_hold_s, and never runs the body: not even `proceed` commits
+    without a lease on the way out."""
+    table = "cat.db.gate_stop"
+    operator = LeaseClient(lakelock_server.url, token=lakelock_server.token("operator"))
+    job = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
+    operator.set_switch(table, ingest="paused", reason="test: hold ingest")
+    for policy in ("fail", "proceed"):
+        stop = threading.Event()
+        gate = Gate(
+            job, holder="ingest:it", max_hold_s=120.0, poll_s=10.0, policy=policy, stop=stop
+        )
+        threading.Timer(0.5, stop.set).start()
+        ran: list[str] = []
+        started = time.monotonic()
+        with pytest.raises(Stopped), gate.commit(table):
+            ran.append(policy)
+        assert ran == []
+        assert time.monotonic() - started < 120.0
     assert operator.state(table)["commit_leases"] == []
     job.close()
     operator.close()
