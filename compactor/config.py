@@ -4,7 +4,6 @@
     CompactorConfig(tables=(TableConfig("local.db.events"),))
     config.table("local.db.events")              # the table's TableConfig (defaults if unlisted)
     parse_duration("10m"), parse_duration("1h30m"), parse_duration("7d")
-    check_floors(table_config)                   # raises RetentionRefused (procedure_config)
 
 A file looks like this; `[defaults]` applies to every table, a `[[tables]]` entry overrides it:
 

@@ -30,8 +30,9 @@ else after `poll_s` with nothing; never a loop of asks. A table whose run could 
 down, 1 s doubling to `max_cool_s`, and is not tried again before; while every due table cools
 the follower waits for the first to be ready instead of asking again at once. `stop` ends the
 loop within the client's STOP_SLICE_S (2 s), even while a long-poll waits: the client asks a
-poll given a stop event in slices of that length (service.client.LeaseClient.due), and its
-retry policy is the only back-off when the service fails.
+poll given a stop event in slices of that length (service.client.LeaseClient.due). A service
+that fails is retried by the client's retry policy; past it, the round waits `poll_s`, as long
+as an idle long-poll would have, before the next asks (never a loop of asks in an outage).
 
 The full plan (compactor.fleet.Fleet.tick) still runs on a slower grid, `every_s` (5 minutes by
 default), in a thread of its own: it sees what the counts cannot (deletes per row, late data in
@@ -220,8 +221,8 @@ class Follower:
 
     def _poll(self, stop: threading.Event) -> list[Any] | None:
         """The due partitions the service answers within `poll_s` ([] when none came); None
-        when `stop` was set meanwhile, or the service failed past the client's retries (which
-        are the only back-off: the next round asks again)."""
+        when `stop` was set meanwhile, or the service failed past the client's retries (then
+        after `poll_s`, which a stop ends: the round an idle poll would have taken)."""
         try:
             due = self.client.due(
                 list(self.fleet.selection),
@@ -233,8 +234,13 @@ class Follower:
         except (Unavailable, OutcomeUnknown, ServerError) as error:
             # a refusal (a token that may not, a bad table name) does not heal by asking
             # again, and is raised; a failing service may
+            if stop.is_set():
+                return None  # the stop ended the client's retries: not a failure
             self.stats.poll_failures += 1
-            log.warning("cannot ask for due partitions (%s); asking again", error)
+            log.warning(
+                "cannot ask for due partitions (%s); asking again in %.0fs", error, self.poll_s
+            )
+            stop.wait(self.poll_s)
             return None
         if stop.is_set():
             return None

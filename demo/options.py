@@ -30,7 +30,7 @@ class PipelineOptions:
     file_interval_s: float = 1.0
     trigger_interval_s: float = 2.0
     # "follow": the follower (long-polls for due partitions, full plan every
-    # full_plan_every_s); "timer": a run every compact_every_s (see the module docstring).
+    # full_plan_every_s); "timer": a run every compact_every_s (see demo.pipeline).
     # `python -m demo` and benchmarks.streaming_health follow by default; the benchmarks built
     # on benchmarks.modes keep the timer they were measured with
     compactor: str = "timer"
@@ -62,7 +62,7 @@ class PipelineOptions:
     health_every_s: float = 5.0
     # False: no compactor at all (the streaming-health benchmark's baseline)
     compactions_on: bool = True
-    # by counts (see the module docstring): `events` set switches from duration_s to counts
+    # by counts (see demo.pipeline): `events` set switches from duration_s to counts
     events: int | None = None
     compactions: int = 1
     timeout_s: float = 900.0

@@ -206,6 +206,7 @@ class BatchWriter:
         Raises:
             ingest_gate.gate.GateTimeout: no lease within max_hold_s under policy `fail`.
             ingest_gate.gate.LeaseLost: the lease was lost before the commit under `fail`.
+            service.client.Stopped: the run was stopped while the batch waited at the gate.
             IngestError: the query id cannot be found.
             pyspark.errors.PySparkException: Spark or Iceberg failed (e.g. a commit conflict).
         """
@@ -634,7 +635,8 @@ def run(
     """Read the target table and start the streaming query; returns at once.
 
     `spark` lets tests and notebooks share a session; else one is built from `config.catalog`.
-    `gate` replaces the one built from config (`make_gate`).
+    `gate` replaces the one built from config (`make_gate`, given the run's stop); a gate passed
+    here ends its waits at `stop()` only when built with a stop event of its own (`Gate(stop=)`).
 
     Raises:
         TableMissing: the table does not exist (one line: where the job looked, how to create it).

@@ -153,9 +153,11 @@ class LeaseClient:
         wait_s: float = 0.0,
         request_id: str | None = None,
         partitions: Sequence[str] | None = None,
+        stop: threading.Event | None = None,
     ) -> Lease:
         """A shared commit lease on `table` (or on `partitions` of it, named as Iceberg names
-        them, `dt=2024-06-20/hr=13`), waiting up to `wait_s` on the server for it.
+        them, `dt=2024-06-20/hr=13`), waiting up to `wait_s` on the server for it. Once `stop`
+        is set, a failed try is the last.
 
         Raises:
             Locked: ingest is paused, or a maintenance lease or intent is live (`reason`).
@@ -167,7 +169,7 @@ class LeaseClient:
             holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
         )
         answer = self._transport.call(
-            "POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s
+            "POST", f"/v1/tables/{table}/commit-leases", json=body, wait_s=wait_s, stop=stop
         )
         return Lease.model_validate_json(answer.content)
 
@@ -180,9 +182,10 @@ class LeaseClient:
         wait_s: float = 0.0,
         request_id: str | None = None,
         partitions: Sequence[str] | None = None,
+        stop: threading.Event | None = None,
     ) -> Lease | Draining:
         """The exclusive maintenance lease on `table` (or on `partitions` of it), or `Draining`
-        while the commits it conflicts with drain.
+        while the commits it conflicts with drain. Once `stop` is set, a failed try is the last.
 
         Raises:
             MaintenanceHeld: another maintenance lease or intent is live.
@@ -195,7 +198,11 @@ class LeaseClient:
             holder=holder, ttl_s=ttl_s, wait_s=wait_s, request_id=request_id, partitions=partitions
         )
         answer = self._transport.call(
-            "POST", f"/v1/tables/{table}/maintenance-lease", json=body, wait_s=wait_s
+            "POST",
+            f"/v1/tables/{table}/maintenance-lease",
+            json=body,
+            wait_s=wait_s,
+            stop=stop,
         )
         if answer.status_code == 202:
             return Draining.model_validate_json(answer.content)
@@ -249,8 +256,9 @@ class LeaseClient:
         compaction); without it the failure is raised (the compactor: no trusted lease, no
         compaction). A maintenance request that opened an intent and ends without its lease
         (the deadline, a refusal, an error, an interrupt) withdraws the intent, so ingest does
-        not wait for it to expire. With `stop`, the wait ends within STOP_SLICE_S of it being
-        set (`Stopped`, the intent withdrawn): each long poll is asked in slices of that length.
+        not wait for it to expire. With `stop`, the wait ends soon after it is set (`Stopped`,
+        the intent withdrawn): each long poll is asked in slices of STOP_SLICE_S, a pause
+        between asks ends with it, and so do the retries of a failing ask.
 
         Raises:
             NotGranted: no lease within `within_s`.
@@ -265,7 +273,7 @@ class LeaseClient:
         request_id = request_id or uuid.uuid4().hex
 
         def ask(wait_s: float) -> Lease | Draining:
-            return self._acquire(kind, table, holder, ttl_s, wait_s, request_id, partitions)
+            return self._acquire(kind, table, holder, ttl_s, wait_s, request_id, partitions, stop)
 
         def withdraw() -> None:
             self._withdraw_quietly(table, request_id=request_id, holder=holder)
@@ -292,6 +300,7 @@ class LeaseClient:
         wait_s: float,
         request_id: str,
         partitions: Sequence[str] | None,
+        stop: threading.Event | None,
     ) -> Lease | Draining:
         acquire = self.acquire_commit if kind == "commit" else self.acquire_maintenance
         return acquire(
@@ -301,6 +310,7 @@ class LeaseClient:
             wait_s=wait_s,
             request_id=request_id,
             partitions=partitions,
+            stop=stop,
         )
 
     def _withdraw_quietly(self, table: str, *, request_id: str, holder: str) -> None:

@@ -6,9 +6,9 @@
 `ask(wait_s)` asks once, long-polling up to `wait_s` on the service; the first ask does not
 wait. Refusals (`Locked`) and drains (`Draining`) are waited out, and so is a failing service
 when `retry_unavailable` (with `transport.Backoff`); the gate's and the compactor's rules are
-docs/design.md §3.2's. A `stop` event ends the wait (`Stopped`) within STOP_SLICE_S: each long
-poll is asked in slices of that length, and a pause between asks ends with it (etcd's
-cancellable `Lock(ctx)`).
+docs/design.md §3.2's. A `stop` event ends the wait (`Stopped`): each long poll is asked in
+slices of STOP_SLICE_S, and a pause between asks is `stop.wait` (etcd's cancellable
+`Lock(ctx)`).
 """
 
 from __future__ import annotations
@@ -145,6 +145,9 @@ def ask_until(
             if on_wait is not None:
                 on_wait(Waited(reason, answer, clock() - started))
             if clock() >= deadline:
+                # a stop in the last slice is a stop, not a deadline (the gate's `proceed`
+                # commits without a lease after a deadline, never after a stop)
+                _stopped(stop, what, clock() - started)
                 waited = clock() - started
                 raise NotGranted(
                     f"no {what} after {waited:.1f}s (within {within_s:g}s);"

@@ -13,6 +13,7 @@ import pytest
 
 from service.client import Draining, Lease, LeaseClient, NotGranted, Renewer, Stopped
 from service.client.transport import Backoff
+from service.client.waiting import ask_until
 from service.wire.errors import (
     PROBLEM_TYPE_PREFIX,
     InvalidRequest,
@@ -700,3 +701,29 @@ def test_a_stop_ends_a_wait_for_a_lease_and_withdraws_its_intent(job_client: Lea
     assert isinstance(other, Lease)
     job_client.release(other)
     job_client.release(commit)
+
+
+def test_a_stop_during_the_last_ask_is_a_stop_not_a_deadline() -> None:
+    """The gate's `proceed` commits without a lease after a deadline (NotGranted), never after
+    a stop: a stop set while the last ask before the deadline ran ends as Stopped."""
+    now = [0.0]
+    stop = threading.Event()
+
+    def ask(wait_s: float) -> Lease:
+        now[0] += 5.0  # the ask outlasts the deadline
+        stop.set()
+        raise Locked("ingest is paused", reason="paused")
+
+    with pytest.raises(Stopped):
+        ask_until(
+            ask,
+            what="commit lease on cat.db.t",
+            within_s=1.0,
+            poll_s=10.0,
+            retry_unavailable=True,
+            on_wait=None,
+            clock=lambda: now[0],
+            sleep=lambda s: None,
+            withdraw=lambda: None,
+            stop=stop,
+        )

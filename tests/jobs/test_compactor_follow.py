@@ -19,7 +19,7 @@ from compactor.job import parse_args
 from compactor.report import Outcome, RunReport
 from service.client import Lease
 from service.wire import DuePartition
-from service.wire.errors import ClaimHeld
+from service.wire.errors import ClaimHeld, Unavailable
 from tests.support.helpers import HANG_GUARD_S
 
 
@@ -227,6 +227,53 @@ def test_a_stop_ends_the_follower_while_its_long_poll_waits(runs):
     finally:
         service.stop.set()
     assert runs == []
+
+
+class FailingService(Service):
+    """A service that fails every poll past the client's retries (the stop set with the
+    `stop_with` failure, as a stop ends the client's retries)."""
+
+    def __init__(self, stop_with: int | None = None) -> None:
+        super().__init__()
+        self.stop_with = stop_with
+        self.failed = 0
+
+    def due(self, tables: list[str], **asked: Any) -> list[Due]:  # type: ignore[override]
+        self.failed += 1
+        if self.failed == self.stop_with:
+            asked["stop"].set()
+        raise Unavailable("the service is down")
+
+
+class CountedStop(threading.Event):
+    """A stop whose waits are counted, and end at once: a round's pause, without the time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        return self.is_set()
+
+
+def test_a_failing_service_is_asked_again_after_a_poll_not_in_a_loop(runs):
+    service = FailingService()
+    f = follower(service, poll_s=30)
+    stop = CountedStop()
+    for _ in range(3):
+        assert f.round(stop) == []
+    # each failed round waited the poll an idle service would have held it for
+    assert stop.waits == [30, 30, 30] and service.failed == 3
+    assert f.stats.poll_failures == 3 and f.stats.polls == 0
+
+
+def test_a_stop_that_ends_the_clients_retries_is_not_a_failure(runs):
+    service = FailingService(stop_with=1)
+    f = follower(service, poll_s=30)
+    stop = CountedStop()
+    assert f.round(stop) == []
+    assert stop.waits == [] and f.stats.poll_failures == 0
 
 
 def test_a_follower_needs_the_service_and_a_poll_the_service_takes():
