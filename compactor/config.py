@@ -107,6 +107,7 @@ from jobkit.config import (
     Bool,
     ConfigError,
     Duration,
+    Positive,
     build,
     catalog_input,
     format_duration,
@@ -133,9 +134,6 @@ __all__ = [
 ]
 
 TITLE = "invalid compactor configuration"
-
-
-_Positive = Annotated[int, Field(ge=1)]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -176,14 +174,14 @@ class PlanConfig:
     ] = "dt"
     full_rewrite_at: Annotated[time | None, BeforeValidator(_time_of_day)] = None
     # a partition is due (compacted whether hot or cold) at any of these (compactor.plan)
-    trigger_small_files: _Positive = 12
-    trigger_delete_files: _Positive = 12
+    trigger_small_files: Positive = 12
+    trigger_delete_files: Positive = 12
     trigger_deleted_rows: Annotated[float, Field(gt=0, le=1)] = 0.1
-    trigger_equality_deletes: _Positive = 1
+    trigger_equality_deletes: Positive = 1
     # the hard bound: a partition at either holds its writers until compacted (backpressure,
     # only while a compactor holds the table's claim)
-    stop_small_files: _Positive = 24
-    stop_delete_files: _Positive = 24
+    stop_small_files: Positive = 24
+    stop_delete_files: Positive = 24
     backpressure: Bool = True
     # no group of a run starts after this much of it (0: no budget); the rest waits for the
     # next run, which takes the largest debt first again
@@ -195,8 +193,8 @@ class PlanConfig:
     hot_window: Annotated[Duration, rule(lambda v: v >= timedelta(0), "must not be negative")] = (
         timedelta(0)
     )
-    hot_partitions_per_group: _Positive = 2
-    max_partitions_per_group: _Positive = 10
+    hot_partitions_per_group: Positive = 2
+    max_partitions_per_group: Positive = 10
 
     @model_validator(mode="before")
     @classmethod
@@ -306,7 +304,7 @@ class FleetConfig:
     """How one compactor process works through many tables (see compactor.fleet)."""
 
     # table runs at once in this process, over its one Spark session
-    max_concurrent: _Positive = 2
+    max_concurrent: Positive = 2
     # the claim a run holds on its table from before its plan to after its housekeeping, so
     # that another compactor process leaves the table alone (renewed at a third of it)
     claim_ttl: Annotated[Duration, rule(lambda v: v.total_seconds() >= 3, _AT_LEAST_3S)] = (

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal, Protocol
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 from pydantic.dataclasses import dataclass
 
-from jobkit.config import STRICT, Bool, ConfigError, Duration, format_duration, text_map
+from jobkit.config import STRICT, Bool, ConfigError, Duration, Positive, format_duration, text_map
 
 __all__ = [
     "DEFAULT_REWRITE_OPTIONS",
@@ -42,8 +42,6 @@ __all__ = [
     "RewritePositionDeletesConfig",
     "check_floors",
 ]
-
-_Positive = Annotated[int, Field(ge=1)]
 
 
 class RetentionRefused(ConfigError):
@@ -135,7 +133,7 @@ class FollowConfig:
     options: Annotated[Mapping[str, str], BeforeValidator(text_map)] = field(
         default_factory=lambda: dict(FOLLOW_OPTIONS)
     )
-    partitions_per_group: _Positive = 10
+    partitions_per_group: Positive = 10
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -164,9 +162,9 @@ class RewriteManifestsConfig:
     current snapshot are under `small_manifest_bytes` (read from the `manifests` table)."""
 
     enabled: Bool = True
-    min_small_manifests: _Positive = 50
+    min_small_manifests: Positive = 50
     # Iceberg's commit.manifest.target-size-bytes is 8 MiB; three quarters of it, as for files
-    small_manifest_bytes: _Positive = 6 << 20
+    small_manifest_bytes: Positive = 6 << 20
 
 
 # keys that once made a floor configurable per table; named in the error, not just "unknown"

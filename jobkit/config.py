@@ -32,7 +32,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+)
 
 __all__ = [
     "STRICT",
@@ -40,6 +47,7 @@ __all__ = [
     "Columns",
     "ConfigError",
     "Duration",
+    "Positive",
     "TextMap",
     "build",
     "catalog_input",
@@ -159,6 +167,7 @@ def rule(check: Any, text: str) -> AfterValidator:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Positive = Annotated[int, Field(ge=1)]
 Bool = Annotated[bool, BeforeValidator(_bool)]
 Columns = Annotated[tuple[str, ...], BeforeValidator(_columns)]
 TextMap = Annotated[dict[str, str], BeforeValidator(text_map)]
