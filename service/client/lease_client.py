@@ -44,16 +44,7 @@ from service.client.transport import (
     RetryPolicy,
     Transport,
 )
-from service.client.waiting import (
-    MAX_WAIT_S,
-    STOP_SLICE_S,
-    UNAVAILABLE,
-    Acquired,
-    NotGranted,
-    Stopped,
-    Waited,
-    ask_until,
-)
+from service.client.waiting import STOP_SLICE_S, Acquired, Waited, ask_until
 from service.wire import (
     Backpressure,
     DebtBody,
@@ -74,20 +65,13 @@ from service.wire.errors import ClaimHeld, LakelockError
 
 __all__ = [
     "DEFAULT_URL",
-    "MAX_WAIT_S",
-    "STOP_SLICE_S",
-    "UNAVAILABLE",
-    "Acquired",
     "ClaimHeld",
     "DebtBody",
     "Draining",
     "DuePartition",
     "Lease",
     "LeaseClient",
-    "NotGranted",
-    "Stopped",
     "TableDebt",
-    "Waited",
 ]
 
 log = logging.getLogger(__name__)

@@ -91,7 +91,8 @@ class RetryPolicy:
             stop = stop | tenacity.stop_before_delay(within_s)
         sleep: Callable[[float], None] = time.sleep
         if cancel is not None:
-            stop, sleep = stop | _Cancelled(cancel), _Cancelled(cancel).pause
+            cancelled = _Cancelled(cancel)
+            stop, sleep = stop | cancelled, cancelled.pause
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(httpx.TransportError)
             | tenacity.retry_if_result(_failed),

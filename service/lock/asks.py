@@ -154,6 +154,11 @@ class Change:
     added: Mapping[str, Files] = field(default_factory=dict)
     rewritten: frozenset[str] = frozenset()
 
+    @property
+    def removes_snapshots_only(self) -> bool:
+        """The commit only expires snapshots: it touches no partition and holds no writer."""
+        return set(self.operations) == {"remove-snapshots"}
+
 
 # -- answers ---------------------------------------------------------------------------------
 

@@ -123,17 +123,16 @@ def check(conn: Connection, change: Change, *, park: Park | None = None) -> Chec
             compactor's backpressure on a partition it touches, or a maintenance lease's
             turn of the table's head.
     """
-    judged = _judged(conn, change)
-    error, at = judged.error, judged.at
+    checked, error = _judged(conn, change, park)
     if error is not None:
         # a hold met by a parked commit's try that is not its last is recorded when the
         # commit ends (`Park`)
         if isinstance(error, CommitHeld) and park is not None and not park.last:
-            park.since, park.held = park.since or at, change
+            park.since, park.held = park.since or checked.at, change
         else:
-            _refused(conn, change, at, error, park)
+            _refused(conn, change, checked.at, error, park)
         raise error
-    return Checked(change, at, judged.live, judged.lease, park)
+    return checked
 
 
 def lost(conn: Connection, checked: Checked, *, turn: timedelta = timedelta(0)) -> NoReturn:
@@ -183,27 +182,20 @@ def landed(conn: Connection, checked: Checked, *, trigger: due.Trigger | None = 
         due.compacted(conn, table=change.table, partitions=change.rewritten, at=at)
 
 
-@dataclass(frozen=True)
-class _Judged:
-    """What a check read under the table's row lock, and the refusal it came to (None: none)
-    as its client hears it."""
-
-    at: datetime
-    live: Live
-    lease: LeaseRow | None
-    error: Fenced | CommitHeld | None
-
-
-def _judged(conn: Connection, change: Change) -> _Judged:
-    """`change` judged on the table's state now (rules.decide_catalog_commit); nothing of it
-    recorded. A hold's Retry-After goes by the table's recent maintenance holds."""
+def _judged(
+    conn: Connection, change: Change, park: Park | None = None
+) -> tuple[Checked, Fenced | CommitHeld | None]:
+    """`change` judged on the table's state now (rules.decide_catalog_commit): what the check
+    read, and the refusal as its client hears it (None: none); nothing of it recorded. A
+    hold's Retry-After goes by the table's recent maintenance holds."""
     row, at, live = expiry.live_on(conn, change.table)
     lease = store.read_lease(conn, change.lease_id) if change.lease_id else None
+    checked = Checked(change, at, live, lease, park)
     refusal = decide_catalog_commit(row, live, change, lease, at)
     if refusal is None:
-        return _Judged(at, live, lease, None)
+        return checked, None
     holds = audit.recent_holds(conn, change.table) if refusal.reason in _BY_HISTORY else []
-    return _Judged(at, live, lease, commit_refused(refusal, change, at, holds))
+    return checked, commit_refused(refusal, change, at, holds)
 
 
 # the holds whose expected end the table's recent maintenance holds tell (a turn's is its own)
@@ -217,7 +209,7 @@ def held(conn: Connection, change: Change) -> CommitHeld | None:
     recorded (what expired meanwhile ends, as in every transition): the cheap look a parked
     commit takes each time the table's state moves, instead of a whole try
     (docs/catalog-front.md §4)."""
-    error = _judged(conn, change).error
+    _, error = _judged(conn, change)
     # a Fenced commit a whole try answers, recorded
     return error if isinstance(error, CommitHeld) else None
 

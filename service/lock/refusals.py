@@ -394,8 +394,9 @@ def _fenced(change: Change, reason: Reason, blocking: object) -> Fenced:
     elif reason == "no_lease":
         detail = "the commit names no lease"
     elif reason == "unknown_lease":
-        removal = set(change.operations) == {"remove-snapshots"}
-        what = "maintenance lease or claim" if removal else "maintenance lease"
+        what = (
+            "maintenance lease or claim" if change.removes_snapshots_only else "maintenance lease"
+        )
         detail = f"{change.lease_id} is no {what}"
     elif isinstance(blocking, LeaseRow):
         lease = blocking

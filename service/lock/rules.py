@@ -374,8 +374,7 @@ def _maintenance_commit(
         return Refuse("maintenance_off", table)
     if change.lease_id is None:
         return Refuse("no_lease")
-    removal = set(change.operations) == {"remove-snapshots"}
-    kinds = ("maintenance", "claim") if removal else ("maintenance",)
+    kinds = ("maintenance", "claim") if change.removes_snapshots_only else ("maintenance",)
     if lease is None or lease.kind not in kinds:
         return Refuse("unknown_lease")
     if lease.table != change.table:
