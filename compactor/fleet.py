@@ -274,14 +274,14 @@ class Fleet:
         try:
             config = self._configs[a.table]
             if not self.claims:
-                self._run(config, report, claim=None)
+                self._run(config, report, claim=None, stop=stop)
                 return
             got = self._take(a.table, config, report)
             if got is None:
                 return
             with got:
                 if not self._settled(a, config, report):
-                    self._run(config, report, claim=got)
+                    self._run(config, report, claim=got, stop=stop)
         except Exception as exc:
             # run_table reports its own failures; this is a fault around it
             log.exception("%s: the run failed", a.table)
@@ -338,7 +338,14 @@ class Fleet:
             report.settled.append(a.table)
         return True
 
-    def _run(self, config: TableConfig, report: TickReport, *, claim: Claim | None) -> None:
+    def _run(
+        self,
+        config: TableConfig,
+        report: TickReport,
+        *,
+        claim: Claim | None,
+        stop: threading.Event | None,
+    ) -> None:
         sc = self.spark.sparkContext
         watch = _Watch(self, config)
         if self.config.fleet.scheduler == "fair":
@@ -354,6 +361,7 @@ class Fleet:
                 before_step=claim.check if claim is not None else None,
                 on_stats=watch.saw,
                 claim=claim.lease if claim is not None else None,
+                stop=stop,
             )
         finally:
             sc.setLocalProperty(_POOL, None)

@@ -211,10 +211,10 @@ class Follower:
             return []
         self.stats.woken += 1
         if len(work) == 1:
-            return [r for r in (self._follow(*work[0]),) if r is not None]
+            return [r for r in (self._follow(*work[0], stop),) if r is not None]
         workers = min(self.fleet.config.fleet.max_concurrent, len(work))
         with ThreadPoolExecutor(workers, thread_name_prefix="lakelock-follow") as pool:
-            found = list(pool.map(lambda item: self._follow(*item), work))
+            found = list(pool.map(lambda item: self._follow(*item, stop), work))
         return [r for r in found if r is not None]
 
     # -- asking ---------------------------------------------------------------------------------
@@ -263,9 +263,12 @@ class Follower:
 
     # -- one table ------------------------------------------------------------------------------
 
-    def _follow(self, table: str, due: Mapping[str, DueCounts]) -> RunReport | None:
+    def _follow(
+        self, table: str, due: Mapping[str, DueCounts], stop: threading.Event
+    ) -> RunReport | None:
         """Claim `table`, compact its due partitions, release; the run's report, or None when
-        the table was left (claimed elsewhere, its config refused, the service down)."""
+        the table was left (claimed elsewhere, its config refused, the service down). `stop`
+        ends the run's waits for its leases."""
         config = self._config(table)
         if config is None:
             return None
@@ -315,6 +318,7 @@ class Follower:
                     holder=fleet.holder,
                     now=fleet.now,
                     before_step=got.check,
+                    stop=stop,
                 )
         finally:
             if fair:

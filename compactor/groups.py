@@ -14,6 +14,7 @@ lease, and the release on every path with the partitions the steps rewrote (`com
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from compactor.plan import Group, Plan, Step
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport, step_changed
 from jobkit.spark import SparkJobGroups
-from service.client import Lease, LeaseClient, LeaseLost, Renewer
+from service.client import Lease, LeaseClient, LeaseLost, Renewer, Stopped
 from service.wire.errors import (
     InvalidRequest,
     LakelockError,
@@ -81,12 +82,16 @@ def run_groups(
     budget_from: float,
     before_group: Callable[[Group], None],
     skipped: Callable[[Group], None],
+    stop: threading.Event | None = None,
 ) -> bool:
     """Each group of the plan under its own lease, released before the next is asked for;
     True when the run may go on (every group compacted, was skipped, or was left for the next
-    run because `plan.run_budget` ran out since `budget_from`)."""
+    run because `plan.run_budget` ran out since `budget_from`, or `stop` was set: a stop also
+    ends a group's wait for its lease)."""
     try:
         for i, group in enumerate(the_plan.groups):
+            if stop is not None and stop.is_set():
+                return _stopped(config, report, the_plan.groups[i:])
             if _waits_for_next_run(config, report, the_plan.groups, i, clock() - budget_from):
                 continue
             before_group(group)
@@ -95,8 +100,13 @@ def run_groups(
                 "hot": group.hot,
             }
             report.groups.append(entry)
-            lease = _lease(client, config, report, group=group, number=i + 1, clock=clock)
+            lease = _lease(
+                client, config, report, group=group, number=i + 1, clock=clock, stop=stop
+            )
             entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
+            if lease is None and report.reason == "stopped":
+                report.groups.pop()
+                return _stopped(config, report, the_plan.groups[i:])
             if lease is None:
                 if report.reason == "drain_timeout":
                     _held(report, group, waited)  # its intent refused their commits meanwhile
@@ -197,6 +207,18 @@ def _waits_for_next_run(
     return True
 
 
+def _stopped(config: TableConfig, report: RunReport, left: Sequence[Group]) -> bool:
+    """The run was stopped before the groups `left`: they are left for the next run, as when
+    its budget runs out. True when an earlier group ran (the run settles as usual), else the
+    run is skipped as `stopped`."""
+    report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
+    log.info("%s: stopped: %d groups left for the next run", config.name, len(left))
+    if report.groups:
+        return True
+    report.outcome, report.reason, report.error = Outcome.SKIPPED, "stopped", None
+    return False
+
+
 def _manifests_only(group: Group) -> bool:
     return group.partitions is None and all(
         step.procedure == "rewrite_manifests" for step in group.steps
@@ -224,9 +246,10 @@ def _lease(
     group: Group,
     number: int,
     clock: Callable[[], float],
+    stop: threading.Event | None,
 ) -> Lease | None:
-    """The maintenance lease for `group`, or None with the report saying why; `lease_wait_s`
-    is set to the wait either way."""
+    """The maintenance lease for `group`, or None with the report saying why (`stopped` when
+    `stop` ended the wait); `lease_wait_s` is set to the wait either way."""
     asked_at = clock()
     report.lease_wait_s = None
     try:
@@ -240,7 +263,12 @@ def _lease(
             request_id=f"compactor-{report.run_uid}-{number}",
             partitions=group.partitions,
             clock=clock,
+            stop=stop,
         )
+    except Stopped:
+        report.reason = "stopped"
+        report.lease_wait_s = clock() - asked_at
+        return None
     except (MaintenanceHeld, MaintenanceOff, DrainTimeout) as exc:
         reason = {
             MaintenanceHeld: "maintenance_held",

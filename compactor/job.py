@@ -27,7 +27,8 @@ the service (`--poll` seconds a wait, 30 by default) for the partitions of the n
 commits made due, and compacts those partitions at once, most debt first, each table under its
 claim (so several followers share the tables); the full plan above still runs on a slower grid,
 `--every` (5m by default in this mode), for what the counts cannot see. SIGTERM or SIGINT stops
-it within a second, after the runs in flight.
+it within a few seconds, after the steps in flight: a run waiting for its lease ends `stopped`,
+its groups left for the next run (docs/jobs.md §5).
 
 The table is looked up in the catalog of --config, else in the local Hadoop catalog `local`
 with its warehouse in var/warehouse; --catalog and --warehouse point elsewhere. `run` sends the
@@ -38,8 +39,8 @@ Exit status: 0 done (compacted, nothing worth doing, or left to another compacto
 failed, lost its lease, could not reach the service, or a table could not be read (`plan`: no
 such table); 2 a retention floor refused the config, or the command line or config is wrong.
 The scheduled mode (--every) logs a failed run and goes on with the next tick; SIGTERM or
-SIGINT stops it after the current runs. `--follow` exits 0 when stopped, 1 when the service
-refuses its long-poll (a token that may not, a table name it refuses).
+SIGINT stops it after the steps in flight, as --follow. `--follow` exits 0 when stopped, 1 when
+the service refuses its long-poll (a token that may not, a table name it refuses).
 """
 
 from __future__ import annotations

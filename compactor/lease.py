@@ -14,6 +14,7 @@ the last commit lease is gone (each ask long-polls on the service for up to `pol
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -47,12 +48,14 @@ def acquire_maintenance(
     poll_s: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    stop: threading.Event | None = None,
 ) -> tuple[Lease, float]:
     """The maintenance lease on `table` (on `partitions` of it; None: the whole table) and the
-    seconds spent waiting for it.
+    seconds spent waiting for it; `stop` ends the wait (the compactor is stopping).
 
     Raises:
         DrainTimeout: still draining after `max_wait_s`.
+        service.client.Stopped: `stop` was set first (the intent withdrawn).
         MaintenanceHeld: a live maintenance lease intersects the scope (skip the run).
         MaintenanceOff: an operator disabled maintenance on the table (skip the run).
         Unavailable, OutcomeUnknown, ServerError: the service cannot be trusted now; do not
@@ -82,6 +85,7 @@ def acquire_maintenance(
             on_wait=log_drain,
             clock=clock,
             sleep=sleep,
+            stop=stop,
         )
     except NotGranted as exc:
         # the intent is withdrawn already: ingest does not wait for it to expire

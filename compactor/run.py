@@ -54,6 +54,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -104,6 +105,7 @@ def run_table(
     before_step: Callable[[Step], None] | None = None,
     on_stats: Callable[[TableStats, Plan | None], None] | None = None,
     claim: Lease | None = None,
+    stop: threading.Event | None = None,
 ) -> RunReport:
     """Run maintenance on one table once; the report says how it ended.
 
@@ -114,7 +116,9 @@ def run_table(
     and what it made of them: (stats, plan) once planned, (stats after the run, None) at the
     end (compactor.fleet keeps them to rank the table at its next tick). `claim` is the
     caller's claim on the table, which a catalog front takes as the right to remove snapshots
-    (without one, a run in a REST catalog claims the table for those steps itself).
+    (without one, a run in a REST catalog claims the table for those steps itself). `stop`
+    (the compactor is stopping) ends a wait for a lease and leaves the groups not begun for
+    the next run (compactor.groups).
 
     Raises:
         BaseException other than Exception (KeyboardInterrupt, SystemExit), after releasing.
@@ -136,6 +140,7 @@ def run_table(
             before_step=before_step,
             on_stats=on_stats or _ignore,
             claim=claim,
+            stop=stop,
         ),
     )
 
@@ -184,6 +189,7 @@ def _run(
     before_step: Callable[[Step], None] | None,
     on_stats: Callable[[TableStats, Plan | None], None],
     claim: Lease | None,
+    stop: threading.Event | None,
 ) -> None:
     budget_from = clock()
     stats = _stats(spark, config, report)
@@ -238,10 +244,13 @@ def _run(
             budget_from=budget_from,
             before_group=pressure.hold,
             skipped=pressure.skipped,
+            stop=stop,
         )
     finally:
         pressure.let_go()
-    if done and the_plan.unleased:
+    # a stopping compactor starts none of the steps the plan left for after the groups
+    stopped = stop is not None and stop.is_set()
+    if done and the_plan.unleased and not stopped:
         done = unleased(
             spark, client, config, the_plan, report, state, claim=claim, before_step=before_step
         )
@@ -273,6 +282,7 @@ def follow_table(
     now: Callable[[], datetime] = utcnow,
     clock: Callable[[], float] = time.monotonic,
     before_step: Callable[[Step], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> RunReport:
     """Compact the partitions the service says are due, at once, without planning the table
     (compactor.follow): `due` maps each partition's name to the (data files, delete files,
@@ -300,7 +310,7 @@ def follow_table(
         what="follow run",
         mode=str(Mode.FOLLOW),
         body=lambda report: _follow(
-            spark, client, config, due, report, clock=clock, before_step=before_step
+            spark, client, config, due, report, clock=clock, before_step=before_step, stop=stop
         ),
     )
 
@@ -314,6 +324,7 @@ def _follow(
     *,
     clock: Callable[[], float],
     before_step: Callable[[Step], None] | None,
+    stop: threading.Event | None,
 ) -> None:
     budget_from = clock()
     # Spark resolves catalogs through the JVM thread's active session: in a thread of the
@@ -338,6 +349,7 @@ def _follow(
         budget_from=budget_from,
         before_group=no_group_hook,
         skipped=no_group_hook,
+        stop=stop,
     )
     if done:
         settle(report)

@@ -22,7 +22,7 @@ from compactor.report import Outcome, publish
 from compactor.run import run_table
 from service.client import LeaseClient
 from service.wire.errors import Locked, NotFound
-from tests.support.helpers import backdate, installed, unactivated_env
+from tests.support.helpers import backdate, installed, unactivated_env, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -252,6 +252,36 @@ def test_a_run_is_skipped_when_maintenance_is_off_held_or_commits_do_not_drain(
     assert (held.outcome, held.reason) == (Outcome.SKIPPED, "maintenance_held")
     assert (undrained.outcome, undrained.reason) == (Outcome.SKIPPED, "drain_timeout")
     assert "1 commit lease(s) still in flight" in undrained.error
+    assert current_snapshot(spark, table) == snapshot
+
+
+def test_a_stop_ends_a_runs_wait_for_the_drain_and_withdraws_its_intent(
+    spark, job_client, operator
+):
+    """A compactor stopping (SIGTERM on a container) while a run waits for in-flight commits
+    to drain does not wait out `lease.max_wait`: the run ends `stopped`, its groups left for the
+    next run, its intent withdrawn so ingest is not held by it."""
+    table = make_table(spark, "stopped", commits=2)
+    snapshot = current_snapshot(spark, table)
+    in_flight = job_client.acquire_commit(table, holder="ingest-slow", ttl_s=60)
+    long_wait = replace(table_config(table), lease=LeaseConfig(max_wait=timedelta(minutes=10)))
+    stop, reports = threading.Event(), []
+    runner = threading.Thread(
+        target=lambda: reports.append(
+            run_table(spark, client=job_client, config=long_wait, stop=stop)
+        ),
+        daemon=True,
+    )
+    runner.start()
+    wait_until(lambda: operator.state(table)["intents"], "the run's drain to begin")
+    stop.set()
+    runner.join(WAIT_S)
+    assert [(r.outcome, r.reason) for r in reports] == [(Outcome.SKIPPED, "stopped")]
+    assert reports[0].left_for_next_run
+    assert operator.state(table)["intents"] == []
+    # ingest is not held by the stopped run: a new commit lease is granted at once
+    job_client.release(job_client.acquire_commit(table, holder="ingest-next", ttl_s=30))
+    job_client.release(in_flight)
     assert current_snapshot(spark, table) == snapshot
 
 
