@@ -25,7 +25,7 @@ from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
 from testkit import LocalService, free_port, fresh_database
-from tests.support.budget import TIER
+from tests.support.tier import TIER
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 
@@ -75,6 +75,46 @@ FAST = TIER == "fast"
 """The fast tier (bin/test --fast): each test once, on SQLite and local files; its MariaDB and
 S3 twins, and the tests of MariaDB or S3 alone (the `mariadb` and `s3` markers), are the full
 run's."""
+
+
+JVM_FOLDERS = ("tests/spark/",)
+JVM_MODULES = ("tests/catalog/test_trino.py",)
+"""The modules that start a JVM working both cores (Spark, Flink, Trino): bin/test's two
+workers (pytest-xdist, `--dist loadscope`) run them on one worker, one after the other, since two
+side by side only slow each other; every other module runs whole on either (OneJvmAtATime). A
+test of a module marked `spark` or `flink` elsewhere fails, saying so: name it here."""
+
+
+def runs_a_jvm(nodeid: str) -> bool:
+    module = nodeid.split("::", 1)[0]
+    return module.startswith(JVM_FOLDERS) or module in JVM_MODULES
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """bin/test's scheduler (`--dist loadscope`): a work unit per module, and one for all the
+    JVM modules (runs_a_jvm)."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneJvmAtATime(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "jvm" if runs_a_jvm(nodeid) else nodeid.split("::", 1)[0]
+
+    return OneJvmAtATime(config, log)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Fails a test whose module is marked `spark` or `flink` where runs_a_jvm does not look
+    (a failure reaches the screen from an xdist worker, where a collection error would not)."""
+    marks = getattr(getattr(item, "module", None), "pytestmark", [])
+    names = {m.name for m in (marks if isinstance(marks, list) else [marks])}
+    if names & {"spark", "flink"} and not runs_a_jvm(item.nodeid):
+        pytest.fail(
+            f"{item.nodeid.split('::')[0]} is marked spark or flink: put it in tests/spark/ "
+            "or name it in tests/conftest.py's JVM_MODULES",
+            pytrace=False,
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -54,3 +54,47 @@ def test_a_backpressure_let_go_takes_partition_names(api: httpx.Client) -> None:
         params=[("holder", "fuzz"), ("partition", "dt=2024-06-20/hr=13"), ("partition", "id=")],
     )
     assert answer.status_code != 422, answer.text
+
+
+# the stateful phase's request (seed 20240620): schema-valid, and a partition counts more
+# equality delete files than delete files, which no report can mean (tests/server/schemathesis.toml)
+FOUND_DEBT = {
+    "data_files": 534483113,
+    "partitions": {
+        "6kw=/*Pt00=Gf0": {
+            "delete_files": 1911.0,
+            "data_files": 10000000,
+            "equality_delete_files": 10883.0,
+        },
+        "M=E5AHTgEmPL9L0pq": {"delete_files": 146, "data_files": 726254.0},
+    },
+    "small_files": 30758,
+    "delete_files": 351685163,
+    "partitions_over_target": 6256.0,
+    "measured_at": "2645-05-15T09:05:57.245693Z",
+    "snapshot_id": -9223372036854775807,
+}
+FOUND_TABLE = ".".join(["a" + "0" * 62, "a" + "0" * 63, "a" + "0" * 63])
+
+
+def test_a_debt_with_more_equality_deletes_than_deletes_is_refused_and_says_the_fix(
+    api: httpx.Client,
+) -> None:
+    answer = api.put(f"/v1/tables/{FOUND_TABLE}/debt", json=FOUND_DEBT)
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["errors"][0]["field"] == "partitions.6kw=/*Pt00=Gf0"
+    assert (
+        "equality_delete_files (10883) counts some of the delete_files (1911)" in problem["detail"]
+    )
+    assert "send at most as many" in problem["detail"]
+    # nothing was made known: a refusal changes nothing
+    assert api.get(f"/v1/tables/{FOUND_TABLE}").status_code == 404
+    fixed = {
+        **FOUND_DEBT,
+        "partitions": {
+            "dt=2024-06-20": {"delete_files": 3, "data_files": 2, "equality_delete_files": 3}
+        },
+    }
+    assert api.put(f"/v1/tables/{FOUND_TABLE}/debt", json=fixed).status_code == 200

@@ -1,6 +1,7 @@
 """Where the suite's time goes (a pytest plugin, loaded by tests/conftest.py): each test
 module's seconds, its tests' setup, call and teardown summed, printed at the end of a run
-slowest first, written to var/test-durations.json, and each module over its budget named.
+slowest first, written to var/test-durations-<tier>.json (one file per tier, so that CI's bench
+run keeps the full run's figures), and each module over its budget named.
 
 A budget is a figure to keep the suite in check, never a test's verdict: a busy machine makes
 every module slower, so an overrun is printed, and the run's outcome stays its tests'. A
@@ -12,7 +13,6 @@ much).
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.tier import FAST_MARKS, TIER
+
 BUDGET_S = {"fast": 30.0, "slow": 180.0}
 """A module's budget unless it says otherwise: `slow` for one whose tests are marked slow or
 spark, `fast` for the others."""
-TIER = "fast" if os.environ.get("LAKELOCK_TEST_TIER") == "fast" else "full"
-"""The run's tier: `fast` for bin/test --fast (tests/conftest.py drops what it does not run)."""
 SUITE_BUDGET_S = {"fast": 3 * 60.0, "full": 20 * 60.0}
 """A run on a 2-core machine: `bin/test --fast`, and the whole of `bin/test`."""
 SHOWN = 15
@@ -53,8 +53,30 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _budgets[module] = max(_budgets.get(module, 0.0), float(value))
 
 
+TIER_MARKS = {"fast": FAST_MARKS, "full": "not bench", "bench": "bench"}
+"""The mark expression of each tier's whole run: bin/test --fast's, pyproject's addopts, and
+bin/test -m bench."""
+
+
+def _file_tier(config: pytest.Config) -> str:
+    """`fast`, `full` or `bench` (bin/test -m bench) for a whole tier's run; `<tier>-selection`
+    for a run of chosen tests (paths, -k, another -m, --deselect, --lf), which leaves the whole
+    run's figures be."""
+    marks = config.getoption("markexpr")
+    tier = "bench" if marks == "bench" else TIER
+    whole = (
+        config.args_source != pytest.Config.ArgsSource.ARGS
+        and marks == TIER_MARKS[tier]
+        and not config.getoption("keyword")
+        and not config.getoption("deselect")
+        and not config.getoption("lf", False)
+    )
+    return tier if whole else f"{tier}-selection"
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not _seconds or hasattr(terminalreporter.config, "workerinput"):
+    config = terminalreporter.config
+    if not _seconds or hasattr(config, "workerinput"):
         return  # nothing ran, or an xdist worker's share: the controller sums them all
     suite_s = SUITE_BUDGET_S[TIER]
     total = time.monotonic() - _started
@@ -69,7 +91,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         write(f"over budget: {module} took {seconds:.0f}s, its budget {budget:.0f}s")
     if total > suite_s:
         write(f"over budget: the run took {total:.0f}s, the suite's {suite_s:.0f}s")
-    out = Path(__file__).resolve().parents[2] / "var" / "test-durations.json"
+    out = Path(__file__).resolve().parents[2] / "var" / f"test-durations-{_file_tier(config)}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(
         json.dumps(
