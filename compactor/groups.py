@@ -4,6 +4,7 @@ before the next group asks.
     run_groups(spark, client, config, plan, report, clock, before_step, budget_from,
                before_group, skipped) -> bool     True when the run may go on
     settle(report)                                the outcome of a run whose groups all ended
+    stopped_before(config, report, left)          a stop before `left`: left for the next run
     no_group_hook(group)                          a `before_group`/`skipped` that does nothing
 
 Under each lease: the lease asked for (compactor.lease waits through the drain), a renewer that
@@ -43,7 +44,7 @@ from service.wire.errors import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["no_group_hook", "run_groups", "settle"]
+__all__ = ["no_group_hook", "run_groups", "settle", "stopped_before"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def run_groups(
     try:
         for i, group in enumerate(the_plan.groups):
             if stop is not None and stop.is_set():
-                return _stopped(config, report, the_plan.groups[i:])
+                return stopped_before(config, report, the_plan.groups[i:])
             if _waits_for_next_run(config, report, the_plan.groups, i, clock() - budget_from):
                 continue
             before_group(group)
@@ -106,7 +107,7 @@ def run_groups(
             entry["lease_wait_s"] = waited = report.lease_wait_s or 0.0
             if lease is None and report.reason == "stopped":
                 report.groups.pop()
-                return _stopped(config, report, the_plan.groups[i:])
+                return stopped_before(config, report, the_plan.groups[i:])
             if lease is None:
                 if report.reason == "drain_timeout":
                     _held(report, group, waited)  # its intent refused their commits meanwhile
@@ -207,10 +208,10 @@ def _waits_for_next_run(
     return True
 
 
-def _stopped(config: TableConfig, report: RunReport, left: Sequence[Group]) -> bool:
-    """The run was stopped before the groups `left`: they are left for the next run, as when
-    its budget runs out. True when an earlier group ran (the run settles as usual), else the
-    run is skipped as `stopped`."""
+def stopped_before(config: TableConfig, report: RunReport, left: Sequence[Group]) -> bool:
+    """The run was stopped before the groups `left` (none: before its unleased steps): they
+    are left for the next run, as when its budget runs out. True when an earlier group ran (the
+    run settles as usual), else the run is skipped as `stopped`."""
     report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
     log.info("%s: stopped: %d groups left for the next run", config.name, len(left))
     if report.groups:
@@ -249,7 +250,8 @@ def _lease(
     stop: threading.Event | None,
 ) -> Lease | None:
     """The maintenance lease for `group`, or None with the report saying why (`stopped` when
-    `stop` ended the wait); `lease_wait_s` is set to the wait either way."""
+    `stop` ended the wait, or came as the lease was granted: it is released unused);
+    `lease_wait_s` is set to the wait either way."""
     asked_at = clock()
     report.lease_wait_s = None
     try:
@@ -291,6 +293,10 @@ def _lease(
         report.lease_wait_s = clock() - asked_at
         return None
     report.lease_wait_s = waited
+    if stop is not None and stop.is_set():
+        _release(client, lease)  # granted as the stop came: nothing runs under it
+        report.reason = "stopped"
+        return None
     return lease
 
 

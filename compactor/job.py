@@ -27,7 +27,7 @@ the service (`--poll` seconds a wait, 30 by default) for the partitions of the n
 commits made due, and compacts those partitions at once, most debt first, each table under its
 claim (so several followers share the tables); the full plan above still runs on a slower grid,
 `--every` (5m by default in this mode), for what the counts cannot see. SIGTERM or SIGINT stops
-it within a few seconds, after the steps in flight: a run waiting for its lease ends `stopped`,
+it within a few seconds, after the steps in flight: a run waiting for its lease stops waiting,
 its groups left for the next run (docs/jobs.md §5).
 
 The table is looked up in the catalog of --config, else in the local Hadoop catalog `local`

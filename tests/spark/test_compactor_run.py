@@ -285,6 +285,35 @@ def test_a_stop_ends_a_runs_wait_for_the_drain_and_withdraws_its_intent(
     assert current_snapshot(spark, table) == snapshot
 
 
+def test_a_stop_before_a_run_whose_steps_take_no_lease_skips_it(spark, job_client, operator):
+    """A plan with nothing to rewrite, only snapshots to expire (a step without a lease), and
+    the compactor stopping as it starts: the run ends skipped (`stopped`), expiring nothing."""
+    table = "local.db.stopped_unleased"
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, dt DATE) USING iceberg PARTITIONED BY (dt) "
+        "TBLPROPERTIES ('format-version'='2')"
+    )
+    for i in range(8):
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, DATE'2024-06-20')")
+    snapshots = spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count()
+    config = table_config(
+        table,
+        plan=PlanConfig(max_snapshots=1),
+        expire_snapshots=ExpireSnapshotsConfig(older_than=timedelta(days=1), retain_last=5),
+    )
+    ahead = lambda: datetime.now(UTC) + timedelta(days=6)  # noqa: E731
+    stop = threading.Event()
+    stop.set()
+
+    report = run_table(spark, client=job_client, config=config, now=ahead, stop=stop)
+
+    assert report.plan_reasons and not report.groups, "a plan of unleased steps only"
+    assert (report.outcome, report.reason) == (Outcome.SKIPPED, "stopped"), report.error
+    assert report.steps == []
+    assert spark.sql(f"SELECT snapshot_id FROM {table}.snapshots").count() == snapshots
+    assert lease_events(operator, table) == []
+
+
 def test_an_unreachable_service_means_no_compaction(spark):
     table = make_table(spark, "unreachable", commits=2)
     snapshot = current_snapshot(spark, table)
