@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from compactor.backpressure import Backpressure
 from compactor.config import TableConfig
-from compactor.groups import no_group_hook, run_groups, settle, stopped_before
+from compactor.groups import no_group_hook, run_groups, settle
 from compactor.plan import Mode, Plan, Step, plan
 from compactor.plan.follow import DueCounts, follow_plan
 from compactor.procedure_config import RetentionRefused
@@ -249,8 +249,16 @@ def _run(
     finally:
         pressure.let_go()
     if done:
-        done = _after_groups(
-            spark, client, config, the_plan, report, state, claim, before_step, stop
+        done = unleased(
+            spark,
+            client,
+            config,
+            the_plan,
+            report,
+            state,
+            claim=claim,
+            before_step=before_step,
+            stop=stop,
         )
     if done:
         settle(report)
@@ -263,29 +271,6 @@ def _run(
         # every step ran and changed nothing: the lease held ingest for nothing; say so
         log.warning("%s: every step changed nothing (plan: %s)", config.name, the_plan.reasons)
         report.outcome = Outcome.NO_CHANGE
-
-
-def _after_groups(
-    spark: SparkSession,
-    client: LeaseClient,
-    config: TableConfig,
-    the_plan: Plan,
-    report: RunReport,
-    state: dict[str, Any],
-    claim: Lease | None,
-    before_step: Callable[[Step], None] | None,
-    stop: threading.Event | None,
-) -> bool:
-    """The plan's unleased steps, once its groups let the run go on; True when it may settle.
-    A stopping compactor starts none of them, and a run stopped before any group (a plan of
-    unleased steps only) is skipped, as one stopped before its first group is."""
-    if stop is not None and stop.is_set():
-        return stopped_before(config, report, ()) if not report.groups else True
-    if not the_plan.unleased:
-        return True
-    return unleased(
-        spark, client, config, the_plan, report, state, claim=claim, before_step=before_step
-    )
 
 
 def _ignore(stats: TableStats, the_plan: Plan | None) -> None:

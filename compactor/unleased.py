@@ -1,8 +1,9 @@
 """The steps of a plan that hold no writer (expire_snapshots, remove_orphan_files: see
 compactor.plan), run without a lease once the groups ended.
 
-    unleased(spark, client, config, plan, report, state, claim, before_step) -> bool
-        True unless one failed; none while an operator switched maintenance off
+    unleased(spark, client, config, plan, report, state, claim, before_step, stop) -> bool
+        True unless one failed; none while an operator switched maintenance off or once the
+        compactor is stopping
 
 In a catalog front, snapshot removal is fenced by the table's claim (docs/catalog-front.md):
 the fleet's own, else one taken for these steps.
@@ -11,12 +12,14 @@ the fleet's own, else one taken for these steps.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compactor.claim import Held, take
 from compactor.config import TableConfig
+from compactor.groups import stopped_before
 from compactor.plan import Plan, Step
 from compactor.procedure import ProcedureFailed, run_step
 from compactor.report import Outcome, RunReport
@@ -41,9 +44,17 @@ def unleased(
     *,
     claim: Lease | None,
     before_step: Callable[[Step], None] | None,
+    stop: threading.Event | None = None,
 ) -> bool:
     """The steps that hold no writer (see compactor.plan), run without a lease; an operator's
-    `maintenance: disabled` still stops them. True unless one failed."""
+    `maintenance: disabled` still stops them. True unless one failed (the run may settle).
+
+    A stopping compactor (`stop` set) starts none of them: a run stopped before any group (a
+    plan of these steps only) is skipped, as one stopped before its first group is."""
+    if stop is not None and stop.is_set():
+        return bool(report.groups) or stopped_before(config, report, ())
+    if not the_plan.unleased:
+        return True
     if (state.get("switch") or {}).get("maintenance") == "disabled":
         log.warning(
             "%s: maintenance is disabled: no %s",
