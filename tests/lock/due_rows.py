@@ -83,4 +83,5 @@ def due_partitions(api: httpx.Client, *tables: str, **params: Any) -> list[tuple
 def due_since(db_url: str, partition: str, seconds: float, table: str = TABLE) -> None:
     """Move when `partition` became due `seconds` into the past."""
     where = "table_name = :t AND partition_name = :p"
-    _backdate(db_url, "lakelock_due", where, {"t": table, "p": partition}, seconds, column="due_at")
+    target = ("lakelock_due", where, {"t": table, "p": partition})
+    _backdate(db_url, [target], seconds, column="due_at")

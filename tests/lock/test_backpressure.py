@@ -10,7 +10,6 @@ import pytest
 
 from tests.support.helpers import (
     backdate,
-    backdate_intent,
     claim,
     commit,
     events,
@@ -183,8 +182,7 @@ def test_backpressure_ends_with_the_claim(api, db_url):
     assert 50 < answer["remaining_s"] <= 60
     assert commit(api, partitions=[HOT]).status_code == 423
     # the claim's TTL passes unrenewed: the backpressure, which never outlives it, too
-    backdate(db_url, held)
-    backdate_intent(db_url, TABLE)
+    backdate(db_url, held, intents_of=TABLE)
     assert commit(api, partitions=[HOT]).status_code == 201
     assert [e["event"] for e in events(api)].count("intent.expired") == 1
     assert check(load_history(db_url, [])) == []
@@ -196,8 +194,7 @@ def test_an_expired_claim_ends_its_backpressure_in_the_same_transaction(api, db_
     for finder in ("claim", "renew"):
         held = claim(api).json()
         hold_back(api, held)
-        backdate(db_url, held)
-        backdate_intent(db_url, TABLE)
+        backdate(db_url, held, intents_of=TABLE)
         if finder == "claim":
             other = claim(api, holder="compactor-2")
             assert other.status_code == 201, other.text

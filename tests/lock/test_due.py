@@ -247,8 +247,8 @@ def test_due_to_compacted_is_over_the_last_hour_only(api, db_url):
     write(api, {P2: (4, 0)})
     due_since(db_url, P2, 5)
     compact(api, [P2])
-    where = "partition_name = :p"
-    _backdate(db_url, "lakelock_due_samples", where, {"p": P1}, 3700, column="compacted_at")
+    sample = ("lakelock_due_samples", "partition_name = :p", {"p": P1})
+    _backdate(db_url, [sample], 3700, column="compacted_at")
     seen = state(api)["due"]
     assert seen["compacted_last_hour"] == 1
     assert 5 <= seen["due_to_compacted_p95_s"] < 30

@@ -16,7 +16,6 @@ from service.lock import intents
 from service.lock.db import make_engine, run_transaction
 from tests.support.helpers import (
     backdate,
-    backdate_intent,
     commit,
     events,
     maintenance,
@@ -79,8 +78,7 @@ def test_a_turn_ends_with_its_lease(api, db_url, ends):
         api.post(f"/v1/leases/{lease['lease_id']}/revoke", json={"reason": "test"})
     else:
         # a turn never outlives its lease's expiry: both lapse
-        backdate(db_url, lease)
-        backdate_intent(db_url, TABLE, request_id=f"turn-{lease['lease_id']}")
+        backdate(db_url, lease, intents_of=TABLE, request_id=f"turn-{lease['lease_id']}")
     assert commit(api, partitions=["dt=1"]).status_code == 201
     assert turns(api) == []
     ended = [

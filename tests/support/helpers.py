@@ -158,56 +158,76 @@ def events(api: httpx.Client, table: str = "lake.db.events") -> list[dict[str, A
     return api.get("/v1/events", params={"table": table, "limit": 1000}).json()["events"]
 
 
-def backdate(db_url: str, lease: dict[str, Any], seconds: float = 3600) -> None:
-    """Move a lease's expiry into the past, as if its TTL ran out without renewal."""
-    _backdate(db_url, _lease_rows(lease), "id = :id", {"id": lease["lease_id"]}, seconds)
+def backdate(
+    db_url: str,
+    lease: dict[str, Any],
+    seconds: float = 3600,
+    *,
+    intents_of: str | None = None,
+    request_id: str | None = None,
+) -> None:
+    """Move a lease's expiry into the past, as if its TTL ran out without renewal; with
+    `intents_of`, that table's intents' (or request `request_id`'s) too, in the same transaction,
+    as when both lapse together: the service's sweeper never sees one moved without the other."""
+    targets = [_lease_target(lease)]
+    if intents_of is not None:
+        targets.append(_intent_target(intents_of, request_id))
+    _backdate(db_url, targets, seconds)
 
 
 def held_since(db_url: str, lease: dict[str, Any], seconds: float) -> None:
     """Move a lease's start `seconds` into the past, as if it had been held that long (its
     expiry stays ahead)."""
-    where, values = "id = :id", {"id": lease["lease_id"]}
-    _backdate(db_url, _lease_rows(lease), where, values, seconds, column="acquired_at")
-
-
-def _lease_rows(lease: dict[str, Any]) -> str:
-    return "lakelock_claims" if lease["kind"] == "claim" else f"lakelock_{lease['kind']}_leases"
+    _backdate(db_url, [_lease_target(lease)], seconds, column="acquired_at")
 
 
 def backdate_intent(
     db_url: str, table: str, seconds: float = 3600, *, request_id: str | None = None
 ) -> None:
     """Move the expiry of the table's intents (or of request `request_id`'s) into the past."""
-    where, values = "table_name = :t", {"t": table}
-    if request_id is not None:
-        where, values = f"{where} AND request_id = :r", {**values, "r": request_id}
-    _backdate(db_url, "lakelock_intents", where, values, seconds)
+    _backdate(db_url, [_intent_target(table, request_id)], seconds)
 
 
 def backdate_reader(db_url: str, table: str, reader: str, seconds: float = 3600) -> None:
     """Move a reader hold's expiry into the past, as if the reader stopped putting it."""
-    where, values = "table_name = :t AND reader = :r", {"t": table, "r": reader}
-    _backdate(db_url, "lakelock_readers", where, values, seconds)
+    target = ("lakelock_readers", "table_name = :t AND reader = :r", {"t": table, "r": reader})
+    _backdate(db_url, [target], seconds)
+
+
+Target = tuple[str, str, dict[str, Any]]  # rows, where, values
+
+
+def _lease_target(lease: dict[str, Any]) -> Target:
+    kind = lease["kind"]
+    rows = "lakelock_claims" if kind == "claim" else f"lakelock_{kind}_leases"
+    return rows, "id = :id", {"id": lease["lease_id"]}
+
+
+def _intent_target(table: str, request_id: str | None) -> Target:
+    if request_id is None:
+        return "lakelock_intents", "table_name = :t", {"t": table}
+    return "lakelock_intents", "table_name = :t AND request_id = :r", {"t": table, "r": request_id}
 
 
 def _backdate(
-    db_url: str,
-    rows: str,
-    where: str,
-    values: dict[str, Any],
-    seconds: float,
-    *,
-    column: str = "expires_at",
+    db_url: str, targets: list[Target], seconds: float, *, column: str = "expires_at"
 ) -> None:
+    """Move `column` of every target's rows `seconds` into the past, in one transaction. The
+    rows are locked as read (MariaDB; SQLite serialises writers in the file), and each must
+    still be there when written: the service's sweeper runs beside the test."""
     engine = create_engine(db_url)
+    lock = " FOR UPDATE" if engine.dialect.name != "sqlite" else ""
     with engine.begin() as conn:
-        found = conn.execute(text(f"SELECT {column} FROM {rows} WHERE {where}"), values).all()
-        assert found, f"nothing in {rows} where {where} {values}"
-        for (at,) in found:
-            conn.execute(
-                text(f"UPDATE {rows} SET {column} = :at WHERE {where} AND {column} = :was"),
-                {**values, "at": _minus(at, seconds), "was": at},
-            )
+        for rows, where, values in targets:
+            select = f"SELECT {column} FROM {rows} WHERE {where}{lock}"
+            found = conn.execute(text(select), values).all()
+            assert found, f"nothing in {rows} where {where} {values}"
+            for (at,) in found:
+                moved = conn.execute(
+                    text(f"UPDATE {rows} SET {column} = :at WHERE {where} AND {column} = :was"),
+                    {**values, "at": _minus(at, seconds), "was": at},
+                )
+                assert moved.rowcount >= 1, f"{rows} where {where} {values} changed meanwhile"
     engine.dispose()
 
 
