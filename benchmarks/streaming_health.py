@@ -288,6 +288,7 @@ def run_one(
         f"{fmt}-{mode}",
         format=fmt,
         update_window=timedelta(hours=window) if window is not None else None,
+        format_version=args.format_version or 2,
     )
     pipeline = Pipeline(options, on_progress=_progress)
     reader = Reader(QUERY_POINTS if args.queries else ())
@@ -298,6 +299,7 @@ def run_one(
         **figures(fmt, mode, result, reader, compactor=None if mode == "none" else compactor),
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
+        "format_version": args.format_version or 2,
     }
 
 
@@ -694,7 +696,10 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
 def _section(r: dict[str, Any]) -> str:
     """The run's section of the report and panel of the chart: its format (ingest), or the
     Flink writer's."""
-    return "flink upsert" if r.get("writer") == "flink" else str(r["format"])
+    if r.get("writer") == "flink":
+        return "flink upsert"
+    version = r.get("format_version", 2)
+    return str(r["format"]) if version == 2 else f"{r['format']}, format version {version}"
 
 
 def _kinds(counts: dict[str, int]) -> str:
@@ -830,6 +835,13 @@ def _parser() -> argparse.ArgumentParser:
         "--compactions", type=int, default=1, help="with --events: compactor runs to wait for"
     )
     parser.add_argument(
+        "--format-version",
+        type=int,
+        choices=(2, 3),
+        help="ingest only: the table's format version, 2 (position delete files, the default) "
+        "or 3 (a deletion vector per data file)",
+    )
+    parser.add_argument(
         "--update-window-h",
         type=float,
         help="json only: updates touch keys of the newest event hours only, so each batch "
@@ -887,6 +899,11 @@ def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
                 f"{flag} is for --writer ingest: the Flink writer lands JSON-lines upserts "
                 "for --duration-s"
             )
+    if args.format_version is not None:
+        parser.error(
+            "--format-version is for --writer ingest: the Flink writer's table is in the "
+            "catalog front, which writes format versions 1 and 2 only"
+        )
     if args.checkpoint_every_s is None:
         args.checkpoint_every_s = 2.0
     if args.trino and not args.queries:

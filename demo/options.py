@@ -78,6 +78,9 @@ class PipelineOptions:
     storage: str = "file"
     s3_endpoint: str | None = None
     s3_bucket: str = BUCKET
+    # the click-event table's format version: 2 (position delete files) or 3 (deletion
+    # vectors; not on the catalog front, which writes versions 1 and 2: storage "file" only)
+    format_version: int = 2
 
     @property
     def by_counts(self) -> bool:

@@ -472,7 +472,7 @@ class Pipeline:
                 else UncoordinatedClient()
             )
             # the table first, with its DDL, as a user would: the ingest job reads its schema
-            create_events_table(spark, o.table)
+            create_events_table(spark, o.table, format_version=o.format_version)
             # by time the run ends at its deadline; by counts `duration_s` is the window a
             # reader beside the jobs spreads its queries over, from here
             began = time.monotonic()

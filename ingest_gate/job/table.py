@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FANOUT_PROPERTY",
+    "FORMAT_VERSIONS",
     "PARTITION_SUMMARY_LIMIT",
     "PARTITION_SUMMARY_PROPERTY",
     "TABLE_PROPERTIES",
@@ -74,6 +75,8 @@ TABLE_PROPERTIES: Mapping[str, str] = {
     "write.spark.fanout.enabled": "false",
     "write.summary.partition-limit": "100",
 }
+# the versions a table made for the job may have: 2, or 3 for deletion vectors
+FORMAT_VERSIONS = (2, 3)
 FANOUT_PROPERTY = "write.spark.fanout.enabled"
 PARTITION_SUMMARY_PROPERTY = "write.summary.partition-limit"
 # the most partitions a commit may change and still carry per-partition counts in its summary:
@@ -82,12 +85,29 @@ PARTITION_SUMMARY_LIMIT = 100
 
 
 def create_table_sql(
-    table: str, *, columns: str, partitioned_by: str = "", identifier: Sequence[str] = ()
+    table: str,
+    *,
+    columns: str,
+    partitioned_by: str = "",
+    identifier: Sequence[str] = (),
+    format_version: int = 2,
 ) -> list[str]:
     """The statements a user runs to make a table for the job: `CREATE TABLE IF NOT EXISTS`
     with TABLE_PROPERTIES, then `ALTER TABLE ... SET IDENTIFIER FIELDS` (the key; its columns
-    must be NOT NULL)."""
-    props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
+    must be NOT NULL). `format_version` 3 makes Iceberg (1.10 and later) write a deletion
+    vector per data file instead of position delete files (docs/jobs.md §1); lakelock's
+    catalog front does not create such tables (docs/catalog-front.md §1).
+
+    Raises:
+        ValueError: `format_version` is neither 2 nor 3.
+    """
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(
+            f"format_version={format_version!r}: use 2 (position delete files) or 3 "
+            "(deletion vectors)"
+        )
+    properties = {**TABLE_PROPERTIES, "format-version": str(format_version)}
+    props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     partitioned = f"\nPARTITIONED BY ({partitioned_by})" if partitioned_by else ""
     statements = [
         f"CREATE TABLE IF NOT EXISTS {quote_identifier(table)} (\n  {columns}\n)\n"

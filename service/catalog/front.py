@@ -49,6 +49,7 @@ from pyiceberg.table.update import (
     SetPropertiesUpdate,
     TableRequirement,
     TableUpdate,
+    UpgradeFormatVersionUpdate,
 )
 from pyiceberg.typedef import Identifier
 from sqlalchemy.engine import Connection
@@ -73,6 +74,10 @@ from service.wire.errors import (
 )
 
 __all__ = ["Front", "Loaded"]
+
+# the newest table format version the front writes: pyiceberg, which writes the metadata,
+# refuses to write version 3 (apache/iceberg-python#1551); docs/catalog-front.md §1
+WRITTEN_FORMAT_VERSION = 2
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
@@ -299,8 +304,10 @@ class Front:
         """The metadata's JSON text and its bytes, once for the cap, the file and the answer.
 
         Raises:
-            InvalidRequest: it grew past LAKELOCK_CATALOG_MAX_METADATA_BYTES.
+            InvalidRequest: it grew past LAKELOCK_CATALOG_MAX_METADATA_BYTES; it is of a
+                format version the front does not write.
         """
+        _check_format_version(identifier, metadata.format_version)
         text = metadata.model_dump_json(exclude_none=True)
         raw = text.encode("utf-8")
         limits.check_metadata_size(self.limits, len(raw), before, ".".join(identifier))
@@ -339,7 +346,7 @@ class Front:
             Fenced, CommitHeld: service.lock.fence refused it.
         """
         self._check_name(identifier)
-        self._check_set_properties(identifier, updates)
+        self._check_updates(identifier, updates)
         try:
             current: Table | None = self.pointers.load_table(identifier)
         except NoSuchTableError:
@@ -470,10 +477,14 @@ class Front:
         left, or no room to park it): record its one refusal (service.lock.fence.gave_up)."""
         self._transact(lambda conn: fence.gave_up(conn, park, held))
 
-    def _check_set_properties(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
+    def _check_updates(self, identifier: Identifier, updates: Sequence[TableUpdate]) -> None:
+        """The properties a commit sets are within the limits, and it upgrades the table to no
+        format version the front does not write."""
         for update in updates:
             if isinstance(update, SetPropertiesUpdate):
                 limits.check_table_properties(self.limits, update.updates)
+            elif isinstance(update, UpgradeFormatVersionUpdate):
+                _check_format_version(identifier, update.format_version)
 
     def _placed(
         self,
@@ -554,6 +565,19 @@ class Front:
             self.pointers.storage.delete_file(location)
         except StorageFault:
             log.exception("could not delete the unused metadata file %s", location)
+
+
+def _check_format_version(identifier: Identifier, version: int) -> None:
+    """Raises InvalidRequest when a table's metadata would be of a version the front does not
+    write (WRITTEN_FORMAT_VERSION)."""
+    if version > WRITTEN_FORMAT_VERSION:
+        raise InvalidRequest(
+            f"{'.'.join(identifier)}: the catalog front writes table metadata of format versions "
+            f"1 and {WRITTEN_FORMAT_VERSION} only, and this would be version {version}: create "
+            f"the table with 'format-version' = '{WRITTEN_FORMAT_VERSION}' (or without it), and "
+            "do not upgrade it; a table of version 3 (deletion vectors) belongs in a catalog "
+            "outside the front (docs/catalog-front.md §1)"
+        )
 
 
 def _head_moved(requirements: Sequence[TableRequirement], base: TableMetadata) -> bool:

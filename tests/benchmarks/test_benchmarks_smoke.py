@@ -108,6 +108,7 @@ def test_streaming_health_refuses_a_plan_setting_it_cannot_use(capsys) -> None:
         (["--plan", "nope=3"], "KEY one of"),
         (["--plan", "trigger_small_files=30"], "stop_small_files"),
         (["--formats", "avro"], "unknown 'avro'"),
+        (["--format-version", "4"], "invalid choice: 4"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(bad)
@@ -140,6 +141,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
         (["--events", "100"], "--events is for --writer ingest"),
         (["--modes", "table"], "unknown 'table'"),
         (["--trino", "--no-queries"], "--trino runs the readers' queries"),
+        (["--format-version", "3"], "writes format versions 1 and 2 only"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(["--writer", "flink", *asked])

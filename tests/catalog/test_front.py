@@ -595,6 +595,39 @@ def test_client_mistakes_are_400s_and_404s_that_say_what_to_fix_and_change_nothi
         )
 
 
+def test_a_table_of_format_version_3_is_refused_with_what_to_do_and_nothing_is_written(front):
+    """pyiceberg writes the front's metadata and has no writer for version 3: a create or an
+    upgrade that asks for it is the client's to change, not a fault of the service."""
+    table = new_table(front, "v3")
+    before = metadata_files(front, table)
+    namespace, name = table.name()
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        for staged in (False, True):
+            created = c.post(
+                f"/v1/namespaces/{namespace}/tables",
+                json={
+                    "name": "dv",
+                    "schema": json.loads(SCHEMA.model_dump_json()),
+                    "properties": {"format-version": "3"},
+                    "stage-create": staged,
+                },
+            )
+            assert created.status_code == 400, created.text
+            assert created.json()["error"]["type"] == "BadRequestException"
+            assert "'format-version' = '2'" in created.json()["detail"]
+        upgraded = c.post(
+            f"/v1/namespaces/{namespace}/tables/{name}",
+            json={"updates": [{"action": "upgrade-format-version", "format-version": 3}]},
+        )
+        assert upgraded.status_code == 400, upgraded.text
+        assert "would be version 3" in upgraded.json()["detail"]
+    catalog = rest(front)
+    assert not catalog.table_exists(f"{namespace}.dv")
+    assert not front.store.objects(f"{namespace}/dv")
+    assert metadata_files(front, table) == before
+    assert catalog.load_table(f"{namespace}.{name}").metadata.format_version == 2
+
+
 def test_nested_namespaces_are_served_but_lakelock_leases_only_tables_it_can_name(front):
     catalog = rest(front)
     catalog.create_namespace(("lake", "raw"))

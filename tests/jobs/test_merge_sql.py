@@ -82,6 +82,13 @@ def test_an_unpartitioned_table_with_its_key_declared():
     assert identify == "ALTER TABLE `local`.`db`.`t` SET IDENTIFIER FIELDS `id`"
 
 
+def test_a_table_of_format_3_for_deletion_vectors_and_no_other():
+    (create,) = create_table_sql("local.db.t", columns="id BIGINT", format_version=3)
+    assert "'format-version' = '3'" in create and "'format-version' = '2'" not in create
+    with pytest.raises(ValueError, match=r"use 2 .* or 3"):
+        create_table_sql("local.db.t", columns="id BIGINT", format_version=4)
+
+
 def test_a_change_stream_merge_deletes_then_updates_then_inserts_named_columns():
     sql = merge_sql(
         target="local.db.users",

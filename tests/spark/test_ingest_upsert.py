@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from compactor.report import Outcome
+from compactor.run import run_table
 from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
+from demo.options import PipelineOptions
 from ingest_gate.job.changes import changes, decode_batch, last_change_per_key
 from ingest_gate.job.config import load_config
 from ingest_gate.job.gating import Ungated
@@ -31,7 +34,7 @@ class CrashAfterCommit(RuntimeError):
     """Stands for the driver dying after the Iceberg commit, before the checkpoint commit."""
 
 
-def _config(spark, tmp_path: Path, name: str, **overrides):
+def _config(spark, tmp_path: Path, name: str, *, format_version: int = 2, **overrides):
     values = {
         "table": f"local.db.{name}",
         "landing_path": str(tmp_path / "landing"),
@@ -44,7 +47,7 @@ def _config(spark, tmp_path: Path, name: str, **overrides):
     }
     values.update(overrides)
     config = load_config(overrides=values)
-    create_events_table(spark, config.table)
+    create_events_table(spark, config.table, format_version=format_version)
     return config
 
 
@@ -82,6 +85,38 @@ def test_the_click_event_ddl_makes_a_merge_on_read_v2_table_by_dt_and_hr(spark, 
     assert props["write.spark.fanout.enabled"] == "false"  # one open file per write task
     partition_fields = spark.table("local.db.created.partitions").schema["partition"].dataType
     assert partition_fields.fieldNames() == ["dt", "hr"]
+
+
+def test_on_a_format_3_table_each_data_file_keeps_one_deletion_vector_until_compacted(
+    spark, tmp_path, job_client
+):
+    """Format version 3 (docs/jobs.md §1): a MERGE that deletes from a data file replaces its
+    deletion vector instead of adding a delete file beside the others, so the live delete files
+    never outnumber the data files; the compactor applies and drops them, the rows unchanged."""
+    config = _config(spark, tmp_path, "vectors", format_version=3)
+    gen = EventGenerator(seed=13, update_ratio=0.6, duplicate_ratio=0.0, late_update_ratio=0.0)
+    for _ in range(4):
+        gen.write_file(config.landing_path, 60)
+    records = run(config, spark=spark).wait(timeout=WAIT_S)
+    assert [r.outcome for r in records] == ["ungated"] * 4
+    expected = gen.expected_rows()
+    assert table_rows(spark, config.table) == expected
+
+    vectors = spark.sql(
+        f"SELECT file_format, referenced_data_file FROM {config.table}.delete_files"
+    ).collect()
+    data = {r[0] for r in spark.sql(f"SELECT file_path FROM {config.table}.data_files").collect()}
+    referenced = [v.referenced_data_file for v in vectors]
+    assert vectors and {v.file_format for v in vectors} == {"PUFFIN"}
+    assert len(referenced) == len(set(referenced)) and set(referenced) <= data
+    replaced = [s["summary"].get("removed-dvs") for s in snapshots(spark, config.table)]
+    assert any(replaced), "no batch deleted again from a data file: the test shows nothing"
+
+    table = PipelineOptions(table=config.table, plan={"min_delete_files": 1}).table_config()
+    report = run_table(spark, client=job_client, config=table)
+    assert report.outcome is Outcome.COMPACTED, report
+    assert table_rows(spark, config.table) == expected
+    assert spark.sql(f"SELECT count(*) FROM {config.table}.delete_files").first()[0] == 0
 
 
 def test_each_commit_records_query_batch_and_lease_in_the_snapshot_summary(spark, tmp_path):
