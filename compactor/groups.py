@@ -197,23 +197,33 @@ def _waits_for_next_run(
     budget = config.plan.run_budget.total_seconds()
     if not (i and budget and spent >= budget):
         return False
-    left = [g for g in groups[i:] if not _manifests_only(g)]
-    report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
     log.info(
         "%s: run budget of %.0fs spent: %d groups left for the next run",
         config.name,
         budget,
-        len(left),
+        _leave_for_next_run(report, groups[i:]),
     )
     return True
+
+
+def _leave_for_next_run(report: RunReport, groups: Sequence[Group]) -> int:
+    """Name in the report the groups among `groups` that rewrite files (None: the whole
+    table's); how many. A group that only rewrites manifests is not named: the budget runs it
+    whatever, and after a stop the next run's plan has it again."""
+    left = [g for g in groups if not _manifests_only(g)]
+    report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
+    return len(left)
 
 
 def stopped_before(config: TableConfig, report: RunReport, left: Sequence[Group]) -> bool:
     """The run was stopped before the groups `left` (none: before its unleased steps): they
     are left for the next run, as when its budget runs out. True when an earlier group ran (the
     run settles as usual), else the run is skipped as `stopped`."""
-    report.left_for_next_run = [None if g.partitions is None else list(g.partitions) for g in left]
-    log.info("%s: stopped: %d groups left for the next run", config.name, len(left))
+    log.info(
+        "%s: stopped: %d groups left for the next run",
+        config.name,
+        _leave_for_next_run(report, left),
+    )
     if report.groups:
         return True
     report.outcome, report.reason, report.error = Outcome.SKIPPED, "stopped", None

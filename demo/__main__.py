@@ -31,6 +31,7 @@ with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi"
     from demo.pipeline import Pipeline
     from demo.result import PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
+    from ingest_gate.job.table import FORMAT_VERSIONS
 
 __all__ = ["main"]
 
@@ -134,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
             "AWS_SECRET_ACCESS_KEY, region from AWS_REGION)",
         ),
         ("--s3-bucket", str, defaults.s3_bucket, "with --storage s3: the bucket"),
+        (
+            "--format-version",
+            int,
+            defaults.format_version,
+            "2 | 3: the table's Iceberg format version; 3 writes a deletion vector per data "
+            "file instead of position delete files (--storage file only)",
+        ),
         ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
     ):
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
@@ -176,6 +184,13 @@ def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--storage must be one of {', '.join(STORAGES)}")
     if args.storage != "s3" and args.s3_endpoint:
         parser.error("--s3-endpoint goes with --storage s3")
+    if args.format_version not in FORMAT_VERSIONS:
+        parser.error("--format-version must be 2 or 3")
+    if args.storage == "s3" and args.format_version != 2:
+        parser.error(
+            "--format-version 3 goes with --storage file: the s3 table is in the catalog "
+            "front, which writes format versions 1 and 2 only"
+        )
 
 
 def look_around(summary: dict[str, object], workdir: Path) -> str:
@@ -268,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         storage=args.storage,
         s3_endpoint=args.s3_endpoint,
         s3_bucket=args.s3_bucket,
+        format_version=args.format_version,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

@@ -55,6 +55,8 @@ def test_the_demo_runs_on_local_files_unless_told_s3():
     [
         (["--storage", "hdfs"], "--storage must be one of file, s3"),
         (["--s3-endpoint", "http://127.0.0.1:9000"], "--s3-endpoint goes with --storage s3"),
+        (["--format-version", "1"], "--format-version must be 2 or 3"),
+        (["--storage", "s3", "--format-version", "3"], "goes with --storage file"),
     ],
 )
 def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
@@ -70,3 +72,8 @@ def test_the_demo_on_s3_is_coordinated(tmp_path):
     options = PipelineOptions(storage="s3", coordinated=False, workdir=tmp_path / "run")
     with pytest.raises(ValueError, match="catalog front"):
         Pipeline(options).run()
+
+
+def test_the_demo_table_takes_position_deletes_unless_told_deletion_vectors():
+    assert parse().format_version == PipelineOptions().format_version == 2
+    assert parse("--format-version", "3").format_version == 3
