@@ -281,6 +281,7 @@ def run_one(
     length = f"{args.events} events" if args.events else f"{args.duration_s:g}s"
     print(f"== {fmt} / {_label(mode, compactor)}: {length}", flush=True)
     window = args.update_window_h
+    version = args.format_version or 2
     options = _options(
         args,
         mode,
@@ -288,7 +289,7 @@ def run_one(
         f"{fmt}-{mode}",
         format=fmt,
         update_window=timedelta(hours=window) if window is not None else None,
-        format_version=args.format_version or 2,
+        format_version=version,
     )
     pipeline = Pipeline(options, on_progress=_progress)
     reader = Reader(QUERY_POINTS if args.queries else ())
@@ -299,7 +300,7 @@ def run_one(
         **figures(fmt, mode, result, reader, compactor=None if mode == "none" else compactor),
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
-        "format_version": args.format_version or 2,
+        "format_version": version,
     }
 
 
@@ -902,7 +903,7 @@ def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.format_version is not None:
         parser.error(
             "--format-version is for --writer ingest: the Flink writer's table is in the "
-            "catalog front, which writes format versions 1 and 2 only"
+            "catalog front, whose tables are of format version 2"
         )
     if args.checkpoint_every_s is None:
         args.checkpoint_every_s = 2.0

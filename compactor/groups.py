@@ -219,10 +219,11 @@ def stopped_before(config: TableConfig, report: RunReport, left: Sequence[Group]
     """The run was stopped before the groups `left` (none: before its unleased steps): they
     are left for the next run, as when its budget runs out. True when an earlier group ran (the
     run settles as usual), else the run is skipped as `stopped`."""
+    # a run out of budget named its groups left already (and runs the manifests' rewrite)
+    if not report.left_for_next_run:
+        _leave_for_next_run(report, left)
     log.info(
-        "%s: stopped: %d groups left for the next run",
-        config.name,
-        _leave_for_next_run(report, left),
+        "%s: stopped: %d groups left for the next run", config.name, len(report.left_for_next_run)
     )
     if report.groups:
         return True

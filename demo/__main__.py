@@ -27,11 +27,10 @@ from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
     from demo.lake import STORAGES
-    from demo.options import COMPACTORS, PipelineOptions
+    from demo.options import COMPACTORS, PipelineOptions, check_format_version
     from demo.pipeline import Pipeline
     from demo.result import PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
-    from ingest_gate.job.table import FORMAT_VERSIONS
 
 __all__ = ["main"]
 
@@ -184,13 +183,10 @@ def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         parser.error(f"--storage must be one of {', '.join(STORAGES)}")
     if args.storage != "s3" and args.s3_endpoint:
         parser.error("--s3-endpoint goes with --storage s3")
-    if args.format_version not in FORMAT_VERSIONS:
-        parser.error("--format-version must be 2 or 3")
-    if args.storage == "s3" and args.format_version != 2:
-        parser.error(
-            "--format-version 3 goes with --storage file: the s3 table is in the catalog "
-            "front, which writes format versions 1 and 2 only"
-        )
+    try:
+        check_format_version(args.format_version, args.storage)
+    except ValueError as exc:
+        parser.error(f"--format-version: {exc}")
 
 
 def look_around(summary: dict[str, object], workdir: Path) -> str:

@@ -70,7 +70,7 @@ from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_ev
 from demo.health import Health
 from demo.kafka import LocalKafka, as_messages
 from demo.lake import Lake
-from demo.options import TOPIC, PipelineOptions
+from demo.options import TOPIC, PipelineOptions, check_format_version
 from demo.result import BatchSeen, FileWritten, PipelineResult
 from demo.service import LocalService
 from ingest_gate.job.config import IngestConfig
@@ -437,6 +437,7 @@ class Pipeline:
         o = self.options
         if o.storage == "s3" and not o.coordinated:
             raise ValueError("the demo on S3 runs through the service's catalog front: coordinated")
+        check_format_version(o.format_version, o.storage)
         if o.workdir.exists():
             shutil.rmtree(o.workdir)
         (o.workdir / "landing").mkdir(parents=True)

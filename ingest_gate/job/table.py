@@ -11,7 +11,8 @@ The job never creates its table: the table is the schema (ingest_gate.job.target
 it is best merge-on-read for MERGE, UPDATE and DELETE (position deletes instead of rewritten
 data files, so a micro-batch is cheap), with file-scoped delete granularity (one delete file per
 data file, which `rewrite_position_delete_files` can drop when the data file is compacted),
-format version 2 (TABLE_PROPERTIES), and identifier fields naming its key.
+format version 2 (TABLE_PROPERTIES; 3 for deletion vectors), and identifier fields naming its
+key.
 
 It also needs Spark to write it with the clustered writer (`write.spark.fanout.enabled` =
 `false`). Iceberg's MERGE already distributes rows by partition (`write.merge.distribution-mode`
@@ -95,7 +96,7 @@ def create_table_sql(
     """The statements a user runs to make a table for the job: `CREATE TABLE IF NOT EXISTS`
     with TABLE_PROPERTIES, then `ALTER TABLE ... SET IDENTIFIER FIELDS` (the key; its columns
     must be NOT NULL). `format_version` 3 makes Iceberg (1.10 and later) write a deletion
-    vector per data file instead of position delete files (docs/jobs.md §1); lakelock's
+    vector per data file instead of position delete files (docs/jobs.md §2); lakelock's
     catalog front does not create such tables (docs/catalog-front.md §1).
 
     Raises:

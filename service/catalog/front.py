@@ -23,6 +23,7 @@ stored ones are left out of every answer, `_answered`), a folder outside its tab
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -78,6 +79,7 @@ __all__ = ["Front", "Loaded"]
 # the newest table format version the front writes: pyiceberg, which writes the metadata,
 # refuses to write version 3 (apache/iceberg-python#1551); docs/catalog-front.md §1
 WRITTEN_FORMAT_VERSION = 2
+FORMAT_VERSION = "format-version"  # the table property a create asks for a version with
 
 log = logging.getLogger("lakelock.catalog")
 T = TypeVar("T")
@@ -231,6 +233,7 @@ class Front:
         self._check_case(identifier)
         location = self._location(identifier, request.location)
         locations.check_paths(properties, location)
+        _check_format_version(identifier, _asked_format_version(properties), created=True)
         try:
             metadata = new_table_metadata(
                 schema=request.table_schema,
@@ -307,7 +310,7 @@ class Front:
             InvalidRequest: it grew past LAKELOCK_CATALOG_MAX_METADATA_BYTES; it is of a
                 format version the front does not write.
         """
-        _check_format_version(identifier, metadata.format_version)
+        _check_format_version(identifier, metadata.format_version, created=before == 0)
         text = metadata.model_dump_json(exclude_none=True)
         raw = text.encode("utf-8")
         limits.check_metadata_size(self.limits, len(raw), before, ".".join(identifier))
@@ -483,8 +486,14 @@ class Front:
         for update in updates:
             if isinstance(update, SetPropertiesUpdate):
                 limits.check_table_properties(self.limits, update.updates)
+                if FORMAT_VERSION in update.updates:
+                    raise InvalidRequest(
+                        f"{'.'.join(identifier)}: '{FORMAT_VERSION}' is a reserved property, "
+                        "read at create only: upgrade a table with an upgrade-format-version "
+                        "update instead (Iceberg's clients send one for it)"
+                    )
             elif isinstance(update, UpgradeFormatVersionUpdate):
-                _check_format_version(identifier, update.format_version)
+                _check_format_version(identifier, update.format_version, created=True)
 
     def _placed(
         self,
@@ -567,17 +576,38 @@ class Front:
             log.exception("could not delete the unused metadata file %s", location)
 
 
-def _check_format_version(identifier: Identifier, version: int) -> None:
+def _asked_format_version(properties: Mapping[str, str]) -> int:
+    """The format version a create's properties ask for (pyiceberg's default, 2, if none).
+
+    Raises:
+        InvalidRequest: it is no integer.
+    """
+    asked = properties.get(FORMAT_VERSION, str(WRITTEN_FORMAT_VERSION)).strip()
+    if not asked.isdigit() or int(asked) < 1:
+        raise InvalidRequest(f"'{FORMAT_VERSION}' = {asked!r}: send 1 or 2")
+    return int(asked)
+
+
+def _check_format_version(identifier: Identifier, version: int, *, created: bool) -> None:
     """Raises InvalidRequest when a table's metadata would be of a version the front does not
-    write (WRITTEN_FORMAT_VERSION)."""
-    if version > WRITTEN_FORMAT_VERSION:
+    write (WRITTEN_FORMAT_VERSION): a table `created` or upgraded so, or one of that version
+    from another catalog, committed to."""
+    if version <= WRITTEN_FORMAT_VERSION:
+        return
+    name, served = ".".join(identifier), f"versions 1 to {WRITTEN_FORMAT_VERSION}"
+    if created:
         raise InvalidRequest(
-            f"{'.'.join(identifier)}: the catalog front writes table metadata of format versions "
-            f"1 and {WRITTEN_FORMAT_VERSION} only, and this would be version {version}: create "
-            f"the table with 'format-version' = '{WRITTEN_FORMAT_VERSION}' (or without it), and "
-            "do not upgrade it; a table of version 3 (deletion vectors) belongs in a catalog "
-            "outside the front (docs/catalog-front.md §1)"
+            f"{name}: the catalog front writes table metadata of format {served} only, and "
+            f"this would be version {version}: create the table with '{FORMAT_VERSION}' = "
+            f"'{WRITTEN_FORMAT_VERSION}' (or without it), and do not upgrade it; a table of "
+            "version 3 (deletion vectors) belongs in a catalog outside the front "
+            "(docs/catalog-front.md §1)"
         )
+    raise InvalidRequest(
+        f"{name} is of format version {version}, and the catalog front writes table metadata "
+        f"of format {served} only: it is read through the front, and committed to through a "
+        "catalog outside it (docs/catalog-front.md §1)"
+    )
 
 
 def _head_moved(requirements: Sequence[TableRequirement], base: TableMetadata) -> bool:
@@ -602,8 +632,12 @@ def _answered(location: str | None, metadata: TableMetadata, text: str) -> Loade
     shown = limits.answered(metadata.properties)
     if shown is None:
         return location, metadata, text
+    # the stored text without them, not the model serialized again: pyiceberg writes no
+    # version 3 metadata, and a table of version 3 from another catalog is still loaded
+    document = json.loads(text)
+    document["properties"] = shown
     metadata = metadata.model_copy(update={"properties": shown})
-    return location, metadata, metadata.model_dump_json(exclude_none=True)
+    return location, metadata, json.dumps(document, separators=(",", ":"))
 
 
 def _not_empty(location: str) -> InvalidRequest:

@@ -141,7 +141,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
         (["--events", "100"], "--events is for --writer ingest"),
         (["--modes", "table"], "unknown 'table'"),
         (["--trino", "--no-queries"], "--trino runs the readers' queries"),
-        (["--format-version", "3"], "writes format versions 1 and 2 only"),
+        (["--format-version", "3"], "--format-version is for --writer ingest"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(["--writer", "flink", *asked])

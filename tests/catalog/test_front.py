@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pytest
+import sqlalchemy
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import ForbiddenError, RESTError
@@ -602,30 +603,81 @@ def test_a_table_of_format_version_3_is_refused_with_what_to_do_and_nothing_is_w
     before = metadata_files(front, table)
     namespace, name = table.name()
     with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
-        for staged in (False, True):
+        for version, staged, said in (
+            ("3", False, "'format-version' = '2'"),
+            ("3", True, "'format-version' = '2'"),
+            ("4", False, "would be version 4"),
+            ("two", False, "send 1 or 2"),
+        ):
             created = c.post(
                 f"/v1/namespaces/{namespace}/tables",
                 json={
                     "name": "dv",
                     "schema": json.loads(SCHEMA.model_dump_json()),
-                    "properties": {"format-version": "3"},
+                    "properties": {"format-version": version},
                     "stage-create": staged,
                 },
             )
             assert created.status_code == 400, created.text
             assert created.json()["error"]["type"] == "BadRequestException"
-            assert "'format-version' = '2'" in created.json()["detail"]
-        upgraded = c.post(
-            f"/v1/namespaces/{namespace}/tables/{name}",
-            json={"updates": [{"action": "upgrade-format-version", "format-version": 3}]},
-        )
-        assert upgraded.status_code == 400, upgraded.text
-        assert "would be version 3" in upgraded.json()["detail"]
+            assert said in created.json()["detail"], (version, created.text)
+        for update, said in (
+            ({"action": "upgrade-format-version", "format-version": 3}, "would be version 3"),
+            (
+                {"action": "set-properties", "updates": {"format-version": "3"}},
+                "upgrade-format-version",
+            ),
+        ):
+            refused = c.post(
+                f"/v1/namespaces/{namespace}/tables/{name}", json={"updates": [update]}
+            )
+            assert refused.status_code == 400, refused.text
+            assert said in refused.json()["detail"], refused.text
     catalog = rest(front)
     assert not catalog.table_exists(f"{namespace}.dv")
     assert not front.store.objects(f"{namespace}/dv")
     assert metadata_files(front, table) == before
-    assert catalog.load_table(f"{namespace}.{name}").metadata.format_version == 2
+    loaded = catalog.load_table(f"{namespace}.{name}")
+    assert loaded.metadata.format_version == 2 and "format-version" not in loaded.properties
+
+
+def test_a_table_of_format_version_3_from_another_catalog_is_read_and_not_written(front):
+    """A JDBC catalog moved behind the front may hold a table of version 3: it is loaded (a
+    property only its own clients may see left out, as for any table), and a commit to it is
+    refused with what to do instead of failing in the service."""
+    table = new_table(front, "other_v3")
+    namespace, name = table.name()
+    document = json.loads(table.io.new_input(table.metadata_location).open().read())
+    document["format-version"] = 3
+    document["next-row-id"] = 0
+    document["properties"]["s3.endpoint"] = "http://127.0.0.1:9"  # never shown to a client
+    moved = table.metadata_location.replace(".metadata.json", "-v3.metadata.json")
+    with table.io.new_output(moved).create() as out:
+        out.write(json.dumps(document).encode())
+    engine = sqlalchemy.create_engine(front.db_url)
+    with engine.begin() as conn:
+        conn.execute(
+            sqlalchemy.text(
+                "UPDATE iceberg_tables SET metadata_location = :moved "
+                "WHERE table_namespace = :ns AND table_name = :name"
+            ),
+            {"moved": moved, "ns": namespace, "name": name},
+        )
+    engine.dispose()
+    files = metadata_files(front, table)
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        loaded = c.get(f"/v1/namespaces/{namespace}/tables/{name}")
+        assert loaded.status_code == 200, loaded.text
+        metadata = loaded.json()["metadata"]
+        assert metadata["format-version"] == 3 and "s3.endpoint" not in metadata["properties"]
+        refused = c.post(
+            f"/v1/namespaces/{namespace}/tables/{name}",
+            json={"updates": [{"action": "remove-properties", "removals": ["s3.endpoint"]}]},
+        )
+        assert refused.status_code == 400, refused.text
+        assert "is of format version 3" in refused.json()["detail"]
+        assert "a catalog outside it" in refused.json()["detail"]
+    assert metadata_files(front, table) == files
 
 
 def test_nested_namespaces_are_served_but_lakelock_leases_only_tables_it_can_name(front):

@@ -55,8 +55,8 @@ def test_the_demo_runs_on_local_files_unless_told_s3():
     [
         (["--storage", "hdfs"], "--storage must be one of file, s3"),
         (["--s3-endpoint", "http://127.0.0.1:9000"], "--s3-endpoint goes with --storage s3"),
-        (["--format-version", "1"], "--format-version must be 2 or 3"),
-        (["--storage", "s3", "--format-version", "3"], "goes with --storage file"),
+        (["--format-version", "1"], "--format-version: format version 1: use 2 or 3"),
+        (["--storage", "s3", "--format-version", "3"], "goes with storage file"),
     ],
 )
 def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
@@ -66,11 +66,14 @@ def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_the_demo_on_s3_is_coordinated(tmp_path):
+def test_the_demo_on_s3_is_coordinated_and_of_format_version_2(tmp_path):
     from demo.pipeline import Pipeline
 
     options = PipelineOptions(storage="s3", coordinated=False, workdir=tmp_path / "run")
     with pytest.raises(ValueError, match="catalog front"):
+        Pipeline(options).run()
+    options = PipelineOptions(storage="s3", format_version=3, workdir=tmp_path / "run")
+    with pytest.raises(ValueError, match="whose tables are of format version 2"):
         Pipeline(options).run()
 
 

@@ -90,7 +90,7 @@ def test_the_click_event_ddl_makes_a_merge_on_read_v2_table_by_dt_and_hr(spark, 
 def test_on_a_format_3_table_each_data_file_keeps_one_deletion_vector_until_compacted(
     spark, tmp_path, job_client
 ):
-    """Format version 3 (docs/jobs.md §1): a MERGE that deletes from a data file replaces its
+    """Format version 3 (docs/jobs.md §2): a MERGE that deletes from a data file replaces its
     deletion vector instead of adding a delete file beside the others, so the live delete files
     never outnumber the data files; the compactor applies and drops them, the rows unchanged."""
     config = _config(spark, tmp_path, "vectors", format_version=3)

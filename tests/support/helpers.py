@@ -169,6 +169,7 @@ def backdate(
     """Move a lease's expiry into the past, as if its TTL ran out without renewal; with
     `intents_of`, that table's intents' (or request `request_id`'s) too, in the same transaction,
     as when both lapse together: the service's sweeper never sees one moved without the other."""
+    assert request_id is None or intents_of is not None, "request_id names an intent of intents_of"
     targets = [_lease_target(lease)]
     if intents_of is not None:
         targets.append(_intent_target(intents_of, request_id))
@@ -213,8 +214,9 @@ def _backdate(
     db_url: str, targets: list[Target], seconds: float, *, column: str = "expires_at"
 ) -> None:
     """Move `column` of every target's rows `seconds` into the past, in one transaction. The
-    rows are locked as read (MariaDB; SQLite serialises writers in the file), and each must
-    still be there when written: the service's sweeper runs beside the test."""
+    rows are locked as read (MariaDB; on SQLite a row the sweeper ended meanwhile fails the
+    write), and each must still be there when written: the service's sweeper runs beside the
+    test."""
     engine = create_engine(db_url)
     lock = " FOR UPDATE" if engine.dialect.name != "sqlite" else ""
     with engine.begin() as conn:
@@ -222,7 +224,7 @@ def _backdate(
             select = f"SELECT {column} FROM {rows} WHERE {where}{lock}"
             found = conn.execute(text(select), values).all()
             assert found, f"nothing in {rows} where {where} {values}"
-            for (at,) in found:
+            for at in {at for (at,) in found}:  # rows alike move together
                 moved = conn.execute(
                     text(f"UPDATE {rows} SET {column} = :at WHERE {where} AND {column} = :was"),
                     {**values, "at": _minus(at, seconds), "was": at},
