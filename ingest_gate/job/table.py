@@ -95,9 +95,9 @@ def create_table_sql(
 ) -> list[str]:
     """The statements a user runs to make a table for the job: `CREATE TABLE IF NOT EXISTS`
     with TABLE_PROPERTIES, then `ALTER TABLE ... SET IDENTIFIER FIELDS` (the key; its columns
-    must be NOT NULL). `format_version` 3 makes Iceberg (1.10 and later) write a deletion
-    vector per data file instead of position delete files (docs/jobs.md §2); lakelock's
-    catalog front does not create such tables (docs/catalog-front.md §1).
+    must be NOT NULL). `format_version` 3 makes Iceberg (1.11, the jobs' default) write a
+    deletion vector per data file instead of position delete files (docs/jobs.md §2);
+    lakelock's catalog front does not create such tables (docs/catalog-front.md §1).
 
     Raises:
         ValueError: `format_version` is neither 2 nor 3.
