@@ -57,6 +57,7 @@ __all__ = [
     "create_table_sql",
     "ensure_clustered_writes",
     "ensure_partition_summaries",
+    "format_version_refusal",
     "identifier_merge_refusal",
     "read_rows",
     "table_properties",
@@ -102,11 +103,9 @@ def create_table_sql(
     Raises:
         ValueError: `format_version` is neither 2 nor 3.
     """
-    if format_version not in FORMAT_VERSIONS:
-        raise ValueError(
-            f"format_version={format_version!r}: use 2 (position delete files) or 3 "
-            "(deletion vectors)"
-        )
+    refusal = format_version_refusal(format_version)
+    if refusal is not None:
+        raise ValueError(refusal)
     properties = {**TABLE_PROPERTIES, "format-version": str(format_version)}
     props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     partitioned = f"\nPARTITIONED BY ({partitioned_by})" if partitioned_by else ""
@@ -118,6 +117,15 @@ def create_table_sql(
         fields = ", ".join(quote_identifier(c) for c in identifier)
         statements.append(f"ALTER TABLE {quote_identifier(table)} SET IDENTIFIER FIELDS {fields}")
     return statements
+
+
+def format_version_refusal(version: int) -> str | None:
+    """Why a table made for the job cannot be of format `version`, or None (FORMAT_VERSIONS)."""
+    if version in FORMAT_VERSIONS:
+        return None
+    return (
+        f"format version {version}: use 2 or 3 (2: position delete files, or 3: deletion vectors)"
+    )
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
