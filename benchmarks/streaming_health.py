@@ -12,6 +12,7 @@ what the compactor holds, and what readers pay, in three modes and two change fo
     python -m benchmarks.streaming_health --writer flink      # a Flink job, 10 min per run, 2 runs
     python -m benchmarks.streaming_health --writer flink --modes partitions --compactor follow,timer
     python -m benchmarks.streaming_health --writer flink --modes partitions --trino
+    python -m benchmarks.streaming_health --formats json --modes partitions --storage s3 --trino
 
 Each run is the demo's pipeline (demo.pipeline: generator, gated streaming upsert, compactor, a
 lakelock service on SQLite) for `--duration-s`, with the compactor of `--compactor`: `follow`
@@ -41,6 +42,11 @@ changes as canal-json; not in the default run). Measured:
                  a distinct count of keys (a scan on both) and a lookup of 100 keys. The ratio
                  is what the stream's files cost a reader. The queries share the two cores
                  with the jobs, as a reader on the same cluster would
+
+With `--storage s3` the ingest writer's table is the demo's on S3 (`bin/run --storage s3`: the
+project's S3 server, the catalog front as the jobs' catalog), the readers' copies beside it;
+with `--trino` too, Trino (demo.trino, its Iceberg connector on the front) runs the readers'
+queries on the same snapshot and copy, and its count and lookup count in the readers' goal.
 
 Goals (issue 40), after a warm-up of two compactor runs: the worst partition at most 12 data
 files and 12 delete files at every sample; files per partition flat from the middle third of the
@@ -82,6 +88,7 @@ section, a line per mode) into `--out`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -98,7 +105,8 @@ from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult
 from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
-from demo.options import PipelineOptions
+from demo.lake import CATALOG, STORAGES
+from demo.options import PipelineOptions, check_format_version
 from demo.pipeline import Pipeline
 from demo.result import PipelineResult
 from demo.trino import TrinoServer
@@ -127,6 +135,9 @@ COMPACTORS = ("follow", "timer")
 FORMATS = ("json", "debezium")  # the default run
 KNOWN_FORMATS = (*FORMATS, "canal")
 QUERY_POINTS = (0.3, 0.6, 0.9)
+S3_COPIES = "copies"
+"""With `--storage s3`, the Spark and Trino catalog of the readers' copies: the table's front,
+with the operator's token in Spark (a reader drops its copies; a job's token cannot)."""
 QUERIES = {
     "count": "SELECT count(*) FROM {t}",
     "scan": "SELECT count(DISTINCT event_id) FROM {t}",
@@ -239,9 +250,11 @@ def _timed(
     return out
 
 
-def _read_beside(reader: Reader, pipeline: Pipeline) -> threading.Thread:
+def _read_beside(reader: Reader, pipeline: Pipeline, *, trino: bool = False) -> threading.Thread:
     """`reader` in a thread beside the pipeline's jobs, from when its stream starts; a run by
-    counts ends only once the reader is done (it needs the stream running)."""
+    counts ends only once the reader is done (it needs the stream running). With `trino`, a
+    Trino server on the pipeline's front (the table on S3) runs the queries too; one that does
+    not start is the reader's error."""
     done = threading.Event()
     pipeline.waits_for.append(done)
 
@@ -254,14 +267,33 @@ def _read_beside(reader: Reader, pipeline: Pipeline) -> threading.Thread:
                 if pipeline.stop.is_set():
                     return
             assert pipeline.streaming is not None
-            table = pipeline.options.table
-            reader.read(pipeline.spark, table, pipeline.streaming, pipeline.stop, committed)
+            with contextlib.ExitStack() as stack:
+                server = None
+                if trino:
+                    try:
+                        server = stack.enter_context(_trino_on(pipeline))
+                    except Exception as exc:  # the run goes on; its report says why
+                        reader.errors.append(f"Trino did not start: {error_message(exc)}")
+                        return
+                window, table = pipeline.streaming, pipeline.options.table
+                reader.read(pipeline.spark, table, window, pipeline.stop, committed, trino=server)
         finally:
             done.set()
 
     thread = threading.Thread(target=read, daemon=True)
     thread.start()
     return thread
+
+
+def _trino_on(pipeline: Pipeline) -> TrinoServer:
+    """A Trino server (1 GB of heap) reading the pipeline's table through its front, the
+    catalog named as the jobs' (demo.lake)."""
+    catalog = pipeline.lake.trino_catalog(pipeline.service)
+    return TrinoServer(
+        {CATALOG: catalog, S3_COPIES: catalog},
+        heap="1G",
+        workdir=pipeline.options.workdir / "trino",
+    )
 
 
 def _median_s(query: Callable[[], object], runs: int = 3) -> float:
@@ -290,10 +322,21 @@ def run_one(
         format=fmt,
         update_window=timedelta(hours=window) if window is not None else None,
         format_version=version,
+        storage=args.storage,
     )
-    pipeline = Pipeline(options, on_progress=_progress)
-    reader = Reader(QUERY_POINTS if args.queries else ())
-    thread = _read_beside(reader, pipeline)
+    on_s3 = args.storage == "s3"
+    pipeline = Pipeline(
+        options,
+        on_progress=_progress,
+        # on S3 the readers' copies are in the table's front, dropped by the operator's token
+        more_catalogs=lambda lake, service: (
+            [lake.catalog(service, name=S3_COPIES, role="operator")] if on_s3 else []
+        ),
+    )
+    reader = Reader(
+        QUERY_POINTS if args.queries else (), scratch=f"{S3_COPIES}.db" if on_s3 else None
+    )
+    thread = _read_beside(reader, pipeline, trino=args.trino)
     result = pipeline.run()
     thread.join(timeout=60)
     return {
@@ -301,6 +344,7 @@ def run_one(
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
         "format_version": version,
+        "storage": args.storage,
     }
 
 
@@ -700,7 +744,8 @@ def _section(r: dict[str, Any]) -> str:
     if r.get("writer") == "flink":
         return "flink upsert"
     version = r.get("format_version", 2)
-    return str(r["format"]) if version == 2 else f"{r['format']}, format version {version}"
+    section = str(r["format"]) if version == 2 else f"{r['format']}, format version {version}"
+    return section + (", on S3" if r.get("storage") == "s3" else "")
 
 
 def _kinds(counts: dict[str, int]) -> str:
@@ -823,8 +868,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trino",
         action="store_true",
-        help="flink only: Trino (demo.trino) runs the readers' queries too, on the same "
-        "snapshot and copy, through the fronts",
+        help="Trino (demo.trino) runs the readers' queries too, on the same snapshot and "
+        "copy, through the fronts (the ingest writer's with --storage s3)",
+    )
+    parser.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default="file",
+        help="ingest only: where the table lives, as bin/run's --storage: file, a Hadoop "
+        "catalog in the run's folder (the default); s3, the catalog front on an S3 "
+        "warehouse (the project's S3 server)",
     )
     parser.add_argument(
         "--events",
@@ -887,6 +940,27 @@ def _check_plan(parser: argparse.ArgumentParser, settings: Sequence[tuple[str, s
         parser.error(f"--plan: {exc.errors()[0]['msg']}")
 
 
+def _check_ingest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit when the ingest writer's options do not go together: Trino reads its table
+    through the front, on S3; a table of format version 3 is on local files."""
+    if args.trino and args.storage != "s3":
+        parser.error(
+            "--trino reads the ingest writer's table through the catalog front: add "
+            "--storage s3 (on local files the table is in a Hadoop catalog of the demo's, "
+            "which Trino cannot read)"
+        )
+    try:
+        check_format_version(args.format_version or 2, args.storage)
+    except ValueError as exc:
+        parser.error(f"--format-version: {exc}")
+    _check_trino(parser, args)
+
+
+def _check_trino(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.trino and not args.queries:
+        parser.error("--trino runs the readers' queries: it is no use with --no-queries")
+
+
 def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit when an option of the ingest writer is given with --writer flink; its
     checkpoints at their default."""
@@ -905,10 +979,14 @@ def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             "--format-version is for --writer ingest: the Flink writer's table is in the "
             "catalog front, whose tables are of format version 2"
         )
+    if args.storage != "file":
+        parser.error(
+            "--storage is for --writer ingest: the Flink writer's table is in a front on "
+            "local files"
+        )
     if args.checkpoint_every_s is None:
         args.checkpoint_every_s = 2.0
-    if args.trino and not args.queries:
-        parser.error("--trino runs the readers' queries: it is no use with --no-queries")
+    _check_trino(parser, args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -920,11 +998,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_flink(parser, args)
     elif args.checkpoint_every_s is not None:
         parser.error("--checkpoint-every-s is for --writer flink (its job's checkpoints)")
-    elif args.trino:
-        parser.error(
-            "--trino is for --writer flink: the ingest writer's table is in a Hadoop catalog "
-            "of the demo's, which Trino cannot read; the Flink writer's is in the front"
-        )
+    else:
+        _check_ingest(parser, args)
     if args.update_window_h is not None and args.formats != "json":
         parser.error("--update-window-h is for --formats json (the click events' updates)")
     formats = ["flink"] if flink else (args.formats or ",".join(FORMATS)).split(",")

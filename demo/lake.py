@@ -6,6 +6,7 @@ lakelock's catalog front on an S3 warehouse (`s3`).
     lake.service_env()           # the service's catalog front settings (s3), or none (file)
     lake.catalog(service)        # the jobs' Spark catalog
     lake.checkpoint("ingest")    # the streaming query's checkpoint (s3a:// on S3)
+    lake.trino_catalog(service)  # a Trino catalog reading the table (on S3: the front)
     lake.sample(table, service)  # the table's files now (demo.health)
 
 On S3 the table is `lakelock.db.events` of the front (a REST catalog, its warehouse
@@ -100,20 +101,42 @@ class Lake:
             found["s3.path-style-access"] = "true"
         return found
 
-    def catalog(self, service: Any) -> CatalogConfig:
-        """The jobs' Spark catalog: the Hadoop one in the run's folder, or the front."""
+    def catalog(self, service: Any, *, name: str = CATALOG, role: str = "job") -> CatalogConfig:
+        """The jobs' Spark catalog: the Hadoop one in the run's folder, or the front; on the
+        front, also another Spark catalog `name` on it as the token of `role` (a reader's
+        beside the jobs, which drops what it made: the operator's)."""
         if not self.on_s3:
             return CatalogConfig(warehouse=str(self.workdir / "warehouse"))
         return CatalogConfig(
-            name=CATALOG,
+            name=name,
             type="rest",
             warehouse=self.warehouse,
             properties={
                 "uri": f"{service.url}/iceberg",
-                "token": service.token("job"),
+                "token": service.token(role),
                 **self.s3_properties(),
             },
         )
+
+    def trino_catalog(self, service: Any) -> dict[str, str]:
+        """A Trino catalog (demo.trino) on this lake's front, as the reader token: name it
+        CATALOG in Trino and the table's name is the jobs'. Its S3 keys are the environment's,
+        as the jobs' are.
+
+        Raises:
+            ValueError: on local files, whose Hadoop catalog Trino cannot read.
+        """
+        from demo.trino import front_catalog
+
+        if not self.on_s3:
+            raise ValueError("Trino reads the demo's table through the front: storage s3")
+        s3 = {
+            "endpoint": self.endpoint or f"https://s3.{self.region}.amazonaws.com",
+            "region": self.region,
+            "access-key": os.environ.get("AWS_ACCESS_KEY_ID", ""),
+            "secret-key": os.environ.get("AWS_SECRET_ACCESS_KEY", ""),
+        }
+        return front_catalog(f"{service.url}/iceberg", service.token("reader"), s3=s3)
 
     def checkpoint(self, name: str) -> str:
         if not self.on_s3:

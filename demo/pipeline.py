@@ -59,7 +59,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ from ingest_gate.job.config import IngestConfig
 from ingest_gate.job.record import BatchHooks
 from ingest_gate.job.run import run
 from ingest_gate.job.table import read_rows
-from jobkit.spark import build_session
+from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
 from service.ops.iceberg_audit import read_snapshots
 
@@ -122,9 +122,18 @@ raised, and the restarted query runs that batch again."""
 
 class Pipeline:
     def __init__(
-        self, options: PipelineOptions, *, on_progress: Callable[[str], None] | None = None
+        self,
+        options: PipelineOptions,
+        *,
+        on_progress: Callable[[str], None] | None = None,
+        more_catalogs: Callable[[Lake, LocalService | None], Sequence[CatalogConfig]] = (
+            lambda lake, service: ()
+        ),
     ) -> None:
+        """`more_catalogs`: further Spark catalogs of the run's session, made once the lake
+        and the service are up (a reader's beside the jobs)."""
         self.options = options
+        self.more_catalogs = more_catalogs
         self.on_progress = on_progress or (lambda line: log.info("%s", line))
         self.stop = threading.Event()
         self.generator: EventGenerator
@@ -153,6 +162,7 @@ class Pipeline:
         self.windows: list[tuple[float, float]] = []
         self.health: list[Health] = []
         self.spark: Any = None
+        self.service: LocalService | None = None  # for a reader beside the jobs, as `spark`
         # (start, end) on time.monotonic() of the stream's part of the run: from when its
         # threads start (after the service, Spark and the table) to the run's deadline; set
         # once they start (a reader beside the jobs times its queries by it)
@@ -449,6 +459,7 @@ class Pipeline:
         self.options = o = replace(o, table=self.lake.table(o.table))
         try:
             service = self._start_service() if o.coordinated else None
+            self.service = service
             if o.source == "kafka":
                 self.kafka = LocalKafka.start(o.workdir / "kafka")
                 self.kafka.create_topic(TOPIC, partitions=o.kafka_partitions)
@@ -457,12 +468,14 @@ class Pipeline:
                     f"({o.kafka_partitions} partitions)"
                 )
             config = self._ingest_config(service)
+            more = [c.spark_conf() for c in self.more_catalogs(self.lake, service)]
             spark = build_session(
                 config.catalog,
                 app_name="lakelock-demo",
                 master=o.spark_master,
                 jar_sets=("spark-kafka",) if o.source == "kafka" else (),
                 paths=(config.checkpoint_path,),
+                extra_conf={k: v for conf in more for k, v in conf.items()},
             )
             spark.sparkContext.setLogLevel("ERROR")
             self.spark = spark  # for a reader beside the jobs (benchmarks.streaming_health)

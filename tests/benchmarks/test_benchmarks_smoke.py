@@ -142,6 +142,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
         (["--modes", "table"], "unknown 'table'"),
         (["--trino", "--no-queries"], "--trino runs the readers' queries"),
         (["--format-version", "3"], "--format-version is for --writer ingest"),
+        (["--storage", "s3"], "--storage is for --writer ingest"),
     ):
         with pytest.raises(SystemExit) as exited:
             main(["--writer", "flink", *asked])
@@ -149,7 +150,10 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys):
         assert said in capsys.readouterr().err + str(exited.value.code), asked
     for flag, said in (
         (["--checkpoint-every-s", "3"], "--checkpoint-every-s is for --writer flink"),
-        (["--trino"], "--trino is for --writer flink"),
+        (["--trino"], "add --storage s3"),
+        (["--storage", "s3", "--format-version", "3"], "goes with storage file"),
+        (["--storage", "s3", "--trino", "--no-queries"], "--trino runs the readers' queries"),
+        (["--storage", "gcs"], "invalid choice: 'gcs'"),
     ):
         with pytest.raises(SystemExit):
             main(flag)

@@ -1,6 +1,7 @@
-"""The streaming-health benchmark at a small setting: the baseline and the default mode run,
-the table sampled, the readers' queries run, report and chart written. No timings or goals are
-asserted; the figures come from `python -m benchmarks.streaming_health`."""
+"""The streaming-health benchmark at a small setting, on S3 with Trino (the table in the catalog
+front on the project's S3 server): the baseline and the default mode run, the table sampled,
+the readers' queries run by Spark and by Trino, report and chart written. No timings or goals
+are asserted; the figures come from `python -m benchmarks.streaming_health`."""
 
 import json
 
@@ -8,7 +9,7 @@ import pytest
 
 from tests.support.helpers import run_module
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench, pytest.mark.s3]
 
 
 def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path):
@@ -17,6 +18,7 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
     # the readers come at shares of --duration-s, the first ones once the table has a snapshot
     args = ["--events", "800", "--rate", "100", "--compact-every-s", "5", "--duration-s", "40"]
     args += ["--sample-every-s", "2", "--formats", "debezium", "--modes", "none,partitions"]
+    args += ["--storage", "s3", "--trino"]
     run_module("benchmarks.streaming_health", *args, "--out", str(out), timeout=1800)
     runs = json.loads((out / "results.json").read_text())
     assert [(r["format"], r["mode"]) for r in runs] == [
@@ -30,7 +32,10 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
         assert run["query_errors"] == []
         timed = [q for q in run["queries"] if q.get("snapshot_id")]
         assert timed, run["queries"]  # the reader ran at least once on a table with a snapshot
-        assert all(q[f"{k}_copy_s"] > 0 for q in timed for k in ("count", "scan", "lookup"))
+        for engine in ("", "trino_"):  # Trino read the Spark job's table through the front
+            for query in ("count", "scan", "lookup"):
+                assert all(q[f"{engine}{query}_copy_s"] > 0 for q in timed), (engine, query)
+        assert run["storage"] == "s3"
         assert run["partition_samples"] and run["partition_samples"][-1][1]
     assert runs[0]["compactor_runs"] == 0
     assert runs[1]["compactor_runs"] >= 1
@@ -38,6 +43,8 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
     assert (runs[0]["compactor"], runs[1]["compactor"]) == (None, "follow")
     assert runs[1]["follow_runs"] >= 1 and runs[1]["follow_run_p50_s"] > 0
     report = (out / "report.md").read_text()
+    assert "## debezium, on S3" in report
+    assert "| Trino: count, x compacted copy |" in report
     assert "| partition data files, worst mean / peak |" in report
     assert "(the baseline: no compaction)" in report
     assert "| | none | partitions (follow) |" in report
