@@ -32,9 +32,10 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
         assert run["query_errors"] == []
         timed = [q for q in run["queries"] if q.get("snapshot_id")]
         assert timed, run["queries"]  # the reader ran at least once on a table with a snapshot
-        for engine in ("", "trino_"):  # Trino read the Spark job's table through the front
-            for query in ("count", "scan", "lookup"):
-                assert all(q[f"{engine}{query}_copy_s"] > 0 for q in timed), (engine, query)
+        spark = ["count", "scan", "lookup", "count_read"]
+        trino = ["trino_count", "trino_scan", "trino_lookup"]  # the Spark job's table, read
+        for query in spark + trino:
+            assert all(q[f"{query}_copy_s"] > 0 for q in timed), query
         assert run["storage"] == "s3"
         assert run["partition_samples"] and run["partition_samples"][-1][1]
     assert runs[0]["compactor_runs"] == 0
