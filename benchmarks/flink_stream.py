@@ -64,7 +64,15 @@ from demo.result import warm_samples
 from demo.trino import TrinoServer, front_catalog
 from jobkit.spark import CatalogConfig
 
-__all__ = ["COPIES", "LIVE", "SCRATCH", "FlinkStream", "FlinkStreamResult", "ReadBeside"]
+__all__ = [
+    "COPIES",
+    "LIVE",
+    "SCRATCH",
+    "FlinkStream",
+    "FlinkStreamResult",
+    "ReadBeside",
+    "reader_trino",
+]
 
 log = logging.getLogger("benchmarks.flink_stream")
 
@@ -370,6 +378,12 @@ def _trino(live: Any, scratch: Any, workdir: Path) -> TrinoServer:
         LIVE: front_catalog(f"{live.url}/iceberg", live.token("reader")),
         SCRATCH: front_catalog(f"{scratch.url}/iceberg", scratch.token("reader")),
     }
+    return reader_trino(catalogs, workdir)
+
+
+def reader_trino(catalogs: dict[str, dict[str, str]], workdir: Path) -> TrinoServer:
+    """The readers' Trino server: 1 GB of heap (it shares the cores and memory with the
+    jobs), `catalogs` by name, in `workdir`."""
     return TrinoServer(catalogs, heap="1G", workdir=workdir)
 
 

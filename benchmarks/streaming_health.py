@@ -46,9 +46,11 @@ changes as canal-json; not in the default run). Measured:
                  a reader on the same cluster would
 
 With `--storage s3` the ingest writer's table is the demo's on S3 (`bin/run --storage s3`: the
-project's S3 server, the catalog front as the jobs' catalog), the readers' copies in the same front;
-with `--trino` too, Trino (demo.trino, its Iceberg connector on the front) runs the readers'
-queries on the same snapshot and copy, and its count and lookup count in the readers' goal.
+project's S3 server, the catalog front as the jobs' catalog), the readers' copies in a front of
+their own on the same server; with `--trino` too, Trino (demo.trino, its Iceberg connector on
+the fronts) runs the readers' queries on the same snapshot and copy, and its count and lookup
+count in the readers' goal. The service's due counts from the environment (`LAKELOCK_DUE_*`)
+are recorded with each run and named in the report.
 
 Goals (issue 40), after a warm-up of two compactor runs: the worst partition at most 12 data
 files and 12 delete files at every sample; files per partition flat from the middle third of the
@@ -94,6 +96,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import os
 import statistics
 import sys
 import threading
@@ -103,16 +106,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult
+from benchmarks.flink_stream import COPIES, FlinkStream, FlinkStreamResult, reader_trino
 from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
-from demo.lake import CATALOG, STORAGES
+from demo.lake import CATALOG, STORAGES, Lake
 from demo.options import PipelineOptions, check_format_version
 from demo.pipeline import Pipeline
 from demo.result import PipelineResult
+from demo.service import LocalService
 from demo.trino import TrinoServer
-from jobkit.spark import error_message
+from demo.trino import install as install_trino
+from jobkit.spark import CatalogConfig, error_message
 from service.wire.figures import quantile
 
 __all__ = [
@@ -138,8 +143,7 @@ FORMATS = ("json", "debezium")  # the default run
 KNOWN_FORMATS = (*FORMATS, "canal")
 QUERY_POINTS = (0.3, 0.6, 0.9)
 S3_COPIES = "copies"
-"""With `--storage s3`, the Spark and Trino catalog of the readers' copies: the table's front,
-with the operator's token in Spark (a reader drops its copies; a job's token cannot)."""
+"""With `--storage s3`, the Spark and Trino catalog of the readers' copies (_Copies)."""
 QUERIES = {
     "count": "SELECT count(*) FROM {t}",
     "scan": "SELECT count(DISTINCT event_id) FROM {t}",
@@ -163,8 +167,8 @@ GOAL_QUERIES = ("count", "lookup", "trino_count", "trino_lookup")
 class Reader:
     """A reader beside the jobs: at each share of the stream's window in `points`, copies the
     current snapshot and times the same queries on the snapshot and on the copy. The copies go
-    into the namespace `scratch` (a catalog of the reader's own) or, without one, beside the
-    table."""
+    into the namespace `scratch` (made when missing, in a catalog of the reader's own) or,
+    without one, beside the table."""
 
     def __init__(self, points: Sequence[float], *, scratch: str | None = None) -> None:
         self.points = points
@@ -207,6 +211,8 @@ class Reader:
             return {"snapshot_id": None}
         snapshot = newest["snapshot_id"]
         namespace, name = table.rsplit(".", 1)
+        if self.scratch:
+            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.scratch}")
         copy = f"{self.scratch or namespace}.{name}_copy_{n}"
         spark.sql(f"DROP TABLE IF EXISTS {copy} PURGE")  # its files too
         spark.sql(
@@ -230,11 +236,10 @@ class Reader:
                 copy,
                 keys,
             )
-            out |= _count_read(spark, table, snapshot, copy)
             if trino is not None:
                 live = f"{table} FOR VERSION AS OF {snapshot}"
                 out |= _timed("trino_", trino.query, live, copy, keys)
-            return out
+            return out | _count_read(spark, table, snapshot, copy)  # not a goal: the last
         finally:
             spark.sql(f"DROP TABLE IF EXISTS {copy} PURGE")  # its files too
 
@@ -277,11 +282,13 @@ def _against_copy(key: str, streamed: float, compacted: float) -> dict[str, Any]
     }
 
 
-def _read_beside(reader: Reader, pipeline: Pipeline, *, trino: bool = False) -> threading.Thread:
+def _read_beside(
+    reader: Reader, pipeline: Pipeline, copies: _Copies | None, *, trino: bool = False
+) -> threading.Thread:
     """`reader` in a thread beside the pipeline's jobs, from when its stream starts; a run by
     counts ends only once the reader is done (it needs the stream running). With `trino`, a
-    Trino server on the pipeline's front (the table on S3) runs the queries too; one that does
-    not start is the reader's error."""
+    Trino server on the pipeline's front and on `copies` (the table on S3) runs the queries
+    too; one that does not start is the reader's error."""
     done = threading.Event()
     pipeline.waits_for.append(done)
 
@@ -296,9 +303,9 @@ def _read_beside(reader: Reader, pipeline: Pipeline, *, trino: bool = False) -> 
             assert pipeline.streaming is not None
             with contextlib.ExitStack() as stack:
                 server = None
-                if trino:
+                if trino and copies is not None:
                     try:
-                        server = stack.enter_context(_trino_on(pipeline))
+                        server = stack.enter_context(_trino_on(pipeline, copies))
                     except Exception as exc:  # the run goes on; its report says why
                         reader.errors.append(f"Trino did not start: {error_message(exc)}")
                         return
@@ -312,15 +319,39 @@ def _read_beside(reader: Reader, pipeline: Pipeline, *, trino: bool = False) -> 
     return thread
 
 
-def _trino_on(pipeline: Pipeline) -> TrinoServer:
-    """A Trino server (1 GB of heap) reading the pipeline's table through its front, the
-    catalog named as the jobs' (demo.lake)."""
-    catalog = pipeline.lake.trino_catalog(pipeline.service)
-    return TrinoServer(
-        {CATALOG: catalog, S3_COPIES: catalog},
-        heap="1G",
-        workdir=pipeline.options.workdir / "trino",
-    )
+class _Copies:
+    """With `--storage s3`, where the readers' copies go: a front of their own (a second
+    service on SQLite in `workdir`, its warehouse beside the table's on the same S3 server),
+    as the Flink writer's copies, so that the table's front sees only the jobs' commits and no
+    token of it may drop a table. Started once the pipeline's lake is up (`catalogs`, the
+    pipeline's more_catalogs: the copies' Spark catalog, with this front's operator token,
+    which drops them); `stop` after the run."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.front: LocalService | None = None
+
+    def catalogs(self, lake: Lake, service: LocalService | None) -> list[CatalogConfig]:
+        self.front = LocalService.start(
+            db_url=f"sqlite:///{(self.workdir / 'lakelock.db').resolve()}",
+            log_path=self.workdir / "service.log",
+            **lake.service_env(folder=S3_COPIES),
+        )
+        return [lake.front_catalog(self.front, S3_COPIES, role="operator", folder=S3_COPIES)]
+
+    def stop(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+
+
+def _trino_on(pipeline: Pipeline, copies: _Copies) -> TrinoServer:
+    """A Trino server reading the pipeline's table through its front and the copies through
+    theirs, each catalog named as in Spark."""
+    catalogs = {
+        CATALOG: pipeline.lake.trino_catalog(pipeline.service),
+        S3_COPIES: pipeline.lake.trino_catalog(copies.front),
+    }
+    return reader_trino(catalogs, pipeline.options.workdir / "trino")
 
 
 def _median_s(query: Callable[[], object], runs: int = 3) -> float:
@@ -351,28 +382,35 @@ def run_one(
         format_version=version,
         storage=args.storage,
     )
-    on_s3 = args.storage == "s3"
+    copies = _Copies(options.workdir / S3_COPIES) if args.storage == "s3" and args.queries else None
     pipeline = Pipeline(
         options,
         on_progress=_progress,
-        # on S3 the readers' copies are in the table's front, dropped by the operator's token
-        more_catalogs=lambda lake, service: (
-            [lake.catalog(service, name=S3_COPIES, role="operator")] if on_s3 else []
-        ),
+        more_catalogs=copies.catalogs if copies else lambda lake, service: (),
     )
-    reader = Reader(
-        QUERY_POINTS if args.queries else (), scratch=f"{S3_COPIES}.db" if on_s3 else None
-    )
-    thread = _read_beside(reader, pipeline, trino=args.trino)
-    result = pipeline.run()
-    thread.join(timeout=60)
+    scratch = f"{S3_COPIES}.db" if copies is not None else None
+    reader = Reader(QUERY_POINTS if args.queries else (), scratch=scratch)
+    thread = _read_beside(reader, pipeline, copies, trino=args.trino)
+    try:
+        result = pipeline.run()
+        thread.join(timeout=60)
+    finally:
+        if copies is not None:
+            copies.stop()
     return {
         **figures(fmt, mode, result, reader, compactor=None if mode == "none" else compactor),
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
         "format_version": version,
         "storage": args.storage,
+        "due_settings": due_settings(),
     }
+
+
+def due_settings() -> dict[str, str]:
+    """The due counts the run's services take from the environment (`LAKELOCK_DUE_*`, e.g.
+    LAKELOCK_DUE_DELETE_FILES=1), recorded with the run: its command line does not show them."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("LAKELOCK_DUE_")}
 
 
 def run_flink(args: argparse.Namespace, mode: str, compactor: str = "follow") -> dict[str, Any]:
@@ -752,6 +790,7 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
             "",
             f"Writer: {writer}, {WRITERS[writer]}.",
             "",
+            *_settings_line(of),
             "| | " + " | ".join(_column(r) for r in of) + " |",
             "| --- |" + " ---: |" * len(of),
         ]
@@ -764,6 +803,14 @@ def render_markdown(runs: list[dict[str, Any]], *, command: str) -> str:
             lines += [f"- {_column(r)}: query error {e}" for e in r["query_errors"]]
             lines += [f"- {_column(r)}: table {p}" for p in r.get("table_problems", [])]
     return "\n".join(lines) + "\n"
+
+
+def _settings_line(runs: list[dict[str, Any]]) -> list[str]:
+    """The service settings the runs took from the environment, as a line of the report."""
+    settings = {k: v for r in runs for k, v in r.get("due_settings", {}).items()}
+    if not settings:
+        return []
+    return ["Service settings: " + ", ".join(f"`{k}={v}`" for k, v in settings.items()), ""]
 
 
 def _section(r: dict[str, Any]) -> str:
@@ -1041,6 +1088,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         unknown = [x for x in asked if x not in known]
         if unknown:
             raise SystemExit(f"unknown {unknown[0]!r}: use {', '.join(known)}")
+    if args.trino:  # before any run: a Trino that cannot be had fails here, not after one
+        try:
+            install_trino()
+        except Exception as exc:
+            parser.error(f"--trino: {error_message(exc)}")
     args.out = args.out.resolve()  # the runs' warehouses are file:// URIs in it
     args.out.mkdir(parents=True, exist_ok=True)
     runs = [

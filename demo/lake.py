@@ -78,11 +78,13 @@ class Lake:
         `lakelock.db.events` on S3."""
         return f"{CATALOG}.{name.split('.', 1)[1]}" if self.on_s3 else name
 
-    def service_env(self) -> dict[str, str]:
+    def service_env(self, *, folder: str = "") -> dict[str, str]:
+        """The service's settings for this lake; with `folder`, for a front of another
+        warehouse beside the table's (`<warehouse>-<folder>`, a reader's copies)."""
         if not self.on_s3:
             return {}
         return {
-            "LAKELOCK_CATALOG_WAREHOUSE": self.warehouse,
+            "LAKELOCK_CATALOG_WAREHOUSE": self._warehouse(folder),
             "LAKELOCK_CATALOG_NAME": CATALOG,
             "LAKELOCK_CATALOG_S3_ENDPOINT": self.endpoint or "",
             "LAKELOCK_CATALOG_S3_REGION": self.region,
@@ -101,16 +103,21 @@ class Lake:
             found["s3.path-style-access"] = "true"
         return found
 
-    def catalog(self, service: Any, *, name: str = CATALOG, role: str = "job") -> CatalogConfig:
-        """The jobs' Spark catalog: the Hadoop one in the run's folder, or the front; on the
-        front, also another Spark catalog `name` on it as the token of `role` (a reader's
-        beside the jobs, which drops what it made: the operator's)."""
+    def catalog(self, service: Any) -> CatalogConfig:
+        """The jobs' Spark catalog: the Hadoop one in the run's folder, or the front."""
         if not self.on_s3:
             return CatalogConfig(warehouse=str(self.workdir / "warehouse"))
+        return self.front_catalog(service, CATALOG, role="job")
+
+    def front_catalog(
+        self, service: Any, name: str, *, role: str, folder: str = ""
+    ) -> CatalogConfig:
+        """A Spark catalog `name` on `service`'s front on S3, as the token of `role`; with
+        `folder`, on a front of that warehouse (service_env)."""
         return CatalogConfig(
             name=name,
             type="rest",
-            warehouse=self.warehouse,
+            warehouse=self._warehouse(folder),
             properties={
                 "uri": f"{service.url}/iceberg",
                 "token": service.token(role),
@@ -118,18 +125,15 @@ class Lake:
             },
         )
 
-    def trino_catalog(self, service: Any) -> dict[str, str]:
-        """A Trino catalog (demo.trino) on this lake's front, as the reader token: name it
-        CATALOG in Trino and the table's name is the jobs'. Its S3 keys are the environment's,
-        as the jobs' are.
+    def _warehouse(self, folder: str) -> str:
+        return f"{self.warehouse}-{folder}" if folder else self.warehouse
 
-        Raises:
-            ValueError: on local files, whose Hadoop catalog Trino cannot read.
-        """
+    def trino_catalog(self, service: Any) -> dict[str, str]:
+        """A Trino catalog (demo.trino) on `service`'s front on S3, as the reader token (name
+        it CATALOG in Trino and the table's name is the jobs'). Its S3 keys are the
+        environment's, as the jobs' are."""
         from demo.trino import front_catalog
 
-        if not self.on_s3:
-            raise ValueError("Trino reads the demo's table through the front: storage s3")
         s3 = {
             "endpoint": self.endpoint or f"https://s3.{self.region}.amazonaws.com",
             "region": self.region,

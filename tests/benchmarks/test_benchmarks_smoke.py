@@ -133,8 +133,13 @@ def test_streaming_health_counts_files_per_partition_as_the_partitions_grow() ->
     assert grown["per_partition_middle_third"] == grown["per_partition_last_third"] == 3.0
 
 
-def test_streaming_health_refuses_options_of_the_other_writer(capsys):
+def test_streaming_health_refuses_options_of_the_other_writer(capsys, monkeypatch):
+    from benchmarks import streaming_health
     from benchmarks.streaming_health import main
+
+    # a refusal that regressed fails here, instead of starting a run
+    for run in ("run_one", "run_flink"):
+        monkeypatch.setattr(streaming_health, run, lambda *a, **k: pytest.fail("it ran"))
 
     for asked, said in (
         (["--formats", "json"], "--formats is for --writer ingest"),

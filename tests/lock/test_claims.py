@@ -205,7 +205,7 @@ def test_the_client_claims_renews_and_releases(api):
     assert held.value.extra["holder"] == "compactor-1"
     renewer = Renewer(client, lease)
     try:
-        # renewed past its first TTL several times over: the claim stays with its holder
+        # renewed past its first TTL twice over: the claim stays with its holder
         wait_until(lambda: renewer.renewals >= 6, "six renews of the claim")
         assert not renewer.lost.is_set()
         assert [c["lease_id"] for c in client.state(TABLE)["claims"]] == [lease.lease_id]
