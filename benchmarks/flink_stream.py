@@ -82,7 +82,8 @@ SCRATCH = "scratch"
 """The catalog, in Spark and in Trino, of what readers make (their compacted copies): a front
 of its own, so the run's front counts only the writer's and the compactor's commits."""
 COPIES = f"{SCRATCH}.db"
-"""The namespace of SCRATCH the run makes for the readers' copies."""
+"""The namespace of SCRATCH for the readers' copies (the reader makes it:
+benchmarks.streaming_health.Reader)."""
 
 
 class ReadBeside(Protocol):
@@ -281,7 +282,6 @@ class FlinkStream:
 
         o = self.options
         client = LeaseClient(service.url, token=service.token("job"))
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {COPIES}")
         began = time.monotonic()
         window = (began, began + o.duration_s)
         parts: list[tuple[str, Callable[[], None]]] = [

@@ -371,7 +371,6 @@ def run_one(
     length = f"{args.events} events" if args.events else f"{args.duration_s:g}s"
     print(f"== {fmt} / {_label(mode, compactor)}: {length}", flush=True)
     window = args.update_window_h
-    version = args.format_version or 2
     options = _options(
         args,
         mode,
@@ -379,7 +378,7 @@ def run_one(
         f"{fmt}-{mode}",
         format=fmt,
         update_window=timedelta(hours=window) if window is not None else None,
-        format_version=version,
+        format_version=args.format_version,
         storage=args.storage,
     )
     copies = _Copies(options.workdir / S3_COPIES) if args.storage == "s3" and args.queries else None
@@ -401,13 +400,13 @@ def run_one(
         **figures(fmt, mode, result, reader, compactor=None if mode == "none" else compactor),
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
-        "format_version": version,
+        "format_version": args.format_version,
         "storage": args.storage,
-        "due_settings": due_settings(),
+        "due_settings": _due_settings(),
     }
 
 
-def due_settings() -> dict[str, str]:
+def _due_settings() -> dict[str, str]:
     """The due counts the run's services take from the environment (`LAKELOCK_DUE_*`, e.g.
     LAKELOCK_DUE_DELETE_FILES=1), recorded with the run: its command line does not show them."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("LAKELOCK_DUE_")}
@@ -1017,15 +1016,17 @@ def _check_plan(parser: argparse.ArgumentParser, settings: Sequence[tuple[str, s
 
 def _check_ingest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit when the ingest writer's options do not go together: Trino reads its table
-    through the front, on S3; a table of format version 3 is on local files."""
+    through the front, on S3; a table of format version 3 is on local files. Its format
+    version at its default (2)."""
     if args.trino and args.storage != "s3":
         parser.error(
             "--trino reads the ingest writer's table through the catalog front: add "
             "--storage s3 (on local files the table is in a Hadoop catalog of the demo's, "
             "which Trino cannot read)"
         )
+    args.format_version = args.format_version or 2
     try:
-        check_format_version(args.format_version or 2, args.storage)
+        check_format_version(args.format_version, args.storage)
     except ValueError as exc:
         parser.error(f"--format-version: {exc}")
     _check_trino(parser, args)

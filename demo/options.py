@@ -23,11 +23,9 @@ def check_format_version(version: int, storage: str) -> None:
     """Raises ValueError, saying what to change, unless the demo can make its table of format
     `version` on `storage`: 2, or 3 (deletion vectors) in a local folder; the table on S3 is
     in the catalog front, which writes versions 1 and 2 (docs/catalog-front.md §1)."""
-    from ingest_gate.job.table import format_version_refusal
+    from ingest_gate.job.table import require_format_version
 
-    refusal = format_version_refusal(version)
-    if refusal is not None:
-        raise ValueError(refusal)
+    require_format_version(version)
     if storage == "s3" and version != 2:
         raise ValueError(
             f"format version {version} goes with storage file: the table on S3 is in the "

@@ -57,9 +57,9 @@ __all__ = [
     "create_table_sql",
     "ensure_clustered_writes",
     "ensure_partition_summaries",
-    "format_version_refusal",
     "identifier_merge_refusal",
     "read_rows",
+    "require_format_version",
     "table_properties",
 ]
 
@@ -103,9 +103,7 @@ def create_table_sql(
     Raises:
         ValueError: `format_version` is neither 2 nor 3.
     """
-    refusal = format_version_refusal(format_version)
-    if refusal is not None:
-        raise ValueError(refusal)
+    require_format_version(format_version)
     properties = {**TABLE_PROPERTIES, "format-version": str(format_version)}
     props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     partitioned = f"\nPARTITIONED BY ({partitioned_by})" if partitioned_by else ""
@@ -119,13 +117,14 @@ def create_table_sql(
     return statements
 
 
-def format_version_refusal(version: int) -> str | None:
-    """Why a table made for the job cannot be of format `version`, or None (FORMAT_VERSIONS)."""
-    if version in FORMAT_VERSIONS:
-        return None
-    return (
-        f"format version {version}: use 2 or 3 (2: position delete files, or 3: deletion vectors)"
-    )
+def require_format_version(version: int) -> None:
+    """Raises ValueError, saying what to use, unless a table made for the job may be of
+    format `version` (FORMAT_VERSIONS)."""
+    if version not in FORMAT_VERSIONS:
+        raise ValueError(
+            f"format version {version}: use 2 or 3 (2: position delete files, or 3: deletion "
+            "vectors)"
+        )
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
