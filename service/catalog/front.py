@@ -59,7 +59,7 @@ from service.catalog import limits, locations
 from service.catalog.changes import named_lease, read_change
 from service.catalog.limits import Limits
 from service.catalog.pointers import Pointers
-from service.lock import due, fence, idempotency, intents
+from service.lock import drops, due, fence, idempotency, intents
 from service.lock.db import DatabaseError, PoolExhausted, is_unavailable
 from service.wire import TABLE_PATTERN
 from service.wire.errors import (
@@ -533,38 +533,69 @@ class Front:
             )
         return metadata, new, moved
 
-    def drop(self, identifier: Identifier, *, purge: bool) -> Callable[[], object] | None:
-        """Forget the table's pointer; with `purge`, the rest of the drop, to run after it was
+    def drop(
+        self, identifier: Identifier, *, purge: bool, principal: str
+    ) -> Callable[[], object] | None:
+        """Forget the table's pointer and, in the same transaction, its lock state
+        (service.lock.drops.dropped); with `purge`, the rest of the drop, to run after it was
         answered (a large table's files take longer than a client waits): the deletion of its
         files, listed first (Pointers.purge_plan: those in its own location; another table's
         are never on the list), what is left logged (Pointers.purge).
 
         Raises:
             NoSuchTable: no such table.
+            InUse: a lease, claim or intent of the table is live: nothing was dropped.
             StorageFault: purging, its files could not be listed: nothing was dropped.
         """
+        table = self._leased_name(identifier)
+
+        def drop_forget(conn: Connection) -> None:
+            if table is not None:
+                drops.dropped(conn, table=table, actor=principal)
+            self.pointers.drop_pointer(conn, identifier)
+
         try:
             plan = self.pointers.purge_plan(self.pointers.load_table(identifier)) if purge else None
-            self.pointers.drop_table(identifier)
+            self._transact(drop_forget)
         except NoSuchTableError as exc:
             raise self._no_table(identifier) from exc
         return partial(self.pointers.purge, plan) if plan is not None else None
 
-    def rename(self, source: Identifier, destination: Identifier) -> None:
-        """A new name; the table keeps its location (and a later table of the old name gets
-        a folder of its own: `_location`)."""
+    def rename(self, source: Identifier, destination: Identifier, *, principal: str) -> None:
+        """A new name, and the table's lock state moved to it in the same transaction
+        (service.lock.drops.renamed); the table keeps its location (and a later table of the
+        old name gets a folder of its own: `_location`).
+
+        Raises:
+            NoSuchTable, NoSuchNamespace: no such source, no such destination namespace.
+            AlreadyExists: the destination exists, or differs from a table's name in case only.
+            InUse: a lease, claim or intent of either name is live: nothing was renamed.
+        """
         self._check_namespace_name(destination[:-1])
         limits.check_name(self.limits, destination[-1], what="table name")
-        # a new name that only changes the letter case of the source's is the same table
-        self._check_case(destination, besides=source)
+        old, new = self._leased_name(source), self._leased_name(destination)
+
+        def rename_move(conn: Connection) -> None:
+            if old is not None and new is not None:
+                drops.renamed(conn, source=old, destination=new, actor=principal)
+            elif old is not None:  # to a name lakelock does not lease: the state has no home
+                drops.dropped(conn, table=old, actor=principal)
+            self.pointers.rename_pointer(conn, source, destination)
+
         try:
-            self.pointers.rename_table(source, destination)
+            self._transact(rename_move)
         except NoSuchTableError as exc:
             raise self._no_table(source) from exc
         except NoSuchNamespaceError as exc:
             raise _no_namespace(destination[:-1]) from exc
         except TableAlreadyExistsError as exc:
             raise AlreadyExists(f"table {'.'.join(destination)} exists") from exc
+
+    def _leased_name(self, identifier: Identifier) -> str | None:
+        """The table's name in lakelock's leases, switch and events; None for a name lakelock
+        leases none under (`_check_name`)."""
+        name = self.table_name(identifier)
+        return name if re.fullmatch(TABLE_PATTERN, name) else None
 
     def _no_table(self, identifier: Identifier) -> NoSuchTable:
         return NoSuchTable(f"no table {'.'.join(identifier)} in catalog {self.name}")

@@ -35,6 +35,7 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import Compressor
 from pyiceberg.table import StagedTable, Table
@@ -51,7 +52,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import Engine, and_, func, insert, select, update
+from sqlalchemy import Engine, and_, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -305,6 +306,52 @@ class Pointers(SqlCatalog):
             .values(metadata_location=new, previous_metadata_location=old)
         )
         return changed.rowcount == 1
+
+    def drop_pointer(self, conn: Connection, identifier: Identifier) -> None:
+        """Delete `identifier`'s pointer, in the caller's transaction (SqlCatalog.drop_table's
+        runs in one of its own).
+
+        Raises:
+            NoSuchTableError: no such table.
+        """
+        gone = conn.execute(delete(iceberg_tables_t).where(*self._key(identifier)))
+        if gone.rowcount != 1:
+            raise NoSuchTableError(f"no table {'.'.join(identifier)}")
+
+    def rename_pointer(self, conn: Connection, source: Identifier, destination: Identifier) -> None:
+        """Give `source`'s pointer the name `destination`, in the caller's transaction
+        (SqlCatalog.rename_table's runs in one of its own).
+
+        Raises:
+            NoSuchTableError: no table `source`.
+            NoSuchNamespaceError: no namespace `destination[:-1]`.
+            TableAlreadyExistsError: a table `destination` exists.
+            AlreadyExists: another table's name differs from `destination` in case only.
+        """
+        namespace = Catalog.namespace_to_string(destination[:-1])
+        if not self._namespace_known(conn, namespace):
+            raise NoSuchNamespaceError(f"no namespace {namespace}")
+        self.check_case(conn, destination, besides=source)
+        same = [x.lower() for x in destination] == [x.lower() for x in source]
+        if not same and self.pointer(conn, destination) is not None:
+            raise TableAlreadyExistsError(f"table {'.'.join(destination)} exists")
+        moved = conn.execute(
+            update(iceberg_tables_t)
+            .where(*self._key(source))
+            .values(table_namespace=namespace, table_name=destination[-1])
+        )
+        if moved.rowcount != 1:
+            raise NoSuchTableError(f"no table {'.'.join(source)}")
+
+    def _namespace_known(self, conn: Connection, namespace: str) -> bool:
+        """A namespace with a row of its own, or one known only by its tables (an older
+        JdbcCatalog's), as SqlCatalog.namespace_exists."""
+        n, t = iceberg_namespaces_t.c, iceberg_tables_t.c
+        own = select(n.namespace).where(n.catalog_name == self.name, n.namespace == namespace)
+        held = select(t.table_name).where(
+            t.catalog_name == self.name, t.table_namespace == namespace
+        )
+        return any(conn.execute(q.limit(1)).first() is not None for q in (own, held))
 
     # -- where tables live (docs/catalogs.md, "Where tables live") -----------------------------
 

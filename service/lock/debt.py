@@ -5,6 +5,7 @@
                                                                   replaced when it names them
     of_table(conn, t, at)                                         TableDebt | None
     heaviest(conn, limit=100)                                     [(table, TableDebt)], most first
+    forget(conn, t) / move(conn, source=t, destination=u)        the table dropped / renamed
     add_commit(conn, t, counts, snapshot_id)                      a front's data commit counted
                                                                   on the row, where there is one
 
@@ -29,7 +30,7 @@ from service.lock.db import debt_t
 from service.lock.rows import Caller, seconds
 from service.wire import DebtBody, TableDebt
 
-__all__ = ["add_commit", "heaviest", "of_table", "report", "weight"]
+__all__ = ["add_commit", "forget", "heaviest", "move", "of_table", "report", "weight"]
 
 _COUNTS = (
     "snapshot_id",
@@ -86,6 +87,16 @@ def report(
     )
     store.put_row(conn, debt_t, {"table_name": table}, values)
     return _view(values, at)
+
+
+def forget(conn: Connection, table: str) -> bool:
+    """A dropped table's debt goes with it; whether it had a row."""
+    return store.forget_rows(conn, debt_t, table) > 0
+
+
+def move(conn: Connection, *, source: str, destination: str) -> bool:
+    """A renamed table's debt goes to its new name; whether it had a row."""
+    return store.move_rows(conn, debt_t, source, destination) > 0
 
 
 def of_table(conn: Connection, table: str, at: datetime) -> TableDebt | None:

@@ -5,6 +5,8 @@ commits land, and the compactors that long-poll for them (docs/design.md §5.1).
                                         a commit's files: the partitions that became due
     compacted(conn, table=t, partitions=["dt=2024-06-20"], at=at)
                                         a compaction: counts to zero, a due->compacted sample each
+    forget(conn, t) / move(conn, source=t, destination=u)
+                                        the table dropped / renamed (service.lock.drops)
     replace(conn, table=t, partitions={...}, at=at, trigger=Trigger())
                                         a compactor's measured debt, the correction
     poll(conn, tables=["lake.db.*"], holder=h, principal=p, limit=100, parked_s=30)
@@ -52,7 +54,9 @@ __all__ = [
     "add_written",
     "compacted",
     "figures",
+    "forget",
     "marker",
+    "move",
     "of_table",
     "poll",
     "replace",
@@ -172,6 +176,16 @@ def compacted(conn: Connection, *, table: str, partitions: Iterable[str], at: da
     if samples:
         conn.execute(insert(due_samples_t), samples)
     return len(samples)
+
+
+def forget(conn: Connection, table: str) -> int:
+    """A dropped table owes nothing: its due partitions deleted (no sample); how many."""
+    return store.forget_rows(conn, due_t, table)
+
+
+def move(conn: Connection, *, source: str, destination: str) -> int:
+    """A renamed table's due partitions go with it; how many."""
+    return store.move_rows(conn, due_t, source, destination)
 
 
 def replace(

@@ -2,6 +2,7 @@
 
     report_lag(conn, table=t, body=LagBody(...), by="ingest")   IngestLag; the table's row made
     lag_of(conn, t, at)                                           IngestLag | None
+    forget_lag(conn, t)                                           the table dropped or renamed
     most_behind(conn, limit=100, at=at)                           [(table, IngestLag)], most first
     record_gaps(conn, table=t, body=GapsBody(...), by="ingest")  GapsRecorded
 
@@ -29,7 +30,7 @@ from service.lock.db import lag_t
 from service.lock.rows import seconds
 from service.wire import EventName, GapsBody, GapsRecorded, IngestLag, LagBody
 
-__all__ = ["lag_of", "most_behind", "record_gaps", "report_lag"]
+__all__ = ["forget_lag", "lag_of", "most_behind", "record_gaps", "report_lag"]
 
 
 def report_lag(conn: Connection, *, table: str, body: LagBody, by: str) -> IngestLag:
@@ -48,6 +49,12 @@ def report_lag(conn: Connection, *, table: str, body: LagBody, by: str) -> Inges
     }
     store.put_row(conn, lag_t, {"table_name": table}, values)
     return _view(values, at)
+
+
+def forget_lag(conn: Connection, table: str) -> bool:
+    """The table was dropped or renamed: the lag of the job that named it is forgotten;
+    whether there was one."""
+    return store.forget_rows(conn, lag_t, table) > 0
 
 
 def lag_of(conn: Connection, table: str, at: datetime) -> IngestLag | None:

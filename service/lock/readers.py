@@ -3,6 +3,7 @@
     hold(conn, table=t, reader="summary@h1", body=ReaderBody(...), by=Caller("job"))  ReaderHold
     release(conn, table=t, reader="summary@h1", by=Caller("job"))            bool (was live)
     expire(conn, table=t, at=at)       the sweep: holds past their TTL deleted, each audited
+    forget(conn, t)                    the table dropped or renamed: its holds deleted, how many
     live(conn, t, at)                  [ReaderHold], the oldest position first
 
 A reader conflicts with no lease: it holds back expiry only, which the compactor reads from the
@@ -28,7 +29,7 @@ from service.lock.refusals import other_principal_of
 from service.lock.rows import SYSTEM, Caller, seconds
 from service.wire import EventName, ReaderBody, ReaderHold
 
-__all__ = ["due", "expire", "hold", "live", "release"]
+__all__ = ["due", "expire", "forget", "hold", "live", "release"]
 
 
 def hold(conn: Connection, *, table: str, reader: str, body: ReaderBody, by: Caller) -> ReaderHold:
@@ -166,3 +167,9 @@ def _view(row: dict[str, Any], at: datetime) -> ReaderHold:
         held_s=max(0.0, seconds(at - row["held_since"])),
         advanced_s_ago=max(0.0, seconds(at - row["advanced_at"])),
     )
+
+
+def forget(conn: Connection, table: str) -> int:
+    """The table was dropped or renamed: the holds of the readers that named it are deleted
+    (audited with the drop or rename, service.lock.drops); how many."""
+    return store.forget_rows(conn, readers_t, table)

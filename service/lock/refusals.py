@@ -9,6 +9,8 @@
     commit_refused(refusal, change, at, holds)           -> Fenced | CommitHeld
                         a catalog commit's `Refuse` (service.lock.fence), with the Retry-After
                         of a hold from the table's recent maintenance `holds`
+    in_use(table, verb, live)                             -> InUse
+                        a drop or rename of a table something live holds (service.lock.drops)
 
 A refusal's `reason` is spelled once, as docs/api.md writes it.
 """
@@ -16,6 +18,7 @@ A refusal's `reason` is spelled once, as docs/api.md writes it.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from datetime import datetime
 
 from service.lock.asks import (
@@ -34,6 +37,7 @@ from service.wire.errors import (
     ClaimHeld,
     CommitHeld,
     Fenced,
+    InUse,
     InvalidRequest,
     LakelockError,
     LeaseExpired,
@@ -47,7 +51,7 @@ from service.wire.errors import (
 from service.wire.scope import Scope
 from service.wire.text import sample
 
-__all__ = ["commit_refused", "other_principal", "other_principal_of", "refused"]
+__all__ = ["commit_refused", "in_use", "other_principal", "other_principal_of", "refused"]
 
 
 def other_principal(what: str, row: LeaseRow | IntentRow, caller: Caller, verb: str) -> NotOwner:
@@ -435,3 +439,17 @@ def _expected_s(hold: LeaseRow | IntentRow, holds: list[float], at: datetime) ->
 
 def _sample(partitions: Scope) -> str:
     return "the whole table" if partitions is None else sample(sorted(partitions))
+
+
+def in_use(table: str, verb: str, live: Sequence[LeaseRow | IntentRow]) -> InUse:
+    """The refusal of a drop or rename of `table` while `live` (its live leases, claims and
+    intents, not empty) hold it: each named by kind and holder, and how to end them."""
+    named = [f"{x.kind} {'intent' if x.kind == 'intent' else 'lease'} of {x.holder}" for x in live]
+    return InUse(
+        f"table {table} is in use ({sample(named)}) and the {verb} changed nothing: stop the jobs "
+        "that hold it (what they hold ends with them, at the latest with its TTL), or revoke "
+        f"their leases as an operator (`lakelock status {table}` lists them, `lakelock revoke "
+        f"LEASE_ID` ends one), then {verb} it again",
+        reason="in-use",
+        live=[{"kind": x.kind, "holder": x.holder} for x in live],
+    )

@@ -422,6 +422,19 @@ def put_row(conn: Connection, rows: Table, key: dict[str, Any], values: dict[str
         conn.execute(insert_mysql.on_duplicate_key_update(**values))
 
 
+def forget_rows(conn: Connection, rows: Table, table: str) -> int:
+    """Delete the rows of `rows` that name `table` (a dropped table's); how many went."""
+    return conn.execute(delete(rows).where(rows.c.table_name == table)).rowcount or 0
+
+
+def move_rows(conn: Connection, rows: Table, source: str, destination: str) -> int:
+    """Give the rows of `rows` that name `source` to `destination` (a renamed table's), any
+    that named `destination` before deleted first; how many moved."""
+    forget_rows(conn, rows, destination)
+    moved = update(rows).where(rows.c.table_name == source).values(table_name=destination)
+    return conn.execute(moved).rowcount or 0
+
+
 def _one_intent(intent: IntentRow) -> Any:
     i = intents_t.c
     return (i.table_name == intent.table) & (i.request_id == intent.request_id)

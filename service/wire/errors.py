@@ -17,6 +17,7 @@
         + CommitConflict    409  the table changed since the commit's base; refresh, retry
         + AlreadyExists     409  a table or namespace of that name exists
         + NotEmpty          409  the namespace still holds tables
+        + InUse             409  a table to drop or rename has live leases or intents
       x NoSuchTable         404  no table of that name in the catalog
       x NoSuchNamespace     404  no namespace of that name in the catalog
       x LeaseExpired        410  renewed too late, or already released; acquire again
@@ -44,6 +45,7 @@ __all__ = [
     "CommitHeld",
     "Fenced",
     "Forbidden",
+    "InUse",
     "InvalidRequest",
     "LakelockError",
     "LeaseExpired",
@@ -185,6 +187,13 @@ class NotEmpty(Refused):
     """The namespace still holds tables; drop them first."""
 
     status, slug, title = 409, "not-empty", "Namespace not empty"
+
+
+class InUse(Refused):
+    """The table has a live lease or intent (`live` names them): stop the jobs that hold them,
+    or end them as an operator, then drop or rename it."""
+
+    status, slug, title = 409, "in-use", "Table in use"
 
 
 class NoSuchTable(LakelockError):

@@ -38,3 +38,6 @@ class EventName(StrEnum):
     # commits through the catalog front (docs/catalog-front.md)
     CATALOG_COMMIT = "catalog.commit"
     CATALOG_REFUSED = "catalog.refused"
+    # a table the front dropped or renamed: its lock state forgotten or moved (service.lock.drops)
+    CATALOG_DROPPED = "catalog.dropped"
+    CATALOG_RENAMED = "catalog.renamed"

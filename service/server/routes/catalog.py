@@ -427,7 +427,9 @@ async def drop_table(
     identifier = (*_namespace(namespace), table)
 
     async def run(_key: Key | None) -> Response:
-        rest = await _call(request, lambda f: f.drop(identifier, purge=purge))
+        rest = await _call(
+            request, lambda f: f.drop(identifier, purge=purge, principal=caller.name)
+        )
         if rest is None:
             return Response(status_code=204)
         # a purge deletes the files after the answer, in the catalog's worker threads
@@ -449,7 +451,10 @@ async def rename_table(request: Request, caller: Operator) -> Response:
             )
         except (KeyError, TypeError) as exc:
             raise InvalidRequest("source and destination: {namespace: [...], name: ...}") from exc
-        await _call(request, lambda f: f.rename(tuple(source), tuple(destination)))
+        await _call(
+            request,
+            lambda f: f.rename(tuple(source), tuple(destination), principal=caller.name),
+        )
         return Response(status_code=204)
 
     return await idempotency.once(request, caller, run)
