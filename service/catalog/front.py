@@ -550,6 +550,8 @@ class Front:
         table = self._leased_name(identifier)
 
         def drop_forget(conn: Connection) -> None:
+            # every refusal before the first write: a refusal commits what came before it
+            self.pointers.check_drop(conn, identifier)
             if table is not None:
                 drops.dropped(conn, table=table, actor=principal)
             self.pointers.drop_pointer(conn, identifier)
@@ -576,9 +578,11 @@ class Front:
         old, new = self._leased_name(source), self._leased_name(destination)
 
         def rename_move(conn: Connection) -> None:
-            if old is not None and new is not None:
+            # every refusal before the first write: a refusal commits what came before it
+            self.pointers.check_rename(conn, source, destination)
+            if new is not None:
                 drops.renamed(conn, source=old, destination=new, actor=principal)
-            elif old is not None:  # to a name lakelock does not lease: the state has no home
+            elif old is not None:  # to a name lakelock leases nothing under: no home for it
                 drops.dropped(conn, table=old, actor=principal)
             self.pointers.rename_pointer(conn, source, destination)
 

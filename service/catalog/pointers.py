@@ -52,7 +52,7 @@ from pyiceberg.table.update import (
 )
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from pyiceberg.utils.datetime import datetime_to_millis
-from sqlalchemy import Engine, and_, delete, func, insert, select, update
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -79,6 +79,11 @@ CACHED_METADATA = 256  # metadata files kept parsed, the latest used
 CACHED_CHARS = (
     64 * 1024 * 1024
 )  # and their JSON text, at most (the parsed form is a few times more)
+
+
+# the rows that are tables: Iceberg's JdbcCatalog keeps its views in the same table (`VIEW`),
+# and rows of its older schema have no type
+_TABLES = or_(iceberg_tables_t.c.iceberg_type == "TABLE", iceberg_tables_t.c.iceberg_type.is_(None))
 
 
 class Pointers(SqlCatalog):
@@ -307,27 +312,38 @@ class Pointers(SqlCatalog):
         )
         return changed.rowcount == 1
 
-    def drop_pointer(self, conn: Connection, identifier: Identifier) -> None:
-        """Delete `identifier`'s pointer, in the caller's transaction (SqlCatalog.drop_table's
-        runs in one of its own).
+    def check_drop(self, conn: Connection, identifier: Identifier) -> None:
+        """That `identifier` is a table here (a view is not), before anything of a drop is
+        written in the caller's transaction.
 
         Raises:
             NoSuchTableError: no such table.
         """
-        gone = conn.execute(delete(iceberg_tables_t).where(*self._key(identifier)))
+        if not self._is_table(conn, identifier):
+            raise NoSuchTableError(f"no table {'.'.join(identifier)}")
+
+    def drop_pointer(self, conn: Connection, identifier: Identifier) -> None:
+        """Delete `identifier`'s pointer, in the caller's transaction (SqlCatalog.drop_table's
+        runs in one of its own), after `check_drop`.
+
+        Raises:
+            NoSuchTableError: it went meanwhile.
+        """
+        gone = conn.execute(delete(iceberg_tables_t).where(*self._key(identifier), _TABLES))
         if gone.rowcount != 1:
             raise NoSuchTableError(f"no table {'.'.join(identifier)}")
 
-    def rename_pointer(self, conn: Connection, source: Identifier, destination: Identifier) -> None:
-        """Give `source`'s pointer the name `destination`, in the caller's transaction
-        (SqlCatalog.rename_table's runs in one of its own).
+    def check_rename(self, conn: Connection, source: Identifier, destination: Identifier) -> None:
+        """That `source` can be renamed `destination`, before anything of the rename is written
+        in the caller's transaction.
 
         Raises:
             NoSuchTableError: no table `source`.
             NoSuchNamespaceError: no namespace `destination[:-1]`.
-            TableAlreadyExistsError: a table `destination` exists.
+            TableAlreadyExistsError: a table or view `destination` exists.
             AlreadyExists: another table's name differs from `destination` in case only.
         """
+        self.check_drop(conn, source)
         namespace = Catalog.namespace_to_string(destination[:-1])
         if not self._namespace_known(conn, namespace):
             raise NoSuchNamespaceError(f"no namespace {namespace}")
@@ -335,13 +351,33 @@ class Pointers(SqlCatalog):
         same = [x.lower() for x in destination] == [x.lower() for x in source]
         if not same and self.pointer(conn, destination) is not None:
             raise TableAlreadyExistsError(f"table {'.'.join(destination)} exists")
-        moved = conn.execute(
-            update(iceberg_tables_t)
-            .where(*self._key(source))
-            .values(table_namespace=namespace, table_name=destination[-1])
-        )
+
+    def rename_pointer(self, conn: Connection, source: Identifier, destination: Identifier) -> None:
+        """Give `source`'s pointer the name `destination`, in the caller's transaction
+        (SqlCatalog.rename_table's runs in one of its own), after `check_rename`.
+
+        Raises:
+            NoSuchTableError: `source` went meanwhile.
+            TableAlreadyExistsError: `destination` was created meanwhile.
+        """
+        try:
+            moved = conn.execute(
+                update(iceberg_tables_t)
+                .where(*self._key(source), _TABLES)
+                .values(
+                    table_namespace=Catalog.namespace_to_string(destination[:-1]),
+                    table_name=destination[-1],
+                )
+            )
+        except IntegrityError as exc:
+            raise TableAlreadyExistsError(f"table {'.'.join(destination)} exists") from exc
         if moved.rowcount != 1:
             raise NoSuchTableError(f"no table {'.'.join(source)}")
+
+    def _is_table(self, conn: Connection, identifier: Identifier) -> bool:
+        t = iceberg_tables_t.c
+        found = select(t.table_name).where(*self._key(identifier), _TABLES)
+        return conn.execute(found).first() is not None
 
     def _namespace_known(self, conn: Connection, namespace: str) -> bool:
         """A namespace with a row of its own, or one known only by its tables (an older

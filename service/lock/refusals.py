@@ -443,13 +443,23 @@ def _sample(partitions: Scope) -> str:
 
 def in_use(table: str, verb: str, live: Sequence[LeaseRow | IntentRow]) -> InUse:
     """The refusal of a drop or rename of `table` while `live` (its live leases, claims and
-    intents, not empty) hold it: each named by kind and holder, and how to end them."""
-    named = [f"{x.kind} {'intent' if x.kind == 'intent' else 'lease'} of {x.holder}" for x in live]
+    intents, not empty) hold it: each named, and how to end it."""
+    named = [
+        f"{x.cause} intent of {x.holder}"
+        if isinstance(x, IntentRow)
+        else f"{x.kind} lease {x.id} of {x.holder}"
+        for x in live
+    ]
     return InUse(
-        f"table {table} is in use ({sample(named)}) and the {verb} changed nothing: stop the jobs "
-        "that hold it (what they hold ends with them, at the latest with its TTL), or revoke "
-        f"their leases as an operator (`lakelock status {table}` lists them, `lakelock revoke "
-        f"LEASE_ID` ends one), then {verb} it again",
+        f"table {table} is in use ({sample(named)}) and the {verb} changed nothing: stop the "
+        "jobs that hold it (what they hold ends with them, at the latest with its TTL), or "
+        "revoke their leases as an operator (`lakelock revoke LEASE_ID`; an intent ends with "
+        f"its lease or its TTL), then {verb} it again",
         reason="in-use",
-        live=[{"kind": x.kind, "holder": x.holder} for x in live],
+        live=[
+            {"kind": "intent", "holder": x.holder, "cause": x.cause}
+            if isinstance(x, IntentRow)
+            else {"kind": x.kind, "holder": x.holder, "lease_id": x.id}
+            for x in live
+        ],
     )

@@ -8,7 +8,8 @@ sent again with the same key is answered as it was the first time, never applied
 0: not advertised, keys ignored), and Iceberg's 1.11 Java client then sends a UUIDv7 key with
 each mutation and the same key with each retry of it. Kept, as the specification says: 200 and
 204 answers and the 4xx that a resend would meet again; not kept: 429 (held: a resend may
-pass) and 5xx (nothing or an unknown part was applied). A commit and a table's creation keep
+pass), a drop's or rename's 409 `in-use` (it may pass once the leases end) and 5xx (nothing or
+an unknown part was applied). A commit and a table's creation keep
 their answer in the transaction that swaps the pointer (service.catalog.front); others once
 they are done.
 """
@@ -26,12 +27,13 @@ from service.lock import idempotency
 from service.server.problems import problem_response
 from service.server.runtime import Runtime
 from service.server.settings import ApiToken
-from service.wire.errors import InvalidRequest, LakelockError
+from service.wire.errors import InUse, InvalidRequest, LakelockError
 
 __all__ = ["HEADER", "lifetime", "once"]
 
 HEADER = "Idempotency-Key"
 _NOT_KEPT = (408, 425, 429)  # a resend may be answered otherwise
+_PASSING = (InUse,)  # refusals a resend may pass: a drop or rename once the leases ended
 
 
 def lifetime(seconds: float) -> str:
@@ -65,7 +67,7 @@ async def once(
     except idempotency.KeyTaken:
         return await _taken(rt, key, replay)  # the copy sent at the same time committed first
     except LakelockError as exc:
-        if not 400 <= exc.status < 500 or exc.status in _NOT_KEPT:
+        if not 400 <= exc.status < 500 or exc.status in _NOT_KEPT or isinstance(exc, _PASSING):
             raise
         answer = problem_response(request, exc)
     if answer.status_code < 300 and replay is not None:

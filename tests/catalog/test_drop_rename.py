@@ -11,6 +11,7 @@ changed) until that ends.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -39,6 +40,8 @@ DEBT = {
     "delete_files": 0,
     "partitions_over_target": 3,
 }
+
+WHAT_WENT = ("due_partitions", "debt", "reader_holds", "ingest_lag")
 
 # every partition an append touches is due at once
 front = front_fixture("drop-rename", BOTH_DATABASES, LAKELOCK_DUE_DATA_FILES="1")
@@ -114,10 +117,10 @@ def rename(front: Any, source: str, destination: str) -> httpx.Response:
         return c.post("/v1/tables/rename", json=body)
 
 
-def drop(front: Any, name: str) -> httpx.Response:
+def drop(front: Any, name: str, **headers: str) -> httpx.Response:
     namespace, table = name.split(".")
     with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("operator")) as c:
-        return c.delete(f"/v1/namespaces/{namespace}/tables/{table}")
+        return c.delete(f"/v1/namespaces/{namespace}/tables/{table}", headers=headers)
 
 
 def maintenance_token(front: Any, table: str) -> int:
@@ -152,10 +155,11 @@ def test_a_dropped_table_is_no_ones_due_and_a_new_one_of_its_name_starts_clean(f
     assert (after["debt"], after["readers"], after["ingest_lag"]) == (None, [], None)
     (event,) = events(front, table, "catalog.dropped")
     assert event["actor"] == "operator-client"
-    assert {k: event["detail"][k] for k in ("due_partitions", "debt", "reader_holds")} == {
+    assert {k: event["detail"][k] for k in WHAT_WENT} == {
         "due_partitions": 3,
         "debt": True,
         "reader_holds": 1,
+        "ingest_lag": True,
     }
     # a new table of the name: nothing due until it is written, tokens never repeat
     catalog(front).create_table("dropped.t", SCHEMA, partition_spec=SPEC)
@@ -173,11 +177,19 @@ def test_a_renamed_table_takes_its_due_partitions_and_debt_along(front):
     assert due_partitions(front, table) == [] and counted(front, table) == 0
     assert sorted(due_partitions(front, moved)) == ["p=1", "p=2", "p=3"]
     assert state(front, moved)["debt"]["small_files"] == DEBT["small_files"]
-    old = state(front, table)
-    assert (old["debt"], old["readers"], old["ingest_lag"]) == (None, [], None)
+    # the jobs' holds and lag named the old table: on neither name now
+    for name in (table, moved):
+        left = state(front, name)
+        assert (left["readers"], left["ingest_lag"]) == ([], None)
+    assert state(front, table)["debt"] is None
     (event,) = events(front, table, "catalog.renamed")
-    assert event["detail"]["destination"] == moved
-    assert event["detail"]["due_partitions"] == 3
+    assert {k: event["detail"][k] for k in ("destination", *WHAT_WENT)} == {
+        "destination": moved,
+        "due_partitions": 3,
+        "debt": True,
+        "reader_holds": 1,
+        "ingest_lag": True,
+    }
     # and the table is there under its new name, its rows unchanged
     assert catalog(front).load_table("renamed.u").scan().to_arrow().num_rows == 3
 
@@ -197,8 +209,12 @@ def test_a_table_a_lease_holds_is_neither_dropped_nor_renamed(front, lease):
         assert refused.status_code == 409, refused.text
         problem = refused.json()
         assert problem["type"] == "urn:lakelock:in-use"
-        assert "of job-1" in problem["detail"] and "lakelock revoke" in problem["detail"]
-        assert problem["live"] == [{"kind": lease.split("-")[0], "holder": "job-1"}]
+        lease_id = taken.json()["lease_id"]
+        assert f"lease {lease_id} of job-1" in problem["detail"], problem["detail"]
+        assert "lakelock revoke" in problem["detail"]
+        assert problem["live"] == [
+            {"kind": lease.split("-")[0], "holder": "job-1", "lease_id": lease_id}
+        ]
     # nothing changed: the table loads under its name, its partitions counted, no event
     catalog(front).load_table(f"{namespace}.t")
     assert counted(front, table) == 3
@@ -220,3 +236,40 @@ def test_a_lease_on_the_new_name_holds_a_rename_too(front):
     assert refused.status_code == 409, refused.text
     assert "table lakelock.onto.u is in use" in refused.json()["detail"]
     assert sorted(due_partitions(front, table)) == ["p=1", "p=2", "p=3"]
+
+
+def test_a_rename_refused_for_its_new_name_moves_nothing(front):
+    """A namesake (another table's name in other letter case) refuses the rename before any
+    of the table's lock state moves."""
+    table = busy_table(front, "namesake")
+    catalog(front).create_table("namesake.U", SCHEMA, partition_spec=SPEC)
+    refused = rename(front, "namesake.t", "namesake.u")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["type"] == "urn:lakelock:already-exists"
+    assert sorted(due_partitions(front, table)) == ["p=1", "p=2", "p=3"]
+    assert state(front, table)["debt"] is not None
+    assert events(front, table, "catalog.renamed") == []
+
+
+def test_a_drop_of_no_table_is_a_404_even_where_a_lease_is_live(front):
+    with api(front) as c:
+        taken = c.post(
+            "/v1/tables/lakelock.nowhere.t/commit-leases", json={"holder": "job-3", "ttl_s": 120}
+        )
+    assert taken.status_code == 201, taken.text
+    catalog(front).create_namespace_if_not_exists("nowhere")
+    answer = drop(front, "nowhere.t")
+    assert answer.status_code == 404, answer.text
+
+
+def test_a_drop_refused_in_use_passes_when_sent_again_with_its_key_once_the_lease_ended(front):
+    """The 409 in-use is not kept for the request's Idempotency-Key: the resend passes."""
+    table = busy_table(front, "keyed")
+    with api(front) as c:
+        taken = c.post(f"/v1/tables/{table}/commit-leases", json={"holder": "job-4", "ttl_s": 120})
+    assert taken.status_code == 201, taken.text
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    assert drop(front, "keyed.t", **key).status_code == 409
+    release(front, taken.json())
+    assert drop(front, "keyed.t", **key).status_code == 204
+    assert due_partitions(front, table) == []
