@@ -145,26 +145,45 @@ def _environment(args: argparse.Namespace, port: int) -> Any:
     return env
 
 
+PORT_TRIES = 3  # local runs: REST ports tried, each free when picked
+
+
+def _started(args: argparse.Namespace, options: sql.Options, token: str) -> tuple[Any, int]:
+    """The job submitted (its TableResult) and the local cluster's REST port. A local run picks
+    a free port for its cluster's REST endpoint, which another process may bind before the
+    cluster does (Flink's BindException): then the job is set up again on another port."""
+    for attempt in range(1, PORT_TRIES + 1):
+        port = _free_port()
+        env = _environment(args, port)
+        env.execute_sql(sql.catalog(options, token=token))
+        env.execute_sql(
+            f"CREATE DATABASE IF NOT EXISTS {sql.quote(options.catalog_name)}."
+            f"{sql.quote(options.table.split('.')[0])}"
+        )
+        if options.columns:
+            env.execute_sql(sql.target(options))
+        described = env.execute_sql(f"DESCRIBE {options.qualified}").collect()
+        with described as rows:
+            columns = [(str(row[0]), str(row[1])) for row in rows]
+        password = os.environ.get(MYSQL_PASSWORD_ENV, "")
+        env.execute_sql(sql.source(options, columns, password=password))
+        statement = sql.insert(options)
+        log.info("running %s", statement)
+        try:
+            return env.execute_sql(statement), port
+        except Exception as exc:  # Py4J's error, Flink's cause in its text
+            taken = "Could not start rest endpoint on any port" in str(exc)
+            if args.jobmanager or not taken or attempt == PORT_TRIES:
+                raise
+            log.warning("the local cluster's REST port %d was taken meanwhile; another", port)
+    raise AssertionError("unreachable")  # the last try returned or raised
+
+
 def run(
     args: argparse.Namespace, options: sql.Options, token: str, stop: threading.Event
 ) -> Report:
     report = Report()
-    port = _free_port()
-    env = _environment(args, port)
-    env.execute_sql(sql.catalog(options, token=token))
-    env.execute_sql(
-        f"CREATE DATABASE IF NOT EXISTS {sql.quote(options.catalog_name)}."
-        f"{sql.quote(options.table.split('.')[0])}"
-    )
-    if options.columns:
-        env.execute_sql(sql.target(options))
-    described = env.execute_sql(f"DESCRIBE {options.qualified}").collect()
-    with described as rows:
-        columns = [(str(row[0]), str(row[1])) for row in rows]
-    env.execute_sql(sql.source(options, columns, password=os.environ.get(MYSQL_PASSWORD_ENV, "")))
-    statement = sql.insert(options)
-    log.info("running %s", statement)
-    result = env.execute_sql(statement)
+    result, port = _started(args, options, token)
     client = result.get_job_client()
     report.job_id = str(client.get_job_id())
     watch = _Watch(args.jobmanager or f"127.0.0.1:{port}", report.job_id)
