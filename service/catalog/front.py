@@ -189,7 +189,7 @@ class Front:
         """A table lakelock can lease: its name fits lakelock's table names (one namespace
         level, identifiers of at most 64 characters), so its leases, switch and events name
         it. Other tables are loaded, listed and dropped, never created or committed here."""
-        if not re.fullmatch(TABLE_PATTERN, self.table_name(identifier)):
+        if self._leased_name(identifier) is None:
             raise InvalidRequest(
                 f"{'.'.join(identifier)[:200]}: lakelock serves tables it can lease, named "
                 f"{self.name}.<namespace>.<table> with one namespace level, each a letter or _ "

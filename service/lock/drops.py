@@ -103,7 +103,7 @@ def _unheld(conn: Connection, names: list[str], *, verb: str) -> datetime:
         assert locked is not None  # created
         row, at = locked
         _, live = expiry.live_now(conn, row, at, commits=True)
-        claims = [c for c in store.unended_claims(conn, name) if c.live(at)]
+        claims = store.live_claims(conn, name, at)
         holding: list[LeaseRow | IntentRow] = [*live.leases, *claims, *live.intents]
         if holding:
             raise in_use(name, verb, holding)

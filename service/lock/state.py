@@ -94,7 +94,7 @@ def state_of(conn: Connection, row: TableRow, at: datetime) -> TableState:
         intent=next(iter(open_intents), None),
         commit_leases=tuple(lease_view(x, at) for x in store.live_commits(conn, row.name, at)),
         next_token=row.next_token,
-        claims=tuple(lease_view(x, at) for x in store.unended_claims(conn, row.name) if x.live(at)),
+        claims=tuple(lease_view(x, at) for x in store.live_claims(conn, row.name, at)),
         debt=debt.of_table(conn, row.name, at),
         ingest_lag=ingest.lag_of(conn, row.name, at),
         readers=tuple(readers.live(conn, row.name, at)),

@@ -51,6 +51,7 @@ __all__ = [
     "keep_intent",
     "latest_hold",
     "lease_by_request",
+    "live_claims",
     "live_commits",
     "lock_lease",
     "lock_table",
@@ -324,6 +325,11 @@ def unended_claims(conn: Connection, table: str) -> list[LeaseRow]:
     c = claims_t.c
     query = select(claims_t).where(c.table_name == table, c.ended_at.is_(None))
     return [_lease("claim", row) for row in conn.execute(query.order_by(c.acquired_at))]
+
+
+def live_claims(conn: Connection, table: str, at: datetime) -> list[LeaseRow]:
+    """The table's claims live at `at` (at most one)."""
+    return [x for x in unended_claims(conn, table) if x.live(at)]
 
 
 def expired_claims(conn: Connection, table: str, at: datetime) -> list[LeaseRow]:
