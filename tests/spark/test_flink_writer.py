@@ -396,6 +396,7 @@ def test_bin_run_writer_flink_runs_the_demo_and_its_check(tmp_path, source):
     run_module(
         "demo",
         *("--writer", "flink", "--files", "3", "--rows-per-file", "100", "--keys", "200"),
+        *("--checkpoint-every-s", "1"),  # each file committed sooner than at the default 2 s
         *("--source", source),
         *("--compactions", "1", "--workdir", str(tmp_path / "run"), "--summary", str(summary)),
         timeout=WAIT_S * 2,
