@@ -38,8 +38,8 @@ os.environ.update(S3_ENV)
 # subprocesses, Trino) lives a minute or two, too short for the JIT's second compiler to pay
 # for itself: C1 alone (TieredStopAtLevel=1) took a fifth off the Spark and Flink tests on 2
 # cores (docs/operating.md, "The tests"). An option both JDKs here take (17 and Trino's 25);
-# a JAVA_TOOL_OPTIONS of the caller's own wins. The jobs users run, and the benchmarks, keep
-# the JVM's default.
+# a JAVA_TOOL_OPTIONS of the caller's own wins. The jobs users run and `python -m benchmarks.*`
+# (what measures) keep the JVM's default; the bench tier's small runs check, and measure nothing.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 # The property tests draw the same examples on every run (`fixed`): the suite, CI above all,
