@@ -71,8 +71,8 @@ def report(
     locked = store.lock_table(conn, table)
     assert locked is not None  # created
     _, at = locked
-    for claim in store.unended_claims(conn, table):
-        if claim.live(at) and not by.may_end(claim):
+    for claim in store.live_claims(conn, table, at):
+        if not by.may_end(claim):
             raise refusals.other_principal(
                 f"the claim {claim.id} on {table}", claim, by, "report debt under"
             )
