@@ -91,11 +91,23 @@ JVM_MODULES = ("tests/catalog/test_trino.py",)
 workers (pytest-xdist, `--dist loadscope`) run them on one worker, one after the other, since two
 side by side only slow each other; every other module runs whole on either (OneJvmAtATime). A
 test of a module marked `spark` or `flink` elsewhere fails, saying so: name it here."""
+BENCHMARK_SUFFIX = "_benchmark.py"
+"""A Spark benchmark's end-to-end run at a small size (tests/spark/*_benchmark.py, marked
+`bench`): the benchmark runs in a process of its own, with its JVMs, and the worker only waits
+for it, so each such module is a unit of its own on either worker, beside the JVM modules on the
+worker the other modules leave idle for half the run. Such a test may not take the in-process
+`spark` session (pytest_runtest_setup)."""
+
+
+def runs_a_benchmark(nodeid: str) -> bool:
+    module = nodeid.split("::", 1)[0]
+    return module.startswith(JVM_FOLDERS) and module.endswith(BENCHMARK_SUFFIX)
 
 
 def runs_a_jvm(nodeid: str) -> bool:
     module = nodeid.split("::", 1)[0]
-    return module.startswith(JVM_FOLDERS) or module in JVM_MODULES
+    in_jvm_unit = module.startswith(JVM_FOLDERS) or module in JVM_MODULES
+    return in_jvm_unit and not runs_a_benchmark(nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -113,11 +125,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Fails a test whose module is marked `spark` or `flink` where runs_a_jvm does not look
-    (a failure reaches the screen from an xdist worker, where a collection error would not)."""
+    """Fails a test whose module is marked `spark` or `flink` where runs_a_jvm does not look,
+    and a benchmark's test that takes the in-process `spark` session (a failure reaches the
+    screen from an xdist worker, where a collection error would not)."""
     marks = getattr(getattr(item, "module", None), "pytestmark", [])
     names = {m.name for m in (marks if isinstance(marks, list) else [marks])}
-    if names & {"spark", "flink"} and not runs_a_jvm(item.nodeid):
+    if runs_a_benchmark(item.nodeid):
+        if "spark" in getattr(item, "fixturenames", ()):
+            pytest.fail(
+                f"{item.nodeid.split('::')[0]} runs beside the JVM modules: its benchmark "
+                "starts its own Spark, a test here may not take the `spark` session",
+                pytrace=False,
+            )
+    elif names & {"spark", "flink"} and not runs_a_jvm(item.nodeid):
         pytest.fail(
             f"{item.nodeid.split('::')[0]} is marked spark or flink: put it in tests/spark/ "
             "or name it in tests/conftest.py's JVM_MODULES",

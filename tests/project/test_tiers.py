@@ -1,0 +1,35 @@
+"""How bin/test spreads the suite over its two workers (tests/conftest.py): the Spark
+benchmarks' small runs are units of their own beside the JVM modules, and nothing else is."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import runs_a_benchmark, runs_a_jvm
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _collected(*args: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return {line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_benchmark_units_are_exactly_the_bench_tier_and_outside_the_jvm_unit():
+    bench = _collected("-m", "bench", "tests/spark")
+    others = _collected("-m", "not bench", "tests/spark")
+    assert len(bench) >= 10, bench
+    assert all(runs_a_benchmark(m) and not runs_a_jvm(m) for m in bench), bench
+    # a module of the JVM unit keeps its place there: its tests share the worker's Spark session
+    assert all(runs_a_jvm(m) and not runs_a_benchmark(m) for m in others), others
+    assert runs_a_jvm("tests/catalog/test_trino.py::test_x")
+    assert not runs_a_jvm("tests/lock/test_switch.py::test_x")
