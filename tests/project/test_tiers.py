@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import runs_a_benchmark, runs_a_jvm
+
+pytestmark = pytest.mark.slow  # two collections of the suite, about 15 s each
 
 ROOT = Path(__file__).resolve().parents[2]
 
