@@ -99,13 +99,18 @@ worker the other modules leave idle for half the run. Such a test may not take t
 `spark` session (pytest_runtest_setup)."""
 
 
+def module_of(nodeid: str) -> str:
+    """The test module's path in a test's node id."""
+    return nodeid.split("::", 1)[0]
+
+
 def runs_a_benchmark(nodeid: str) -> bool:
-    module = nodeid.split("::", 1)[0]
+    module = module_of(nodeid)
     return module.startswith(JVM_FOLDERS) and module.endswith(BENCHMARK_SUFFIX)
 
 
 def runs_a_jvm(nodeid: str) -> bool:
-    module = nodeid.split("::", 1)[0]
+    module = module_of(nodeid)
     in_jvm_unit = module.startswith(JVM_FOLDERS) or module in JVM_MODULES
     return in_jvm_unit and not runs_a_benchmark(nodeid)
 
@@ -119,7 +124,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class OneJvmAtATime(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "jvm" if runs_a_jvm(nodeid) else nodeid.split("::", 1)[0]
+            return "jvm" if runs_a_jvm(nodeid) else module_of(nodeid)
 
     return OneJvmAtATime(config, log)
 
@@ -133,13 +138,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if runs_a_benchmark(item.nodeid):
         if "spark" in getattr(item, "fixturenames", ()):
             pytest.fail(
-                f"{item.nodeid.split('::')[0]} runs beside the JVM modules: its benchmark "
+                f"{module_of(item.nodeid)} runs beside the JVM modules: its benchmark "
                 "starts its own Spark, a test here may not take the `spark` session",
                 pytrace=False,
             )
     elif names & {"spark", "flink"} and not runs_a_jvm(item.nodeid):
         pytest.fail(
-            f"{item.nodeid.split('::')[0]} is marked spark or flink: put it in tests/spark/ "
+            f"{module_of(item.nodeid)} is marked spark or flink: put it in tests/spark/ "
             "or name it in tests/conftest.py's JVM_MODULES",
             pytrace=False,
         )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import runs_a_benchmark, runs_a_jvm
+from tests.conftest import module_of, runs_a_benchmark, runs_a_jvm
 
 pytestmark = pytest.mark.slow  # two collections of the suite, about 15 s each
 
@@ -25,7 +25,7 @@ def _collected(*args: str) -> set[str]:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return {line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line}
+    return {module_of(line) for line in done.stdout.splitlines() if "::" in line}
 
 
 def test_the_benchmark_units_are_exactly_the_bench_tier_and_outside_the_jvm_unit():
