@@ -234,11 +234,10 @@ def _from_trail(event: Event) -> LeaseRow:
 
 
 def lock_lease(conn: Connection, lease_id: str) -> LockedLease | None:
-    """The lease `lease_id`, of whichever kind, with its table's row locked and the clock, in
-    one statement per kind tried (the join locks both rows). A lease pruned from its table is
-    read from the audit trail (ended: nothing to lock); None for an id never granted.
-    Ending or extending one lease changes nothing another grant depends on but the table's
-    `holds_until`, read here too."""
+    """The lease `lease_id`, of whichever kind, with its table's row locked and the clock. A
+    lease pruned from its table is read from the audit trail (ended: nothing to lock); None for
+    an id never granted. Ending or extending one lease changes nothing another grant depends on
+    but the table's `holds_until`, read here too."""
     found = _lock_lease(conn, lease_id)
     if found is not None:
         return found
@@ -248,23 +247,31 @@ def lock_lease(conn: Connection, lease_id: str) -> LockedLease | None:
     return LockedLease(_from_trail(event), None, now(conn), locked=False)
 
 
-# one statement locks a lease and its table's row (the join), per kind
+# the lease's table (a lease never changes table), then the table's row locked, then the
+# lease's: every transition locks the table's row before any lease of it (a grant ends the
+# expired leases it finds), so two calls never wait on each other in a cycle (a deadlock;
+# docs/design.md §3)
+_LEASE_TABLE = {
+    kind: Hot(select(leases_t.c.table_name).where(leases_t.c.id == bindparam("id")))
+    for kind, leases_t in LEASE_TABLES.items()
+}
 _LOCK_LEASE = {
-    kind: LockingRead(
-        select(leases_t, tables_t.c.holds_until)
-        .join(tables_t, tables_t.c.name == leases_t.c.table_name)
-        .where(leases_t.c.id == bindparam("id"))
-    )
+    kind: Hot(select(leases_t).where(leases_t.c.id == bindparam("id")).with_for_update())
     for kind, leases_t in LEASE_TABLES.items()
 }
 
 
 def _lock_lease(conn: Connection, lease_id: str) -> LockedLease | None:
-    for kind, read in _LOCK_LEASE.items():
-        found = read.first(conn, id=lease_id)
-        if found is not None:
-            row, at = found
-            return LockedLease(_lease(kind, row), row.holds_until, at)
+    for kind, named in _LEASE_TABLE.items():
+        tables = named.rows(conn, id=lease_id)
+        if not tables:
+            continue
+        locked = _LOCK_TABLE.first(conn, name=tables[0].table_name)
+        leases = _LOCK_LEASE[kind].rows(conn, id=lease_id)
+        if locked is None or not leases:
+            return None  # pruned meanwhile, with its table's rows: the audit trail has it
+        table, at = locked
+        return LockedLease(_lease(kind, leases[0]), table.holds_until, at)
     return None
 
 
