@@ -247,12 +247,19 @@ def lock_lease(conn: Connection, lease_id: str) -> LockedLease | None:
     return LockedLease(_from_trail(event), None, now(conn), locked=False)
 
 
-# the lease's table (a lease never changes table), then the table's row locked, then the
-# lease's: every transition locks the table's row before any lease of it (a grant ends the
-# expired leases it finds), so two calls never wait on each other in a cycle (a deadlock;
-# docs/design.md §3)
-_LEASE_TABLE = {
-    kind: Hot(select(leases_t.c.table_name).where(leases_t.c.id == bindparam("id")))
+# the table's row locked, found by the lease's (a lease never changes table), then the lease's:
+# every transition locks the table's row before any lease of it (a grant ends the expired
+# leases it finds), so two calls never wait on each other in a cycle (a deadlock; docs/design.md
+# §3). The subquery is a plain read: under READ COMMITTED it locks nothing.
+_LOCK_LEASES_TABLE = {
+    kind: LockingRead(
+        select(tables_t.c.holds_until).where(
+            tables_t.c.name
+            == select(leases_t.c.table_name)
+            .where(leases_t.c.id == bindparam("id"))
+            .scalar_subquery()
+        )
+    )
     for kind, leases_t in LEASE_TABLES.items()
 }
 _LOCK_LEASE = {
@@ -262,14 +269,13 @@ _LOCK_LEASE = {
 
 
 def _lock_lease(conn: Connection, lease_id: str) -> LockedLease | None:
-    for kind, named in _LEASE_TABLE.items():
-        tables = named.rows(conn, id=lease_id)
-        if not tables:
+    for kind, lock in _LOCK_LEASES_TABLE.items():
+        locked = lock.first(conn, id=lease_id)
+        if locked is None:
             continue
-        locked = _LOCK_TABLE.first(conn, name=tables[0].table_name)
         leases = _LOCK_LEASE[kind].rows(conn, id=lease_id)
-        if locked is None or not leases:
-            return None  # pruned meanwhile, with its table's rows: the audit trail has it
+        if not leases:
+            return None  # pruned meanwhile: the audit trail has it
         table, at = locked
         return LockedLease(_lease(kind, leases[0]), table.holds_until, at)
     return None
