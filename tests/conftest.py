@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -126,7 +127,24 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return "jvm" if runs_a_jvm(nodeid) else module_of(nodeid)
 
+    # the units in the order of the collection, which longest_first made
+    config.option.loadscopereorder = False
     return OneJvmAtATime(config, log)
+
+
+def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """`items` in the order bin/test's workers take their units: the JVM unit, then the
+    benchmarks' (a minute or more each), then the other modules, most tests first. A worker
+    takes the next unit once it is done with one, so the longest units start first and the
+    run ends on short ones, both workers busy to the end. Each module's tests keep their order."""
+    count = Counter(module_of(item.nodeid) for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        module = module_of(item.nodeid)
+        group = 0 if runs_a_jvm(module) else 1 if runs_a_benchmark(module) else 2
+        return (group, -count[module] if group == 2 else 0, module)
+
+    return sorted(items, key=rank)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -167,7 +185,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if wanted else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    items[:] = longest_first(kept)
 
 
 @pytest.fixture(scope="session")
