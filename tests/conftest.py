@@ -95,9 +95,9 @@ test of a module marked `spark` or `flink` elsewhere fails, saying so: name it h
 BENCHMARK_SUFFIX = "_benchmark.py"
 """A Spark benchmark's end-to-end run at a small size (tests/spark/*_benchmark.py, marked
 `bench`): the benchmark runs in a process of its own, with its JVMs, and the worker only waits
-for it, so each such module is a unit of its own on either worker, beside the JVM modules on the
-worker the other modules leave idle for half the run. Such a test may not take the in-process
-`spark` session (pytest_runtest_setup)."""
+for it, so each such module is a unit of its own on either worker (`bin/test -m bench`: two at
+a time; beside the JVM modules when a run selects both). Such a test may not take the
+in-process `spark` session (pytest_runtest_setup)."""
 
 
 def module_of(nodeid: str) -> str:
@@ -134,9 +134,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
     """`items` in the order bin/test's workers take their units: the JVM unit, then the
-    benchmarks' (a minute or more each), then the other modules, most tests first. A worker
-    takes the next unit once it is done with one, so the longest units start first and the
-    run ends on short ones, both workers busy to the end. Each module's tests keep their order."""
+    benchmarks' (a minute or more each, when selected), then the other modules, most tests
+    first. A worker takes the next unit once it is done with one, so the longest units start
+    first and the run ends on short ones. Each module's tests keep their order."""
     count = Counter(module_of(item.nodeid) for item in items)
 
     def rank(item: pytest.Item) -> tuple[int, int, str]:

@@ -53,9 +53,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _budgets[module] = max(_budgets.get(module, 0.0), float(value))
 
 
-TIER_MARKS = {"fast": FAST_MARKS, "full": "", "bench": "bench"}
-"""The mark expression of each tier's whole run: bin/test --fast's, none for bin/test's (every
-test, the benchmarks' small runs included), and bin/test -m bench."""
+TIER_MARKS = {"fast": FAST_MARKS, "full": "not bench", "bench": "bench"}
+"""The mark expression of each tier's whole run: bin/test --fast's, pyproject's addopts (every
+test but the benchmarks' small runs), and bin/test -m bench."""
 
 
 def _file_tier(config: pytest.Config) -> str:
