@@ -98,6 +98,15 @@ BENCHMARK_SUFFIX = "_benchmark.py"
 for it, so each such module is a unit of its own on either worker (`bin/test -m bench`: two at
 a time; beside the JVM modules when a run selects both). Such a test may not take the
 in-process `spark` session (pytest_runtest_setup)."""
+JVM_APART = (
+    "tests/spark/test_cluster.py",  # a Spark standalone cluster and its driver
+    "tests/spark/test_demo.py",  # the demo's service and jobs
+    "tests/spark/test_iceberg_versions.py",  # a job under each Iceberg version
+)
+"""Modules of tests/spark/ whose JVMs all run in processes of their own, as a benchmark's do
+(runs_apart): each a unit of its own on either worker, beside the JVM unit, so that the other
+worker takes its share of the JVM work. Such a test may not take the in-process `spark`
+session either."""
 
 
 def module_of(nodeid: str) -> str:
@@ -110,10 +119,15 @@ def runs_a_benchmark(nodeid: str) -> bool:
     return module.startswith(JVM_FOLDERS) and module.endswith(BENCHMARK_SUFFIX)
 
 
+def runs_apart(nodeid: str) -> bool:
+    """A benchmark's module or one of JVM_APART: its JVMs in processes of its own."""
+    return runs_a_benchmark(nodeid) or module_of(nodeid) in JVM_APART
+
+
 def runs_a_jvm(nodeid: str) -> bool:
     module = module_of(nodeid)
     in_jvm_unit = module.startswith(JVM_FOLDERS) or module in JVM_MODULES
-    return in_jvm_unit and not runs_a_benchmark(nodeid)
+    return in_jvm_unit and not runs_apart(nodeid)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -133,15 +147,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """`items` in the order bin/test's workers take their units: the JVM unit, then the
-    benchmarks' (a minute or more each, when selected), then the other modules, most tests
-    first. A worker takes the next unit once it is done with one, so the longest units start
-    first and the run ends on short ones. Each module's tests keep their order."""
+    """`items` in the order bin/test's workers take their units: the JVM unit, then those of
+    the modules that run their JVMs apart (runs_apart: minutes each), then the other modules,
+    most tests first. A worker takes the next unit once it is done with one, so the longest
+    units start first and the run ends on short ones. Each module's tests keep their order."""
     count = Counter(module_of(item.nodeid) for item in items)
 
     def rank(item: pytest.Item) -> tuple[int, int, str]:
         module = module_of(item.nodeid)
-        group = 0 if runs_a_jvm(module) else 1 if runs_a_benchmark(module) else 2
+        group = 0 if runs_a_jvm(module) else 1 if runs_apart(module) else 2
         return (group, -count[module] if group == 2 else 0, module)
 
     return sorted(items, key=rank)
@@ -149,15 +163,17 @@ def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Fails a test whose module is marked `spark` or `flink` where runs_a_jvm does not look,
-    and a benchmark's test that takes the in-process `spark` session (a failure reaches the
-    screen from an xdist worker, where a collection error would not)."""
+    and a test of a module that runs its JVMs apart (runs_apart) that takes the in-process
+    `spark` session (a failure reaches the screen from an xdist worker, where a collection
+    error would not)."""
     marks = getattr(getattr(item, "module", None), "pytestmark", [])
     names = {m.name for m in (marks if isinstance(marks, list) else [marks])}
-    if runs_a_benchmark(item.nodeid):
+    if runs_apart(item.nodeid):
         if "spark" in getattr(item, "fixturenames", ()):
             pytest.fail(
-                f"{module_of(item.nodeid)} runs beside the JVM modules: its benchmark "
-                "starts its own Spark, a test here may not take the `spark` session",
+                f"{module_of(item.nodeid)} runs beside the JVM modules: its JVMs run in "
+                "processes of their own, a test here may not take the `spark` session "
+                "(or take it out of tests/conftest.py's JVM_APART)",
                 pytrace=False,
             )
     elif names & {"spark", "flink"} and not runs_a_jvm(item.nodeid):
