@@ -101,6 +101,7 @@ in-process `spark` session (pytest_runtest_setup)."""
 JVM_APART = (
     "tests/spark/test_cluster.py",  # a Spark standalone cluster and its driver
     "tests/spark/test_demo.py",  # the demo's service and jobs
+    "tests/spark/test_flink_demo.py",  # the Flink demo's service, jobs and Flink
     "tests/spark/test_iceberg_versions.py",  # a job under each Iceberg version
 )
 """Modules of tests/spark/ whose JVMs all run in processes of their own, as a benchmark's do

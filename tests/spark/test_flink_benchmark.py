@@ -1,7 +1,7 @@
 """benchmarks.flink at a tiny setting: the Flink job through the front and straight to the
 JdbcCatalog on MariaDB, without the compactor, from a Kafka topic; every row lands and no job
 restarts (no figure is judged). Its other source, landed files, is the one `bin/run --writer
-flink` reads (tests/spark/test_flink_writer.py)."""
+flink` reads (tests/spark/test_flink_demo.py)."""
 
 import json
 

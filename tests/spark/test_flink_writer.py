@@ -9,7 +9,6 @@ through the front. The append job's table is read by pyiceberg.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -45,7 +44,6 @@ from tests.spark.test_catalog_front import (
     front_session,
     sqlite_front,
 )
-from tests.support.helpers import run_module
 from tests.support.invariants import check, load_history
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
@@ -385,24 +383,3 @@ def latest_checkpoint(folder: Path) -> str:
     found = sorted(folder.glob("*/chk-*"), key=lambda p: p.stat().st_mtime)
     assert found, f"no retained checkpoint under {folder}"
     return found[-1].as_uri()
-
-
-@pytest.mark.parametrize("source", ["files", "kafka", "binlog"])
-def test_bin_run_writer_flink_runs_the_demo_and_its_check(tmp_path, source):
-    """`bin/run --writer flink [--source kafka|binlog]`: the demo from a landing folder, a
-    topic of three partitions on a broker it starts, or a private MariaDB table's binlog,
-    beside the compactor, with the same end check."""
-    summary = tmp_path / "summary.json"
-    run_module(
-        "demo",
-        *("--writer", "flink", "--files", "3", "--rows-per-file", "100", "--keys", "200"),
-        *("--checkpoint-every-s", "1"),  # each file committed sooner than at the default 2 s
-        *("--source", source),
-        *("--compactions", "1", "--workdir", str(tmp_path / "run"), "--summary", str(summary)),
-        timeout=WAIT_S * 2,
-    )
-    result = json.loads(summary.read_text())
-    assert result["checks"] == {"passed": True, "problems": []}
-    assert result["flink_job"]["restarts"] == 0
-    assert set(result["compactions"]) == {"compacted"}
-    assert result["rows_in_table"] == result["distinct_keys_written"] > 0
