@@ -21,6 +21,7 @@ import httpx
 import hypothesis
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
 
 from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
@@ -264,6 +265,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     url = request.getfixturevalue("mariadb_session_url")
     _empty_mariadb(url)
     return url
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """The service's engine over `db_url`, for a test's own reads and transactions
+    (`run_transaction`), disposed after the test."""
+    from service.lock.db import make_engine
+
+    made = make_engine(db_url)
+    yield made
+    made.dispose()
 
 
 # -- the app in-process ----------------------------------------------------------------------

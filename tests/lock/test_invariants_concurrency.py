@@ -282,7 +282,7 @@ def run_on_two_services(db_url: str, tmp_path, workload_of) -> tuple[Workload, H
         for server in servers:
             server.stop()
     # a 500 is logged by the service that answered it: its traceback goes with the failure
-    logs = "\n".join(s.log() for s in servers if "Traceback" in s.log())
+    logs = "\n".join(text for text in (s.log() for s in servers) if "Traceback" in text)
     assert workload.errors == [], logs
     history = load_history(db_url, workload.renews)
     assert check(history) == []

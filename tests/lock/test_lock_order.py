@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text, update
 
 from service.lock import store
-from service.lock.db import commit_leases_t, make_engine, run_transaction
+from service.lock.db import commit_leases_t, run_transaction
 from tests.support.helpers import commit
 
 pytestmark = pytest.mark.dialect  # on MariaDB: SQLite locks the whole file, rows have no order
@@ -32,11 +32,10 @@ def _waiting(engine, connection_id: int) -> bool:
         return bool(conn.execute(query, {"id": connection_id}).scalar_one())
 
 
-def test_a_lease_is_locked_after_its_tables_row_as_a_grant_locks_them(api, db_url):
+def test_a_lease_is_locked_after_its_tables_row_as_a_grant_locks_them(api, db_url, engine):
     if db_url.startswith("sqlite"):
         pytest.skip("SQLite takes the whole database for a transaction: rows have no lock order")
     lease = commit(api).json()
-    engine = make_engine(db_url)
     found: list[object] = []
     who: list[int] = []
 
@@ -50,21 +49,18 @@ def test_a_lease_is_locked_after_its_tables_row_as_a_grant_locks_them(api, db_ur
         except Exception as exc:  # a deadlock's victim: the test's failure below says so
             found.append(exc)
 
-    try:
-        with engine.connect() as grant, grant.begin():
-            # a grant: the table's row first ...
-            assert store.lock_table(grant, "lake.db.events", create=False) is not None
-            thread = threading.Thread(target=renewer)
-            thread.start()
-            deadline = time.monotonic() + 30  # a guard against a hang, not a measure
-            while not (who and _waiting(engine, who[0])):
-                assert time.monotonic() < deadline, "the renew never waited for a lock"
-                time.sleep(0.02)
-            # ... then the lease it found expired, while the renew waits for the table's row
-            ends = update(commit_leases_t).where(commit_leases_t.c.id == lease["lease_id"])
-            grant.execute(ends.values(renewals=commit_leases_t.c.renewals))
-        thread.join(30)
-    finally:
-        engine.dispose()
+    with engine.connect() as grant, grant.begin():
+        # a grant: the table's row first ...
+        assert store.lock_table(grant, "lake.db.events", create=False) is not None
+        thread = threading.Thread(target=renewer)
+        thread.start()
+        deadline = time.monotonic() + 30  # a guard against a hang, not a measure
+        while not (who and _waiting(engine, who[0])):
+            assert time.monotonic() < deadline, "the renew never waited for a lock"
+            time.sleep(0.02)
+        # ... then the lease it found expired, while the renew waits for the table's row
+        ends = update(commit_leases_t).where(commit_leases_t.c.id == lease["lease_id"])
+        grant.execute(ends.values(renewals=commit_leases_t.c.renewals))
+    thread.join(30)
     assert len(found) == 1 and isinstance(found[0], store.LockedLease), found
     assert found[0].lease.id == lease["lease_id"]

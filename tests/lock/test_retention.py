@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import Engine, insert, select
 
-from service.lock.db import claims_t, commit_leases_t, events_t, make_engine, now
+from service.lock.db import claims_t, commit_leases_t, events_t, now
 from service.lock.retention import prune
 from tests.server.test_metrics import _samples
 
@@ -18,13 +18,6 @@ pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
 RETENTION = timedelta(days=30)
 OLD = timedelta(days=31)
-
-
-@pytest.fixture
-def engine(db_url: str):
-    engine = make_engine(db_url)
-    yield engine
-    engine.dispose()
 
 
 def _clock(engine: Engine) -> datetime:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from sqlalchemy.engine import Engine
 
 from service.client import LeaseClient
 from service.lock import store
-from service.lock.db import make_engine, run_transaction
+from service.lock.db import run_transaction
 
 pytestmark = pytest.mark.dialect  # on SQLite and MariaDB (tests/conftest.py)
 
@@ -86,15 +87,11 @@ def test_a_bad_page_parameter_is_a_422_naming_it(
     assert field in answer.json()["detail"]
 
 
-def test_the_client_follows_every_page(api: httpx.Client, db_url: str) -> None:
+def test_the_client_follows_every_page(api: httpx.Client, engine: Engine) -> None:
     names = [f"lake.db.t{index:04d}" for index in range(1003)]
     # the tables' rows in one transaction, as a first use makes each: a thousand calls to the
     # switch took a hundred seconds on MariaDB, and the paging is what this test is about
-    engine = make_engine(db_url)
-    try:
-        run_transaction(engine, lambda conn: [store.lock_table(conn, n) for n in names])
-    finally:
-        engine.dispose()
+    run_transaction(engine, lambda conn: [store.lock_table(conn, n) for n in names])
     asked: list[str] = []
     api.event_hooks["request"].append(lambda request: asked.append(str(request.url)))
     tables = LeaseClient(http=api).tables()

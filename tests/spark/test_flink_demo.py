@@ -10,11 +10,10 @@ import json
 
 import pytest
 
+from tests.spark.test_flink_writer import WAIT_S
 from tests.support.helpers import run_module
 
 pytestmark = [pytest.mark.spark, pytest.mark.flink]
-
-WAIT_S = 240  # a guard against a hang only
 
 
 @pytest.mark.parametrize("source", ["files", "kafka", "binlog"])

@@ -23,20 +23,19 @@ def test_small_streaming_health_run_samples_the_table_and_times_readers(tmp_path
     run_module("benchmarks.streaming_health", *args, "--out", str(out), timeout=1800)
     runs = json.loads((out / "results.json").read_text())
     assert [(r["format"], r["mode"]) for r in runs] == [("debezium", "partitions")]
-    for run in runs:
-        assert run["rows_correct"] is True
-        assert run["failed_batches"] == 0
-        assert run["samples"] and all(len(s) == 4 for s in run["samples"])
-        assert run["query_errors"] == []
-        timed = [q for q in run["queries"] if q.get("snapshot_id")]
-        assert timed, run["queries"]  # the reader ran at least once on a table with a snapshot
-        spark = ["count", "scan", "lookup", "count_read"]
-        trino = ["trino_count", "trino_scan", "trino_lookup"]  # the Spark job's table, read
-        for query in spark + trino:
-            assert all(q[f"{query}_copy_s"] > 0 for q in timed), query
-        assert run["storage"] == "s3"
-        assert run["partition_samples"] and run["partition_samples"][-1][1]
     (run,) = runs
+    assert run["rows_correct"] is True
+    assert run["failed_batches"] == 0
+    assert run["samples"] and all(len(s) == 4 for s in run["samples"])
+    assert run["query_errors"] == []
+    timed = [q for q in run["queries"] if q.get("snapshot_id")]
+    assert timed, run["queries"]  # the reader ran at least once on a table with a snapshot
+    spark = ["count", "scan", "lookup", "count_read"]
+    trino = ["trino_count", "trino_scan", "trino_lookup"]  # the Spark job's table, read
+    for query in spark + trino:
+        assert all(q[f"{query}_copy_s"] > 0 for q in timed), query
+    assert run["storage"] == "s3"
+    assert run["partition_samples"] and run["partition_samples"][-1][1]
     # the compactor followed the stream (the default): its runs were follow runs
     assert run["compactor"] == "follow" and run["compactor_runs"] >= 1
     assert run["follow_runs"] >= 1 and run["follow_run_p50_s"] > 0
