@@ -111,12 +111,13 @@ from compactor.report import RunReport
 from demo.flink import TABLE
 from demo.health import Health
 from demo.lake import CATALOG, STORAGES, Lake
-from demo.options import PipelineOptions, check_format_version
+from demo.options import PipelineOptions
 from demo.pipeline import Pipeline
 from demo.result import PipelineResult
 from demo.service import LocalService
 from demo.trino import TrinoServer
 from demo.trino import install as install_trino
+from ingest_gate.job.table import require_format_version
 from jobkit.spark import CatalogConfig, error_message
 from service.wire.figures import quantile
 
@@ -1026,7 +1027,7 @@ def _check_ingest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         )
     args.format_version = args.format_version or 2
     try:
-        check_format_version(args.format_version, args.storage)
+        require_format_version(args.format_version)
     except ValueError as exc:
         parser.error(f"--format-version: {exc}")
     _check_trino(parser, args)
@@ -1052,8 +1053,8 @@ def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             )
     if args.format_version is not None:
         parser.error(
-            "--format-version is for --writer ingest: the Flink writer's table is in the "
-            "catalog front, whose tables are of format version 2"
+            "--format-version is for --writer ingest: the Flink writer's table is of format "
+            "version 2 (its upserts write equality deletes)"
         )
     if args.storage != "file":
         parser.error(

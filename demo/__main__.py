@@ -27,10 +27,11 @@ from service.extras import needs_extras
 
 with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi", "pyiceberg")):
     from demo.lake import STORAGES
-    from demo.options import COMPACTORS, PipelineOptions, check_format_version
+    from demo.options import COMPACTORS, PipelineOptions
     from demo.pipeline import Pipeline
     from demo.result import PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
+    from ingest_gate.job.table import require_format_version
 
 __all__ = ["main"]
 
@@ -184,7 +185,7 @@ def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.storage != "s3" and args.s3_endpoint:
         parser.error("--s3-endpoint goes with --storage s3")
     try:
-        check_format_version(args.format_version, args.storage)
+        require_format_version(args.format_version)
     except ValueError as exc:
         parser.error(f"--format-version: {exc}")
 

@@ -12,25 +12,11 @@ from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.procedure_config import RewriteDataFilesConfig
 from demo.s3 import BUCKET
 
-__all__ = ["COMPACTORS", "TOPIC", "PipelineOptions", "check_format_version"]
+__all__ = ["COMPACTORS", "TOPIC", "PipelineOptions"]
 
 TOPIC = "events"  # the demo's topic with `source="kafka"`
 COMPACTORS = ("follow", "timer")
 """How the demo compacts: following the stream (the default), or every `compact_every_s`."""
-
-
-def check_format_version(version: int, storage: str) -> None:
-    """Raises ValueError, saying what to change, unless the demo can make its table of format
-    `version` on `storage`: 2, or 3 (deletion vectors) in a local folder; the table on S3 is
-    in the catalog front, which writes versions 1 and 2 (docs/catalog-front.md §1)."""
-    from ingest_gate.job.table import require_format_version
-
-    require_format_version(version)
-    if storage == "s3" and version != 2:
-        raise ValueError(
-            f"format version {version} goes with storage file: the table on S3 is in the "
-            "catalog front, whose tables are of format version 2"
-        )
 
 
 @dataclass(frozen=True)
@@ -93,7 +79,7 @@ class PipelineOptions:
     s3_endpoint: str | None = None
     s3_bucket: str = BUCKET
     # the click-event table's format version: 2 (position delete files) or 3 (deletion
-    # vectors; not on the catalog front, which writes versions 1 and 2: storage "file" only)
+    # vectors), on either storage
     format_version: int = 2
 
     @property

@@ -70,13 +70,13 @@ from demo.generate import KEY_FIELDS, ChangeGenerator, EventGenerator, create_ev
 from demo.health import Health
 from demo.kafka import LocalKafka, as_messages
 from demo.lake import Lake
-from demo.options import TOPIC, PipelineOptions, check_format_version
+from demo.options import TOPIC, PipelineOptions
 from demo.result import BatchSeen, FileWritten, PipelineResult
 from demo.service import LocalService
 from ingest_gate.job.config import IngestConfig
 from ingest_gate.job.record import BatchHooks
 from ingest_gate.job.run import run
-from ingest_gate.job.table import read_rows
+from ingest_gate.job.table import read_rows, require_format_version
 from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
 from service.ops.iceberg_audit import read_snapshots
@@ -447,7 +447,7 @@ class Pipeline:
         o = self.options
         if o.storage == "s3" and not o.coordinated:
             raise ValueError("the demo on S3 runs through the service's catalog front: coordinated")
-        check_format_version(o.format_version, o.storage)
+        require_format_version(o.format_version)
         if o.workdir.exists():
             shutil.rmtree(o.workdir)
         (o.workdir / "landing").mkdir(parents=True)

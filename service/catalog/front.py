@@ -41,8 +41,13 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-from pyiceberg.table import StagedTable, Table
-from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table import StagedTable, Table, TableProperties
+from pyiceberg.table.metadata import (
+    SUPPORTED_TABLE_FORMAT_VERSION,
+    TableMetadata,
+    TableMetadataV3,
+    new_table_metadata,
+)
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import (
     AssertCreate,
@@ -52,7 +57,7 @@ from pyiceberg.table.update import (
     TableUpdate,
     UpgradeFormatVersionUpdate,
 )
-from pyiceberg.typedef import Identifier
+from pyiceberg.typedef import IcebergBaseModel, Identifier
 from sqlalchemy.engine import Connection
 
 from service.catalog import limits, locations
@@ -76,9 +81,10 @@ from service.wire.errors import (
 
 __all__ = ["Front", "Loaded"]
 
-# the newest table format version the front writes: pyiceberg, which writes the metadata,
-# refuses to write version 3 (apache/iceberg-python#1551); docs/catalog-front.md §1
-WRITTEN_FORMAT_VERSION = 2
+# the newest table format version the front writes (3: deletion vectors, row lineage); and the
+# newest an upgrade reaches, pyiceberg's, which applies the updates (docs/catalog-front.md §1)
+WRITTEN_FORMAT_VERSION = 3
+UPGRADED_FORMAT_VERSION = SUPPORTED_TABLE_FORMAT_VERSION
 FORMAT_VERSION = "format-version"  # the table property a create asks for a version with
 
 log = logging.getLogger("lakelock.catalog")
@@ -233,7 +239,10 @@ class Front:
         self._check_case(identifier)
         location = self._location(identifier, request.location)
         locations.check_paths(properties, location)
-        _check_format_version(identifier, _asked_format_version(properties), created=True)
+        asked = _asked_format_version(properties)
+        _check_format_version(identifier, asked, created=True)
+        if request.stage_create and asked > UPGRADED_FORMAT_VERSION:
+            raise InvalidRequest(_staged_version(identifier, asked))
         try:
             metadata = new_table_metadata(
                 schema=request.table_schema,
@@ -244,6 +253,9 @@ class Front:
             )
         except ValueError as exc:  # pyiceberg's word for a table it cannot make
             raise InvalidRequest(f"{'.'.join(identifier)}: {exc}") from exc
+        if isinstance(metadata, TableMetadataV3) and metadata.next_row_id is None:
+            # row lineage starts at row 0 (Iceberg reads no version 3 table without it)
+            metadata = metadata.model_copy(update={"next_row_id": 0})
         text, raw = self._serialized(identifier, metadata, before=0)
         if request.stage_create:
             return _answered(None, metadata, text)
@@ -311,7 +323,7 @@ class Front:
                 format version the front does not write.
         """
         _check_format_version(identifier, metadata.format_version, created=before == 0)
-        text = metadata.model_dump_json(exclude_none=True)
+        text = _metadata_json(identifier, metadata)
         raw = text.encode("utf-8")
         limits.check_metadata_size(self.limits, len(raw), before, ".".join(identifier))
         return text, raw
@@ -494,6 +506,8 @@ class Front:
                     )
             elif isinstance(update, UpgradeFormatVersionUpdate):
                 _check_format_version(identifier, update.format_version, created=True)
+                if update.format_version > UPGRADED_FORMAT_VERSION:
+                    raise InvalidRequest(_staged_version(identifier, update.format_version))
 
     def _placed(
         self,
@@ -617,9 +631,9 @@ def _asked_format_version(properties: Mapping[str, str]) -> int:
     Raises:
         InvalidRequest: it is no integer.
     """
-    asked = properties.get(FORMAT_VERSION, str(WRITTEN_FORMAT_VERSION)).strip()
+    asked = properties.get(FORMAT_VERSION, str(TableProperties.DEFAULT_FORMAT_VERSION)).strip()
     if not asked.isdigit() or int(asked) < 1:
-        raise InvalidRequest(f"'{FORMAT_VERSION}' = {asked!r}: send 1 or 2")
+        raise InvalidRequest(f"'{FORMAT_VERSION}' = {asked!r}: send 1, 2 or 3")
     return int(asked)
 
 
@@ -634,15 +648,46 @@ def _check_format_version(identifier: Identifier, version: int, *, created: bool
         raise InvalidRequest(
             f"{name}: the catalog front writes table metadata of format {served} only, and "
             f"this would be version {version}: create the table with '{FORMAT_VERSION}' = "
-            f"'{WRITTEN_FORMAT_VERSION}' (or without it), and do not upgrade it; a table of "
-            "version 3 (deletion vectors) belongs in a catalog outside the front "
-            "(docs/catalog-front.md §1)"
+            f"'{WRITTEN_FORMAT_VERSION}' or less"
         )
     raise InvalidRequest(
         f"{name} is of format version {version}, and the catalog front writes table metadata "
         f"of format {served} only: it is read through the front, and committed to through a "
         "catalog outside it (docs/catalog-front.md §1)"
     )
+
+
+def _staged_version(identifier: Identifier, version: int) -> str:
+    """What to do instead of a staged create or an upgrade to `version`: pyiceberg, which
+    applies a commit's updates, upgrades a table to UPGRADED_FORMAT_VERSION at most, and a
+    staged create's commit is such an upgrade (from the empty table)."""
+    return (
+        f"{'.'.join(identifier)}: the catalog front makes a table of format version {version} "
+        "by a create only (CREATE TABLE ... TBLPROPERTIES ('format-version' = "
+        f"'{version}'), not CREATE TABLE AS SELECT, which is staged), and upgrades a table "
+        f"to version {UPGRADED_FORMAT_VERSION} at most: create a new table of version "
+        f"{version} and copy the rows into it (docs/catalog-front.md §1)"
+    )
+
+
+def _metadata_json(identifier: Identifier, metadata: TableMetadata) -> str:
+    """The metadata file's text. pyiceberg's model holds every field Iceberg writes at version
+    3 (row lineage: the table's next-row-id, each snapshot's first-row-id and added-rows;
+    column defaults), but its serializer refuses that version (apache/iceberg-python#1551):
+    the model's own fields are serialized as at version 2, by the base model.
+
+    Raises:
+        InvalidRequest: a version 3 table's commit added a snapshot without added-rows, so
+            its next row id is lost (Iceberg's clients send it with each snapshot).
+    """
+    if isinstance(metadata, TableMetadataV3):
+        if metadata.next_row_id is None:
+            raise InvalidRequest(
+                f"{'.'.join(identifier)} is of format version 3: send each snapshot with its "
+                "first-row-id and added-rows (row lineage), as Iceberg's clients do"
+            )
+        return IcebergBaseModel.model_dump_json(metadata, exclude_none=True)
+    return metadata.model_dump_json(exclude_none=True)
 
 
 def _head_moved(requirements: Sequence[TableRequirement], base: TableMetadata) -> bool:

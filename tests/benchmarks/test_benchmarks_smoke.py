@@ -156,7 +156,6 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys, monkeypatc
     for flag, said in (
         (["--checkpoint-every-s", "3"], "--checkpoint-every-s is for --writer flink"),
         (["--trino"], "add --storage s3"),
-        (["--storage", "s3", "--format-version", "3"], "goes with storage file"),
         (["--storage", "s3", "--trino", "--no-queries"], "--trino runs the readers' queries"),
         (["--storage", "gcs"], "invalid choice: 'gcs'"),
     ):

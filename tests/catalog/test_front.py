@@ -596,18 +596,20 @@ def test_client_mistakes_are_400s_and_404s_that_say_what_to_fix_and_change_nothi
         )
 
 
-def test_a_table_of_format_version_3_is_refused_with_what_to_do_and_nothing_is_written(front):
-    """pyiceberg writes the front's metadata and has no writer for version 3: a create or an
-    upgrade that asks for it is the client's to change, not a fault of the service."""
-    table = new_table(front, "v3")
+def test_a_format_version_the_front_cannot_make_is_refused_with_what_to_do_and_nothing_is_written(
+    front,
+):
+    """The front writes versions 1 to 3, makes version 3 by a create only (pyiceberg, which
+    applies a commit's updates, upgrades to version 2 at most, and a staged create's commit is
+    an upgrade from the empty table): anything else is the client's to change."""
+    table = new_table(front, "v4")
     before = metadata_files(front, table)
     namespace, name = table.name()
     with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
         for version, staged, said in (
-            ("3", False, "'format-version' = '2'"),
-            ("3", True, "'format-version' = '2'"),
             ("4", False, "would be version 4"),
-            ("two", False, "send 1 or 2"),
+            ("3", True, "by a create only"),
+            ("two", False, "send 1, 2 or 3"),
         ):
             created = c.post(
                 f"/v1/namespaces/{namespace}/tables",
@@ -622,7 +624,8 @@ def test_a_table_of_format_version_3_is_refused_with_what_to_do_and_nothing_is_w
             assert created.json()["error"]["type"] == "BadRequestException"
             assert said in created.json()["detail"], (version, created.text)
         for update, said in (
-            ({"action": "upgrade-format-version", "format-version": 3}, "would be version 3"),
+            ({"action": "upgrade-format-version", "format-version": 3}, "version 2 at most"),
+            ({"action": "upgrade-format-version", "format-version": 4}, "would be version 4"),
             (
                 {"action": "set-properties", "updates": {"format-version": "3"}},
                 "upgrade-format-version",
@@ -641,10 +644,53 @@ def test_a_table_of_format_version_3_is_refused_with_what_to_do_and_nothing_is_w
     assert loaded.metadata.format_version == 2 and "format-version" not in loaded.properties
 
 
-def test_a_table_of_format_version_3_from_another_catalog_is_read_and_not_written(front):
+def test_a_table_of_format_version_3_is_created_and_committed_to_with_its_row_lineage(front):
+    """Version 3 (deletion vectors): created through the front with its first row id, which
+    Iceberg reads every version 3 table with, and committed to; a snapshot without its row
+    count would lose the table's next row id, and is refused."""
+    catalog = rest(front)
+    catalog.create_namespace_if_not_exists("lake")
+    with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
+        created = c.post(
+            "/v1/namespaces/lake/tables",
+            json={
+                "name": "vectors",
+                "schema": json.loads(SCHEMA.model_dump_json()),
+                "properties": {"format-version": "3"},
+            },
+        )
+        assert created.status_code == 200, created.text
+        assert created.json()["metadata"]["format-version"] == 3
+        assert created.json()["metadata"]["next-row-id"] == 0
+        table = catalog.load_table("lake.vectors")
+        files = metadata_files(front, table)
+        path = "/v1/namespaces/lake/tables/vectors"
+        snapshot = {
+            "snapshot-id": 7,
+            "timestamp-ms": 1_700_000_000_000,
+            "sequence-number": 1,
+            "summary": {"operation": "append"},
+            "manifest-list": f"{table.location()}/metadata/snap-7.avro",
+            "schema-id": 0,
+            "first-row-id": 0,
+        }
+        refused = c.post(path, json={"updates": [{"action": "add-snapshot", "snapshot": snapshot}]})
+        assert refused.status_code == 400, refused.text
+        assert "added-rows" in refused.json()["detail"]
+        assert metadata_files(front, table) == files
+        passed = c.post(
+            path,
+            json={"updates": [{"action": "set-properties", "updates": {"owner": "lake"}}]},
+        )
+        assert passed.status_code == 200, passed.text
+    written = json.loads(table.io.new_input(passed.json()["metadata-location"]).open().read())
+    assert (written["format-version"], written["next-row-id"]) == (3, 0)
+    assert written["properties"]["owner"] == "lake"
+
+
+def test_a_table_of_format_version_3_from_another_catalog_is_read_and_committed_to(front):
     """A JDBC catalog moved behind the front may hold a table of version 3: it is loaded (a
-    property only its own clients may see left out, as for any table), and a commit to it is
-    refused with what to do instead of failing in the service."""
+    property only its own clients may see left out, as for any table) and committed to."""
     table = new_table(front, "other_v3")
     namespace, name = table.name()
     document = json.loads(table.io.new_input(table.metadata_location).open().read())
@@ -664,20 +710,18 @@ def test_a_table_of_format_version_3_from_another_catalog_is_read_and_not_writte
             {"moved": moved, "ns": namespace, "name": name},
         )
     engine.dispose()
-    files = metadata_files(front, table)
     with httpx.Client(base_url=f"{front.url}/iceberg", headers=auth("job"), timeout=30) as c:
         loaded = c.get(f"/v1/namespaces/{namespace}/tables/{name}")
         assert loaded.status_code == 200, loaded.text
         metadata = loaded.json()["metadata"]
         assert metadata["format-version"] == 3 and "s3.endpoint" not in metadata["properties"]
-        refused = c.post(
+        removed = c.post(
             f"/v1/namespaces/{namespace}/tables/{name}",
             json={"updates": [{"action": "remove-properties", "removals": ["s3.endpoint"]}]},
         )
-        assert refused.status_code == 400, refused.text
-        assert "is of format version 3" in refused.json()["detail"]
-        assert "a catalog outside it" in refused.json()["detail"]
-    assert metadata_files(front, table) == files
+        assert removed.status_code == 200, removed.text
+    written = json.loads(table.io.new_input(removed.json()["metadata-location"]).open().read())
+    assert written["format-version"] == 3 and "s3.endpoint" not in written["properties"]
 
 
 def test_nested_namespaces_are_served_but_lakelock_leases_only_tables_it_can_name(front):

@@ -56,7 +56,6 @@ def test_the_demo_runs_on_local_files_unless_told_s3():
         (["--storage", "hdfs"], "--storage must be one of file, s3"),
         (["--s3-endpoint", "http://127.0.0.1:9000"], "--s3-endpoint goes with --storage s3"),
         (["--format-version", "1"], "--format-version: format version 1: use 2 or 3"),
-        (["--storage", "s3", "--format-version", "3"], "goes with storage file"),
     ],
 )
 def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
@@ -66,17 +65,15 @@ def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_the_demo_on_s3_is_coordinated_and_of_format_version_2(tmp_path):
+def test_the_demo_on_s3_is_coordinated(tmp_path):
     from demo.pipeline import Pipeline
 
     options = PipelineOptions(storage="s3", coordinated=False, workdir=tmp_path / "run")
     with pytest.raises(ValueError, match="catalog front"):
-        Pipeline(options).run()
-    options = PipelineOptions(storage="s3", format_version=3, workdir=tmp_path / "run")
-    with pytest.raises(ValueError, match="whose tables are of format version 2"):
         Pipeline(options).run()
 
 
 def test_the_demo_table_takes_position_deletes_unless_told_deletion_vectors():
     assert parse().format_version == PipelineOptions().format_version == 2
     assert parse("--format-version", "3").format_version == 3
+    assert parse("--storage", "s3", "--format-version", "3").format_version == 3

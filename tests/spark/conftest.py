@@ -8,6 +8,8 @@ warehouse under the module's temp folder.
     table_rows(spark, "local.db.events")              # JSON-shaped rows, comparable with
                                                       # EventGenerator.expected_rows()
     lease_intervals(operator, table, "claim")         # (start, end, process) of each lease
+    compactions_under_ingest(spark, client, ingest, compaction, gen, compactions=2)
+                                                      # the stream and the compactor at once
 
 The session is stopped at the end of the module (the JVM stays up, so the next module starts a
 new context in about a second, with its own catalog settings).
@@ -15,6 +17,8 @@ new context in about a second, with its own catalog settings).
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -23,10 +27,15 @@ from typing import Any
 import httpx
 import pytest
 
+from compactor.config import TableConfig
+from compactor.report import Outcome, RunReport
+from compactor.run import run_table
 from demo.flink_cluster import FlinkCluster
-from demo.generate import KEY_FIELDS, create_events_table
+from demo.generate import KEY_FIELDS, EventGenerator, create_events_table
 from demo.kafka import LocalKafka
 from ingest_gate.job.config import IngestConfig, load_config
+from ingest_gate.job.record import BatchRecord
+from ingest_gate.job.run import run as run_ingest
 from ingest_gate.job.table import read_rows
 from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
@@ -111,11 +120,11 @@ def snapshots(spark: Any, table: str) -> list[dict[str, Any]]:
 
 
 def ingest_config(
-    spark: Any, tmp_path: Path, server: Any, name: str, **overrides: Any
+    spark: Any, tmp_path: Path, server: Any, name: str, format_version: int = 2, **overrides: Any
 ) -> IngestConfig:
     """An ingest job config for the click-event table `local.db.<name>` (created, as a user
-    would, with its DDL), gated by `server`, its folders under `tmp_path`; tiny batches (one
-    file each) so tests see every commit."""
+    would, with its DDL, of `format_version`), gated by `server`, its folders under
+    `tmp_path`; tiny batches (one file each) so tests see every commit."""
     values = {
         "table": f"local.db.{name}",
         "landing_path": str(tmp_path / "landing"),
@@ -133,8 +142,60 @@ def ingest_config(
     }
     values.update(overrides)
     config = load_config(overrides=values)
-    create_events_table(spark, config.table)
+    create_events_table(spark, config.table, format_version=format_version)
     return config
+
+
+def compactions_under_ingest(
+    spark: Any,
+    client: LeaseClient,
+    ingest: IngestConfig,
+    compaction: TableConfig,
+    gen: EventGenerator,
+    *,
+    compactions: int,
+    wait_s: float = 800.0,
+) -> tuple[list[BatchRecord], list[RunReport]]:
+    """The ingest job on `ingest` fed one file ahead of it, and the compactor's run on
+    `compaction` after every second batch, until `compactions` runs compacted; then the stream
+    takes every file written and stops. Its batch records and the compactor's reports; each
+    run compacted or skipped. `wait_s` bounds the whole scenario, so a stuck run fails."""
+    landing = Path(ingest.landing_path)
+    gen.write_file(landing, 40)
+    handle = run_ingest(ingest, spark=spark)
+    stop = threading.Event()
+
+    def feed() -> None:
+        # a new file whenever the stream is at most one file behind: ingest never stops and
+        # never falls behind, however fast this machine runs it (one file per batch)
+        while not stop.wait(0.1):
+            if len(gen.files) - len(handle.records) < 2:
+                gen.write_file(landing, 40)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    reports: list[RunReport] = []
+    deadline = time.monotonic() + wait_s
+    try:
+        while sum(r.outcome == Outcome.COMPACTED for r in reports) < compactions:
+            assert time.monotonic() < deadline, [r.as_dict() for r in reports]
+            assert handle.query.isActive, handle.query.exception()
+            # let a few batches add small files and deletes between compactions
+            batches = len(handle.records)
+            while len(handle.records) < batches + 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            report = run_table(spark, client=client, config=compaction)
+            assert report.outcome in (Outcome.COMPACTED, Outcome.SKIPPED), report.as_dict()
+            reports.append(report)
+    finally:
+        stop.set()
+        feeder.join(wait_s)
+    files = len(gen.files)
+    while len(handle.records) < files and time.monotonic() < deadline:
+        assert handle.query.isActive, handle.query.exception()
+        time.sleep(0.2)
+    handle.stop()
+    return handle.records, reports
 
 
 def wait_held_at_the_service(server: Any) -> None:

@@ -19,17 +19,22 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor.config import LeaseConfig, TableConfig
+from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.plan import Step
 from compactor.procedure import ProcedureFailed, run_step
-from compactor.procedure_config import ExpireSnapshotsConfig, RemoveOrphanFilesConfig
+from compactor.procedure_config import (
+    DEFAULT_REWRITE_OPTIONS,
+    ExpireSnapshotsConfig,
+    RemoveOrphanFilesConfig,
+    RewriteDataFilesConfig,
+)
 from compactor.report import Outcome
 from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
 from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import CatalogConfig, build_session
 from tests.conftest import Warehouse, start_server
-from tests.spark.conftest import ingest_config
+from tests.spark.conftest import compactions_under_ingest, ingest_config
 
 pytestmark = pytest.mark.spark
 
@@ -300,3 +305,64 @@ def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path)
     merged = [e for e in events(operator, config.table) if e["event"] == "catalog.commit"]
     assert len(merged) == 3
     assert all(e["lease_id"] and e["detail"]["foreign"] is False for e in merged)
+
+
+def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_front(
+    spark, front, operator, job_client, tmp_path
+):
+    """Deletion vectors through the front: the ingest job upserts into a table of format
+    version 3 (a vector per data file, replaced by each MERGE that deletes from it) while the
+    compactor rewrites it under its lease; no batch fails, no commit is refused, and an
+    independent reader sees every key's last row."""
+    name = "vectors"
+    ingest = ingest_config(
+        spark,
+        tmp_path,
+        front,
+        name,
+        format_version=3,
+        table=f"{CATALOG}.db.{name}",
+        catalog={
+            "name": CATALOG,
+            "type": "rest",
+            "warehouse": front.store.uri,
+            "properties": rest_catalog(front).properties,
+        },
+        trigger_interval_s=0.5,
+        poll_s=0.5,
+        max_hold_s=120.0,
+        policy="fail",
+        **(
+            {"checkpoint_path": s3a(front.store.uri, f"checkpoints/{name}")}
+            if front.store.s3
+            else {}
+        ),
+    )
+    compaction = TableConfig(
+        ingest.table,
+        lease=LeaseConfig(ttl=timedelta(seconds=10), max_wait=timedelta(seconds=60)),
+        plan=PlanConfig(min_small_files=2, min_delete_files=1),
+        rewrite_data_files=RewriteDataFilesConfig(
+            options={**DEFAULT_REWRITE_OPTIONS, "min-input-files": "2"}
+        ),
+    )
+    gen = EventGenerator(seed=13, update_ratio=0.4, duplicate_ratio=0.1, late_update_ratio=0.1)
+    records, reports = compactions_under_ingest(
+        spark, job_client, ingest, compaction, gen, compactions=2, wait_s=WAIT_S * 4
+    )
+
+    assert {r.outcome for r in records} == {"committed"}, [r.as_dict() for r in records]
+    assert len(records) == len(gen.files)
+    compacted = [r for r in reports if r.outcome == Outcome.COMPACTED]
+    assert sum(r.totals().get("rewritten_data_files", 0) for r in compacted) > 0
+    seen = events(operator, ingest.table)
+    assert not [e for e in seen if e["event"] == "catalog.refused"]
+    vectors = spark.sql(
+        f"SELECT count(*) FROM {ingest.table}.all_delete_files WHERE file_format = 'PUFFIN'"
+    ).first()[0]
+    assert vectors > 0  # the MERGEs wrote deletion vectors, not position delete files
+    read = direct(front, ingest.table)
+    assert read.metadata.format_version == 3
+    key = ("event_id", "dt", "hr", "amount")
+    rows = sorted(tuple(str(row[k]) for k in key) for row in read.scan().to_arrow().to_pylist())
+    assert rows == sorted(tuple(str(row[k]) for k in key) for row in gen.expected_rows())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -11,12 +9,10 @@ import pytest
 from compactor.config import LeaseConfig, PlanConfig, TableConfig
 from compactor.procedure_config import DEFAULT_REWRITE_OPTIONS, RewriteDataFilesConfig
 from compactor.report import Outcome
-from compactor.run import run_table
 from demo.generate import EventGenerator
-from ingest_gate.job.run import run
 from ingest_gate.job.table import read_rows
 from service.client import LeaseClient
-from tests.spark.conftest import ingest_config
+from tests.spark.conftest import compactions_under_ingest, ingest_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -29,7 +25,6 @@ def test_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
     spark, tmp_path, lakelock_server
 ):
     table = "local.db.soak"
-    landing = tmp_path / "landing"
     ingest = ingest_config(
         spark,
         tmp_path,
@@ -51,44 +46,12 @@ def test_compactions_under_continuous_ingest_fail_no_batch_and_lose_no_row(
         ),
     )
     gen = EventGenerator(seed=11, update_ratio=0.4, duplicate_ratio=0.1, late_update_ratio=0.1)
-    gen.write_file(landing, 40)
-    handle = run(ingest, spark=spark)
-    stop = threading.Event()
+    with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
+        records, reports = compactions_under_ingest(
+            spark, client, ingest, compaction, gen, compactions=COMPACTIONS, wait_s=WAIT_S
+        )
 
-    def feed() -> None:
-        # a new file whenever the stream is at most one file behind: ingest never stops and
-        # never falls behind, however fast this machine runs it (one file per batch)
-        while not stop.wait(0.1):
-            if len(gen.files) - len(handle.records) < 2:
-                gen.write_file(landing, 40)
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    reports = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        with LeaseClient(lakelock_server.url, token=lakelock_server.token("job")) as client:
-            while sum(r.outcome == Outcome.COMPACTED for r in reports) < COMPACTIONS:
-                assert time.monotonic() < deadline, [r.as_dict() for r in reports]
-                assert handle.query.isActive, handle.query.exception()
-                # let a few batches add small files and position deletes between compactions
-                batches = len(handle.records)
-                while len(handle.records) < batches + 2 and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                report = run_table(spark, client=client, config=compaction)
-                assert report.outcome in (Outcome.COMPACTED, Outcome.SKIPPED), report.as_dict()
-                reports.append(report)
-    finally:
-        stop.set()
-        feeder.join(WAIT_S)
-    files = len(gen.files)
-    while len(handle.records) < files and time.monotonic() < deadline:
-        assert handle.query.isActive, handle.query.exception()
-        time.sleep(0.2)
-    handle.stop()
-
-    records = handle.records
-    assert len(records) == files
+    assert len(records) == len(gen.files)
     assert {r.outcome for r in records} == {"committed"}, [
         r.as_dict() for r in records if r.outcome != "committed"
     ]
