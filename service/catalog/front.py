@@ -712,8 +712,8 @@ def _answered(location: str | None, metadata: TableMetadata, text: str) -> Loade
     shown = limits.answered(metadata.properties)
     if shown is None:
         return location, metadata, text
-    # the stored text without them, not the model serialized again: pyiceberg writes no
-    # version 3 metadata, and a table of version 3 from another catalog is still loaded
+    # the stored text without them, not the model serialized again: a table another catalog
+    # wrote may hold fields pyiceberg's model does not know, and a load shows them as written
     document = json.loads(text)
     document["properties"] = shown
     metadata = metadata.model_copy(update={"properties": shown})

@@ -34,7 +34,7 @@ from typing import TypeVar
 from pyiceberg.avro.file import AvroFile
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
-    DEFAULT_READ_VERSION,
+    DATA_FILE_TYPE,
     MANIFEST_ENTRY_SCHEMAS,
     DataFile,
     DataFileContent,
@@ -58,6 +58,11 @@ __all__ = ["DELETE_FILE_PATH_ID", "LISTED_KEPT", "Written", "check_lists", "read
 # DELETE_FILE_PATH): equal lower and upper bounds name the one data file its deletes point at
 DELETE_FILE_PATH_ID = 2147483546
 LISTED_KEPT = 64  # manifest lists remembered (their manifests): a branch head is read once
+# manifests are read with version 3's entry schema, whose fields beyond version 2's are optional
+# (absent from older manifests, read as None): a deletion vector's data file and its place in
+# its Puffin file, which pyiceberg's DataFile has no accessor for, read by position
+READ_VERSION = 3
+_POSITION = {f.name: i for i, f in enumerate(DATA_FILE_TYPE[READ_VERSION].fields)}
 
 log = logging.getLogger("lakelock.catalog")
 
@@ -188,7 +193,7 @@ def read_written(
     floor = _data_floor(snapshot, kept, listed, new, io)
     for manifest in new:
         for entry in _entries(manifest, io):
-            was = carried.pop(entry.data_file.file_path, None)
+            was = carried.pop(_key(entry.data_file), None)
             if entry.status == ManifestEntryStatus.EXISTING and was is not None:
                 continue  # carried into a rewritten manifest: nothing this commit wrote
             added = entry.status != ManifestEntryStatus.DELETED
@@ -196,10 +201,22 @@ def read_written(
                 continue
             _count(written, entry, manifest.manifest_path, manifest.partition_spec_id, added)
             _sequence(written, entry, manifest, added)
-    for path, (spec_id, entry) in carried.items():
+    for (path, _), (spec_id, entry) in carried.items():
         if not _applies_to_nothing(entry, floor):
             _count(written, entry, path, spec_id, added=False)  # dropped without a word
     return written
+
+
+def _key(file: DataFile) -> tuple[str, object]:
+    """What names one file of a manifest: its path, and for a deletion vector its offset in
+    the Puffin file, which holds the vectors of several data files (one entry each)."""
+    return file.file_path, _read_at_3(file, "content_offset")
+
+
+def _read_at_3(file: DataFile, name: str) -> object:
+    """A field version 3 added to a data file (None in a record of an older version's shape)."""
+    position = _POSITION[name]
+    return file[position] if position < len(file) else None
 
 
 def _before(
@@ -208,7 +225,7 @@ def _before(
     io: FileIO,
     location: str,
     new_ids: Collection[int],
-) -> tuple[Mapping[str, ManifestFile], dict[str, tuple[int, ManifestEntry]]]:
+) -> tuple[Mapping[str, ManifestFile], dict[tuple[str, object], tuple[int, ManifestEntry]]]:
     """The manifests `before` lists, and the live files of those a snapshot listing `listed`
     dropped; read like the client's files (inside `location`) when `before` is new too."""
     if before is None:
@@ -258,14 +275,17 @@ def _applies_to_nothing(entry: ManifestEntry, floor: int) -> bool:
     )
 
 
-def _live_files(dropped: list[ManifestFile], io: FileIO) -> dict[str, tuple[int, ManifestEntry]]:
-    """The live files (added or existing) of the `dropped` manifests, by path, with their
+def _live_files(
+    dropped: list[ManifestFile], io: FileIO
+) -> dict[tuple[str, object], tuple[int, ManifestEntry]]:
+    """The live files (added or existing) of the `dropped` manifests, by `_key`, with their
     manifest's spec. Read only when a commit drops manifests (a merge of small manifests, a
     rewrite of them, a delete that rewrites one)."""
-    live: dict[str, tuple[int, ManifestEntry]] = {}
+    live: dict[tuple[str, object], tuple[int, ManifestEntry]] = {}
     for manifest in dropped:
-        for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
-            live[entry.data_file.file_path] = (manifest.partition_spec_id, entry)
+        for entry in _entries(manifest, io):
+            if entry.status != ManifestEntryStatus.DELETED:
+                live[_key(entry.data_file)] = (manifest.partition_spec_id, entry)
     return live
 
 
@@ -281,7 +301,7 @@ def _entries(manifest: ManifestFile, io: FileIO) -> Iterator[ManifestEntry]:
     """
     avro = AvroFile[ManifestEntry](
         io.new_input(manifest.manifest_path),
-        MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION],
+        MANIFEST_ENTRY_SCHEMAS[READ_VERSION],
         read_types={-1: ManifestEntry, 2: DataFile},
         read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
     )
@@ -375,10 +395,13 @@ def _count(
 
 
 def _referenced(file: DataFile) -> str | None:
-    """The one data file a position delete file points at: its `file_path` column's bounds
-    when they are equal (Iceberg writes them in full for position deletes); else None, and the
-    commit counts as one that can conflict (a deletion vector of format v3 among them, whose
-    `referenced_data_file` this reader does not surface)."""
+    """The one data file a position delete file or deletion vector points at: its
+    `referenced_data_file` (a vector's always); else its `file_path` column's bounds when they
+    are equal (Iceberg writes them in full for position deletes); else None, and the commit
+    counts as one that can conflict."""
+    referenced = _read_at_3(file, "referenced_data_file")
+    if isinstance(referenced, str):
+        return referenced
     lower = (file.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
     upper = (file.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
     if lower is None or lower != upper:

@@ -31,6 +31,7 @@ from compactor.procedure_config import (
 from compactor.report import Outcome
 from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
+from ingest_gate.job.config import IngestConfig
 from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import CatalogConfig, build_session
 from tests.conftest import Warehouse, start_server
@@ -156,6 +157,29 @@ def s3a(uri: str, path: str) -> str:
     return f"s3a://{uri.split('://', 1)[1]}/{path}"
 
 
+def front_ingest_config(
+    spark: Any, tmp_path: Path, front: Any, name: str, **overrides: Any
+) -> IngestConfig:
+    """tests.spark.conftest.ingest_config for the table `lakelock.db.<name>` through `front`
+    (rest_catalog); on S3, the query's checkpoints there too (Hadoop's s3a)."""
+    checkpoints = (
+        {"checkpoint_path": s3a(front.store.uri, f"checkpoints/{name}")} if front.store.s3 else {}
+    )
+    catalog = {
+        "name": CATALOG,
+        "type": "rest",
+        "warehouse": front.store.uri,
+        "properties": rest_catalog(front).properties,
+    }
+    return ingest_config(
+        spark,
+        tmp_path,
+        front,
+        name,
+        **{"table": f"{CATALOG}.db.{name}", "catalog": catalog, **checkpoints, **overrides},
+    )
+
+
 def data_files(front: Any, table: str) -> set[str]:
     found = front.store.objects("/".join([*table.split(".")[1:], "data"]))
     return {uri for uri in found if uri.endswith(".parquet")}
@@ -275,26 +299,7 @@ def test_a_rewrite_without_a_live_lease_is_refused_and_the_table_is_unchanged(
 
 
 def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path):
-    config = ingest_config(
-        spark,
-        tmp_path,
-        front,
-        "ingested",
-        table=f"{CATALOG}.db.ingested",
-        catalog={
-            "name": CATALOG,
-            "type": "rest",
-            "warehouse": front.store.uri,
-            "properties": rest_catalog(front).properties,
-        },
-        available_now=True,
-        # on S3, the query's checkpoints too (Hadoop's s3a)
-        **(
-            {"checkpoint_path": s3a(front.store.uri, "checkpoints/ingested")}
-            if front.store.s3
-            else {}
-        ),
-    )
+    config = front_ingest_config(spark, tmp_path, front, "ingested", available_now=True)
     gen = EventGenerator(seed=5, update_ratio=0.3)
     for _ in range(3):
         gen.write_file(config.landing_path, 30)
@@ -314,29 +319,16 @@ def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_fron
     version 3 (a vector per data file, replaced by each MERGE that deletes from it) while the
     compactor rewrites it under its lease; no batch fails, no commit is refused, and an
     independent reader sees every key's last row."""
-    name = "vectors"
-    ingest = ingest_config(
+    ingest = front_ingest_config(
         spark,
         tmp_path,
         front,
-        name,
+        "vectors",
         format_version=3,
-        table=f"{CATALOG}.db.{name}",
-        catalog={
-            "name": CATALOG,
-            "type": "rest",
-            "warehouse": front.store.uri,
-            "properties": rest_catalog(front).properties,
-        },
         trigger_interval_s=0.5,
         poll_s=0.5,
         max_hold_s=120.0,
         policy="fail",
-        **(
-            {"checkpoint_path": s3a(front.store.uri, f"checkpoints/{name}")}
-            if front.store.s3
-            else {}
-        ),
     )
     compaction = TableConfig(
         ingest.table,
@@ -366,3 +358,50 @@ def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_fron
     key = ("event_id", "dt", "hr", "amount")
     rows = sorted(tuple(str(row[k]) for k in key) for row in read.scan().to_arrow().to_pylist())
     assert rows == sorted(tuple(str(row[k]) for k in key) for row in gen.expected_rows())
+
+
+def test_deletion_vectors_sharing_a_file_are_counted_one_by_one(spark, front, job_client):
+    """Iceberg writes the deletion vectors of one task into one Puffin file, each a manifest
+    entry of its own (the same path, another offset). A commit that replaces one of them keeps
+    the others as carried entries: a delete that replaces one is an ingest commit still (a
+    foreign one here, which passes), and a rewrite of one partition under a lease scoped to
+    it stays in scope."""
+    table = f"{CATALOG}.db.shared_vectors"
+    spark.sql(
+        f"""CREATE TABLE {table} (id BIGINT, dt DATE, v STRING) USING iceberg
+        PARTITIONED BY (dt)
+        TBLPROPERTIES ('format-version' = '3', 'write.delete.mode' = 'merge-on-read',
+                       'write.distribution-mode' = 'none',
+                       'write.delete.distribution-mode' = 'none')"""
+    )
+    for _ in range(2):  # two data files in each of two days
+        spark.sql(
+            f"""INSERT INTO {table} SELECT id, date_add(DATE '2024-06-20', CAST(id % 2 AS INT)),
+            'v' || id FROM range(0, 40, 1, 1)"""
+        )
+    spark.sql(f"DELETE FROM {table} WHERE id IN (2, 3)")  # a vector a data file, one task
+    shared = spark.sql(
+        f"""SELECT file_path, count(DISTINCT partition.dt) AS days
+        FROM {table}.delete_files GROUP BY file_path"""
+    ).collect()
+    assert max(row.days for row in shared) == 2, shared  # both days' vectors in one file
+    spark.sql(f"DELETE FROM {table} WHERE id = 4")  # the first day's vector replaced only
+    day = "dt=2024-06-20"
+    lease = job_client.acquire_maintenance(table, holder="compactor", ttl_s=60, partitions=[day])
+    step = Step(
+        "rewrite_data_files",
+        "small files",
+        options={"min-input-files": "2"},
+        where="dt = DATE '2024-06-20'",
+    )
+    run_step(
+        spark,
+        table=table,
+        step=step,
+        properties={"lakelock.lease-id": lease.lease_id, "lakelock.token": str(lease.token)},
+    )
+    job_client.release(lease)
+    read = direct(front, table)
+    assert read.current_snapshot().summary.operation.value == "replace"
+    rows = ids(read)
+    assert len(rows) == 80 - 6 and not {2, 3, 4} & {i for i, _ in rows}

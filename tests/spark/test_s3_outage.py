@@ -26,8 +26,14 @@ from demo.s3 import LocalS3
 from ingest_gate.job.run import run as run_ingest
 from jobkit.spark import error_message
 from tests.conftest import Warehouse
-from tests.spark.conftest import ingest_config, table_rows
-from tests.spark.test_catalog_front import CATALOG, front_session, rest_catalog, s3a, sqlite_front
+from tests.spark.conftest import table_rows
+from tests.spark.test_catalog_front import (
+    CATALOG,
+    front_ingest_config,
+    front_session,
+    s3a,
+    sqlite_front,
+)
 from tests.support.helpers import HANG_GUARD_S, wait_until
 
 pytestmark = pytest.mark.spark
@@ -90,18 +96,11 @@ def compaction(spark: Any, client: Any, table: str) -> TableConfig:
 def test_an_outage_during_commits_and_a_compaction_fails_clearly_and_leaves_the_table_exact(
     spark, front, s3, job_client, operator, tmp_path
 ):
-    config = ingest_config(
+    config = front_ingest_config(
         spark,
         tmp_path,
         front,
         "outage",
-        table=f"{CATALOG}.db.outage",
-        catalog={
-            "name": CATALOG,
-            "type": "rest",
-            "warehouse": front.store.uri,
-            "properties": rest_catalog(front).properties,
-        },
         checkpoint_path=s3a(front.store.uri + "-checkpoints", "outage"),
         available_now=True,
     )
