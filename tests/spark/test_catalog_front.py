@@ -312,6 +312,7 @@ def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path)
     assert all(e["lease_id"] and e["detail"]["foreign"] is False for e in merged)
 
 
+@pytest.mark.storage("s3")  # the front's part is the same on local files; users' lakes are on S3
 def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_front(
     spark, front, operator, job_client, tmp_path
 ):
