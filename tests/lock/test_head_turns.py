@@ -11,9 +11,10 @@ from functools import partial
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from service.lock import intents
-from service.lock.db import make_engine, run_transaction
+from service.lock.db import run_transaction
 from tests.support.helpers import (
     backdate,
     commit,
@@ -30,34 +31,30 @@ TABLE = "lake.db.events"
 HOLDER = "operator-client"  # the token the in-process API's requests send
 
 
-def lose_the_head(db_url: str, lease: dict[str, Any], *, token: int | None = None) -> bool:
+def lose_the_head(engine: Engine, lease: dict[str, Any], *, token: int | None = None) -> bool:
     """What the front does when the lease holder's commit is answered 409 (intents.open_turn)."""
-    engine = make_engine(db_url)
-    try:
-        return run_transaction(
-            engine,
-            partial(
-                intents.open_turn,
-                table=TABLE,
-                lease_id=lease["lease_id"],
-                token=lease["token"] if token is None else token,
-                principal=HOLDER,
-                turn=timedelta(seconds=600),
-            ),
-        )
-    finally:
-        engine.dispose()
+    return run_transaction(
+        engine,
+        partial(
+            intents.open_turn,
+            table=TABLE,
+            lease_id=lease["lease_id"],
+            token=lease["token"] if token is None else token,
+            principal=HOLDER,
+            turn=timedelta(seconds=600),
+        ),
+    )
 
 
 def turns(api: Any) -> list[dict[str, Any]]:
     return [x for x in state(api)["intents"] if x["cause"] == "turn"]
 
 
-def test_a_turn_is_opened_once_for_the_holder_and_holds_no_commit_lease(api, db_url):
+def test_a_turn_is_opened_once_for_the_holder_and_holds_no_commit_lease(api, db_url, engine):
     lease = maintenance(api, partitions=["dt=1"]).json()
-    assert not lose_the_head(db_url, lease, token=lease["token"] + 1)  # a stale token
-    assert lose_the_head(db_url, lease)
-    assert not lose_the_head(db_url, lease)  # one turn at a time, not extended
+    assert not lose_the_head(engine, lease, token=lease["token"] + 1)  # a stale token
+    assert lose_the_head(engine, lease)
+    assert not lose_the_head(engine, lease)  # one turn at a time, not extended
     (turn,) = turns(api)
     assert (turn["request_id"], turn["partitions"]) == (f"turn-{lease['lease_id']}", None)
     assert turn["principal"] == HOLDER
@@ -69,9 +66,9 @@ def test_a_turn_is_opened_once_for_the_holder_and_holds_no_commit_lease(api, db_
 
 
 @pytest.mark.parametrize("ends", ["released", "revoked", "expired"])
-def test_a_turn_ends_with_its_lease(api, db_url, ends):
+def test_a_turn_ends_with_its_lease(api, db_url, engine, ends):
     lease = maintenance(api, partitions=["dt=1"]).json()
-    assert lose_the_head(db_url, lease)
+    assert lose_the_head(engine, lease)
     if ends == "released":
         release(api, lease).raise_for_status()
     elif ends == "revoked":

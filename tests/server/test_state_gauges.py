@@ -71,17 +71,13 @@ def test_each_table_with_a_live_maintenance_lease_shows_how_long_its_oldest_is_h
     assert set(after) == {"lake.db.events"} and 300 <= after["lake.db.events"] < 400
 
 
-def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url):
+def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url, engine):
     lease = commit(api).json()
     held = maintenance(api, table="lake.db.b").json()
     backdate(db_url, lease)
     backdate(db_url, held)
-    engine = make_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            seen = overview(conn)
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        seen = overview(conn)
     assert (seen.live["commit"], seen.live["maintenance"], seen.maintenance_by_table) == (0, 0, [])
 
 
@@ -90,7 +86,7 @@ def test_an_expired_lease_is_not_counted_before_the_sweeper_ends_it(api, db_url)
     [("enabled", "enabled", True), ("disabled", "enabled", False), ("enabled", "disabled", False)],
 )
 def test_the_backpressure_gauge_counts_what_the_commit_rule_holds(
-    api, db_url, backpressure, maintenance_switch, holds
+    api, engine, backpressure, maintenance_switch, holds
 ):
     table, hot = "lake.db.events", "dt=2024-06-20/hr=13"
     held = claim(api, table=table).json()
@@ -106,15 +102,11 @@ def test_the_backpressure_gauge_counts_what_the_commit_rule_holds(
     assert answer.json()["partitions"] == [hot]
     # the intent stays open whatever the switch says next; the rule says whether it holds
     switch(api, table=table, backpressure=backpressure, maintenance=maintenance_switch)
-    engine = make_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            row = store.read_table(conn, table)
-            assert row is not None
-            by_rule = rules.backpressure_holds(row)
-            seen = dict(overview(conn).backpressure)
-    finally:
-        engine.dispose()
+    with engine.connect() as conn:
+        row = store.read_table(conn, table)
+        assert row is not None
+        by_rule = rules.backpressure_holds(row)
+        seen = dict(overview(conn).backpressure)
     assert by_rule is holds
     assert seen == ({table: 1} if holds else {})
     assert metric(api, "lakelock_backpressure_partitions", table=table) == (1 if holds else 0)
