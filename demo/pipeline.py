@@ -208,16 +208,24 @@ class Pipeline:
             spark_master=o.spark_master,
             format=o.format,
             key_columns=KEY_FIELDS,
-            # by counts: one landing file per batch, so the batches (and the small files the
-            # compactor waits for) come from the event count, not from how fast Spark runs
+            # by counts: one landing file per batch, or from a topic one file's worth of
+            # messages, so the batches (and the small files the compactor waits for) come from
+            # the event count, not from how fast Spark runs (a stream that starts after the
+            # last message would read the whole topic in one batch)
             max_files_per_trigger=1 if o.by_counts else None,
             source=o.source,
-            kafka=(
-                {"kafka.bootstrap.servers": self.kafka.bootstrap, "subscribe": TOPIC}
-                if self.kafka is not None
-                else {}
-            ),
+            kafka=self._kafka_options(),
         )
+
+    def _kafka_options(self) -> dict[str, str]:
+        """The Kafka source's options (none without a broker)."""
+        if self.kafka is None:
+            return {}
+        options = {"kafka.bootstrap.servers": self.kafka.bootstrap, "subscribe": TOPIC}
+        if self.options.by_counts:
+            per_file = self.options.rate * self.options.file_interval_s
+            options["maxOffsetsPerTrigger"] = str(max(1, round(per_file)))
+        return options
 
     # -- the parts -----------------------------------------------------------------------------
 
