@@ -190,15 +190,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A test's MariaDB twin (the `mariadb` param of `db_url`, BOTH_DATABASES, FRONTS) only
     where its module says the database's dialect matters (the `dialect` marker: locking,
     clocks, upserts, keysets, migrations, concurrency invariants, outages); the others run on
-    SQLite alone. A test marked `storage(name)` runs only with that param of its module's
-    warehouse. The fast tier runs neither MariaDB nor S3 (FAST)."""
+    SQLite alone. The fast tier runs neither MariaDB nor S3 (FAST)."""
     kept, dropped = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {}).values()
-        storage = item.get_closest_marker("storage")
-        if storage is not None and not set(storage.args) & set(params):
-            wanted = False
-        elif FAST:
+        if FAST:
             wanted = not any(item.get_closest_marker(m) for m in ("mariadb", "s3"))
         elif "mariadb" in params:
             wanted = item.get_closest_marker("dialect") is not None

@@ -2,8 +2,8 @@
 against it (`type = "rest"`): writes pass, a compaction under its lease passes, one without a
 live lease gets 403 and leaves the table as it was (docs/catalog-front.md).
 
-Every test runs with the warehouse on local files and on the project's S3 server (Iceberg's
-S3FileIO from the AWS bundle; the ingest job's checkpoints through Hadoop's s3a). What Iceberg
+The warehouse is on the project's S3 server (Iceberg's S3FileIO from the AWS bundle; the ingest
+job's checkpoints through Hadoop's s3a). What Iceberg
 wrote is read back with pyiceberg's SQL catalog straight from the service's database, not
 through the front.
 """
@@ -58,17 +58,13 @@ def sqlite_front(folder: Path, store: Warehouse | None = None) -> Any:
     return server
 
 
-@pytest.fixture(scope="module", params=["file", "s3"])
-def front(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Any]:
-    """The front on local files, then on the project's S3 server: every test runs on both."""
-    folder = tmp_path_factory.mktemp(f"front-{request.param}")
-    store = None
-    if request.param == "s3":
-        s3 = request.getfixturevalue("s3_server")
-        store = Warehouse(s3.warehouse(folder.name), s3)
-    server = sqlite_front(folder, store)
+@pytest.fixture(scope="module")
+def front(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Iterator[Any]:
+    """The front on the project's S3 server, where its users' lakes are. The front's part is the
+    same on local files, where the Flink modules' fronts are (tests/spark/test_flink_kafka.py,
+    test_flink_cdc.py) and tests/catalog/ commit with pyiceberg."""
+    folder = tmp_path_factory.mktemp("front")
+    server = sqlite_front(folder, Warehouse(s3_server.warehouse(folder.name), s3_server))
     yield server
     server.stop()
 
@@ -312,7 +308,6 @@ def test_the_ingest_job_runs_against_the_front(spark, front, operator, tmp_path)
     assert all(e["lease_id"] and e["detail"]["foreign"] is False for e in merged)
 
 
-@pytest.mark.storage("s3")  # the front's part is the same on local files; users' lakes are on S3
 def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_front(
     spark, front, operator, job_client, tmp_path
 ):

@@ -1,6 +1,8 @@
 """A Flink SQL writer that never calls lakelock (flink_writer: PyFlink 1.20, Iceberg's Flink
 runtime, a local MiniCluster) commits through the catalog front while lakelock's compactor
-compacts the same table (docs/catalog-front.md, "Flink writers").
+compacts the same table (docs/catalog-front.md, "Flink writers"). The warehouse is on the
+project's S3 server, as its users' lakes are: the job reaches it with Iceberg's S3FileIO, its
+endpoint and region from the front's /v1/config (the front's part is the same on local files).
 
 The upsert job's table holds equality deletes, which pyiceberg cannot apply; it is read by
 Iceberg's own reader in Spark from the metadata file the front's database points at, not
@@ -96,7 +98,7 @@ def flink_fixtures(name: str, *, s3: bool = False) -> tuple[Any, Any, Any]:
     return front, lakelock_server, spark
 
 
-front, lakelock_server, spark = flink_fixtures("flink-writer")
+front, lakelock_server, spark = flink_fixtures("flink-writer", s3=True)
 
 
 def start_writer(
@@ -258,8 +260,14 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     conflicting = [e for e in trail if e["detail"].get("can_conflict")]
     assert len(conflicting) >= deletes.committed
     assert check(load_history(front.db_url, [])) == []
+    # on S3: the job reached the bucket with Iceberg's S3FileIO, its endpoint and region from
+    # the front's /v1/config and its keys from the environment
+    location = direct(front, table).metadata_location
+    assert location.startswith(f"{front.store.uri}/db/flink_upserts/metadata/")
+    data = front.store.objects("db/flink_upserts/data")
+    assert any(uri.endswith(".parquet") for uri in data), "the job's files are in the bucket"
     # exact: every key holds the last row written for it, read without lakelock
-    rows = rows_of(spark, direct(front, table).metadata_location)
+    rows = rows_of(spark, location)
     assert rows.pop(ForeignDeletes.KEY, None) == deletes.present
     assert rows == feed.latest
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,6 @@ from ingest_gate.job.snapshots import BATCH_ID, LEASE_ID, QUERY_ID
 from ingest_gate.job.target import read_target
 from jobkit.spark import SparkJobGroups
 from tests.spark.conftest import snapshots, table_rows
-from tests.support.helpers import installed, unactivated_env
 
 pytestmark = pytest.mark.spark
 
@@ -316,40 +314,3 @@ def test_job_group_is_restored_after_the_gate_leaves(spark):
     assert sc.getLocalProperty("spark.jobGroup.id") == "lakelock-1"
     groups.clear()
     assert sc.getLocalProperty("spark.jobGroup.id") == "stream-run"
-
-
-def test_the_installed_ingest_script_runs_unactivated_from_any_folder(
-    spark, spark_warehouse, tmp_path
-):
-    """The way a user runs the job: the venv's `lakelock-ingest` by its path, the venv not
-    activated (its `python3` is not on PATH), from a folder outside the checkout, on a local
-    master. The local Python workers must still find lakelock (they ran the system's `python3`
-    and failed at batch 0 with ModuleNotFoundError: No module named 'ingest_gate')."""
-    create_events_table(spark, "local.db.unactivated")
-    gen = EventGenerator(seed=5, update_ratio=0.3)
-    for _ in range(2):
-        gen.write_file(tmp_path / "landing", 30)
-    (tmp_path / "ingest.toml").write_text(
-        f"""
-        table = "local.db.unactivated"
-        landing_path = "{tmp_path / "landing"}"
-        dead_letter_path = "{tmp_path / "dead-letter"}"
-        checkpoint_path = "{tmp_path / "checkpoint"}"
-        key_columns = {json.dumps(list(KEY_FIELDS))}
-        gate_enabled = false
-        spark_master = "local[1]"
-        [catalog]
-        warehouse = "{spark_warehouse}"
-        """
-    )
-    done = subprocess.run(
-        [installed("lakelock-ingest"), "--config", "ingest.toml", "--available-now"],
-        cwd=tmp_path,
-        env=unactivated_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ModuleNotFoundError" not in done.stderr
-    assert table_rows(spark, "local.db.unactivated") == gen.expected_rows()

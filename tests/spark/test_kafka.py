@@ -119,10 +119,12 @@ def test_every_format_through_a_topic_of_four_partitions_ends_exact(
 def test_the_installed_job_killed_mid_batch_replays_exactly_once(
     spark, spark_warehouse, tmp_path, kafka, lakelock_server
 ):
-    """The job as its own process, from a folder outside the checkout, with the Kafka source
-    the job fetched itself; SIGKILL while a batch holds its commit lease (between its read and
-    its commit), then a second run drains the topic: the table is exact and no batch committed
-    twice."""
+    """The job as its own process, the way a user runs it: the venv's `lakelock-ingest` by its
+    path, the venv not activated (its `python3` is not on PATH: the local Python workers that
+    decode the records must still find lakelock), from a folder outside the checkout, with the
+    Kafka source the job fetched itself; SIGKILL while a batch holds its commit lease (between
+    its read and its commit), then a second run drains the topic: the table is exact and no
+    batch committed twice."""
     topic, table = "events-killed", "local.db.kafka_killed"
     kafka.create_topic(topic, partitions=PARTITIONS)
     create_events_table(spark, table)
