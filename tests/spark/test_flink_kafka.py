@@ -109,15 +109,15 @@ def flink_commits(front: Any, table: str) -> list[dict[str, str]]:
     return [summary for summary in summaries if "flink.job-id" in summary]
 
 
+# canal-json is the console script's format below, read and checked the same way
 @pytest.mark.parametrize(
     ("fmt", "schema"),
     [
         ("upsert-kafka", False),
         ("debezium-json", False),
         ("debezium-json", True),
-        ("canal-json", False),
     ],
-    ids=["upsert-kafka", "debezium-json", "debezium-json-with-schema", "canal-json"],
+    ids=["upsert-kafka", "debezium-json", "debezium-json-with-schema"],
 )
 def test_a_topic_in_each_change_format_ends_as_its_last_value_per_key(
     front, spark, kafka, tmp_path, writers, fmt, schema
@@ -229,7 +229,9 @@ def test_the_command_runs_a_bounded_job_and_exits_with_its_report(front, spark, 
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert json.loads(report.read_text())["status"] == "FINISHED"
-    assert table_rows(front, spark, "command") == stream.expected()
+    expected = stream.expected()
+    assert 0 < len(expected) < 20  # some keys deleted, some live
+    assert table_rows(front, spark, "command") == expected
 
     wrong = subprocess.run(
         [str(command), "--catalog-uri", "x", "--table", "db.t", "--key", "k", "--source", "kafka"],

@@ -76,7 +76,8 @@ def _generator(fmt: str, seed: int) -> EventGenerator:
     )
 
 
-@pytest.mark.parametrize("fmt", ["json", "debezium", "canal"])
+# Debezium through a topic of four partitions is the killed job's and the binlog's below
+@pytest.mark.parametrize("fmt", ["json", "canal"])
 def test_every_format_through_a_topic_of_four_partitions_ends_exact(
     spark, tmp_path, kafka, lakelock_server, fmt
 ):
