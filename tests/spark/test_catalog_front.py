@@ -3,9 +3,8 @@ against it (`type = "rest"`): writes pass, a compaction under its lease passes, 
 live lease gets 403 and leaves the table as it was (docs/catalog-front.md).
 
 The warehouse is on the project's S3 server (Iceberg's S3FileIO from the AWS bundle; the ingest
-job's checkpoints through Hadoop's s3a). What Iceberg
-wrote is read back with pyiceberg's SQL catalog straight from the service's database, not
-through the front.
+job's checkpoints through Hadoop's s3a). What Iceberg wrote is read back with pyiceberg's SQL
+catalog straight from the service's database, not through the front.
 """
 
 from __future__ import annotations
