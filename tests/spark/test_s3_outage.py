@@ -147,8 +147,16 @@ def test_an_outage_during_commits_and_a_compaction_fails_clearly_and_leaves_the_
         wait_until(lambda: c.get("/readyz").status_code == 200, "the service ready again")
     again = run_ingest(config, spark=spark).wait(HANG_GUARD_S)
     assert again and all(r.outcome == "committed" for r in again), again
-    report = run_table(spark, client=job_client, config=compaction(spark, job_client, config.table))
-    assert report.outcome == Outcome.COMPACTED, report.error
+    # the compactor, as its next ticks would run: a connection the S3 client pooled before the
+    # outage can still fail the first run after it (a broken pipe, named in the run's error;
+    # once in a CI run), and the run after that compacts
+    runs = []
+    while len(runs) < 2 and Outcome.COMPACTED not in [r.outcome for r in runs]:
+        runs.append(
+            run_table(spark, client=job_client, config=compaction(spark, job_client, config.table))
+        )
+    assert runs[-1].outcome == Outcome.COMPACTED, [r.error for r in runs]
+    assert all("Broken pipe" in (r.error or "") for r in runs[:-1]), [r.error for r in runs]
 
     assert sorted(table_rows(spark, config.table), key=str) == sorted(gen.expected_rows(), key=str)
     state = operator.state(config.table)
