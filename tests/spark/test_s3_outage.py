@@ -147,9 +147,10 @@ def test_an_outage_during_commits_and_a_compaction_fails_clearly_and_leaves_the_
         wait_until(lambda: c.get("/readyz").status_code == 200, "the service ready again")
     again = run_ingest(config, spark=spark).wait(HANG_GUARD_S)
     assert again and all(r.outcome == "committed" for r in again), again
-    # the compactor, as its next ticks would run: a connection the S3 client pooled before the
-    # outage can still fail the first run after it (a broken pipe, named in the run's error;
-    # once in a CI run), and the run after that compacts
+    # the compactor, as its next ticks would run: this session's S3 client tries a request twice
+    # (s3.retry.num-retries 1, FAST_FAILURE, so that the outage fails fast; Iceberg's default 32),
+    # so two connections it pooled before the outage can fail the first run after it (a broken
+    # pipe, named in the run's error; once in a CI run), and the run after that compacts
     runs = []
     while len(runs) < 2 and Outcome.COMPACTED not in [r.outcome for r in runs]:
         runs.append(
