@@ -87,6 +87,11 @@ class PipelineOptions:
         return self.events is not None
 
     @property
+    def events_per_file(self) -> float:
+        """Events the generator writes each `file_interval_s` (a file, or messages to the topic)."""
+        return self.rate * self.file_interval_s
+
+    @property
     def follows(self) -> bool:
         """The compactor follows the stream (it needs the service: uncoordinated, the timer)."""
         return self.compactor == "follow" and self.coordinated

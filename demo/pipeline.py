@@ -223,8 +223,7 @@ class Pipeline:
             return {}
         options = {"kafka.bootstrap.servers": self.kafka.bootstrap, "subscribe": TOPIC}
         if self.options.by_counts:
-            per_file = self.options.rate * self.options.file_interval_s
-            options["maxOffsetsPerTrigger"] = str(max(1, round(per_file)))
+            options["maxOffsetsPerTrigger"] = str(max(1, round(self.options.events_per_file)))
         return options
 
     # -- the parts -----------------------------------------------------------------------------
@@ -232,7 +231,7 @@ class Pipeline:
     def _generate(self) -> None:
         o = self.options
         landing = self._path("landing")
-        per_file = self.options.rate * self.options.file_interval_s
+        per_file = o.events_per_file
         left = self.options.events
         owed = 0.0
         while not self.stop.wait(self.options.file_interval_s):

@@ -5,6 +5,7 @@
                                                    # a Trino on :8081 reading lakelock's front
     with TrinoServer({"lake": front_catalog(uri, token)}) as trino:
         trino.query("SELECT count(*) FROM lake.db.events")   # rows, through the `trino` client
+        trino.create_catalog("other", front_catalog(uri2, token))   # one more, no restart
 
 Trino ships as a tarball and a launcher script that Maven Central does not serve here. What it
 does serve are the jars: `trino-main` and its dependencies make the server's classpath, and
@@ -262,7 +263,8 @@ def front_catalog(
 
 class TrinoServer:
     """One Trino coordinator (which also runs the work) on loopback, with `catalogs`
-    (name -> connector properties), in a folder of its own; stopped on exit.
+    (name -> connector properties) and any added while it runs (`create_catalog`), in a folder
+    of its own; stopped on exit.
 
         with TrinoServer({"lake": front_catalog(uri, token)}, port=18080) as trino:
             trino.query("SHOW TABLES FROM lake.db")
@@ -300,7 +302,7 @@ class TrinoServer:
             self._tmp = tempfile.TemporaryDirectory(prefix="lakelock-trino-")
             self.workdir = Path(self._tmp.name)
         etc = self.workdir / "etc"
-        (etc / "catalog").mkdir(parents=True, exist_ok=True)
+        etc.mkdir(parents=True, exist_ok=True)
         _properties(
             etc / "config.properties",
             {
@@ -311,13 +313,13 @@ class TrinoServer:
                 "query.max-memory": "1GB",
                 "query.max-memory-per-node": "512MB",
                 "node.internal-address": "127.0.0.1",
-                "catalog.management": "static",
-                "catalog.config-dir": str(etc / "catalog"),
+                # the catalogs come with CREATE CATALOG once it answers (create_catalog), kept
+                # in memory: the server's life is the object's
+                "catalog.management": "dynamic",
+                "catalog.store": "memory",
                 "plugin.dir": str(root / "plugin"),
             },
         )
-        for name, props in self.catalogs.items():
-            _properties(etc / "catalog" / f"{name}.properties", props)
         command = [
             str(jdk / "bin" / "java"),
             f"-Xmx{self.heap}",
@@ -345,6 +347,12 @@ class TrinoServer:
                 self.stop()
                 raise RuntimeError(said)
             time.sleep(0.5)
+        try:
+            for name, props in list(self.catalogs.items()):
+                self.create_catalog(name, props)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _ready(self) -> bool:
@@ -373,6 +381,20 @@ class TrinoServer:
             rows: list[list[Any]] = cursor.fetchall()
         return rows
 
+    def create_catalog(self, name: str, properties: Mapping[str, str]) -> None:
+        """Add the catalog `name` (connector properties, `connector.name` among them) to the
+        running server: a second warehouse without a second Trino.
+
+        Raises:
+            trino.exceptions.TrinoQueryError: Trino refused it (its message says why).
+        """
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            raise ValueError(f"catalog name {name!r}: lower-case letters, digits and _")
+        props = {key: value for key, value in properties.items() if key != "connector.name"}
+        with_ = ", ".join(f'"{key}" = {_literal(value)}' for key, value in props.items())
+        self.query(f"CREATE CATALOG {name} USING {properties['connector.name']} WITH ({with_})")
+        self.catalogs[name] = dict(properties)
+
     def stop(self) -> None:
         if self.process is not None:
             terminate(self.process, timeout_s=30)
@@ -392,6 +414,11 @@ class TrinoServer:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _literal(value: str) -> str:
+    """`value` as a SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _properties(path: Path, values: Mapping[str, str]) -> None:

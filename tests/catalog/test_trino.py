@@ -36,7 +36,15 @@ front = front_fixture("trino", ["sqlite", "sqlite-s3"], LAKELOCK_CATALOG_HOLD_WA
 
 
 @pytest.fixture(scope="module")
-def trino(front: Any) -> Iterator[TrinoServer]:
+def trino() -> Iterator[TrinoServer]:
+    """One Trino for the module: each front's catalog is added to it (`lake`)."""
+    with TrinoServer({}, heap="1G") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lake(front: Any, trino: TrinoServer) -> str:
+    """The Trino catalog of this module's front (a job token; the S3 server's keys on S3)."""
     s3 = None
     if front.store.s3 is not None:
         from demo.s3 import ACCESS_KEY, REGION, SECRET_KEY
@@ -47,14 +55,14 @@ def trino(front: Any) -> Iterator[TrinoServer]:
             "access-key": ACCESS_KEY,
             "secret-key": SECRET_KEY,
         }
-    catalog = front_catalog(f"{front.url}/iceberg", TOKENS["job"], s3=s3)
-    with TrinoServer({"lake": catalog}, heap="1G") as server:
-        yield server
+    name = f"lake_{len(trino.catalogs)}"
+    trino.create_catalog(name, front_catalog(f"{front.url}/iceberg", TOKENS["job"], s3=s3))
+    return name
 
 
-def _name(table: Any) -> str:
+def _name(lake: str, table: Any) -> str:
     namespace, name = table.name()
-    return f"lake.{namespace}.{name}"
+    return f"{lake}.{namespace}.{name}"
 
 
 def _pyiceberg_rows(front: Any, table: Any) -> list[tuple[Any, ...]]:
@@ -62,22 +70,22 @@ def _pyiceberg_rows(front: Any, table: Any) -> list[tuple[Any, ...]]:
     return sorted(zip(*(read.column(c).to_pylist() for c in ("id", "dt", "v")), strict=True))
 
 
-def test_trino_reads_what_the_jobs_wrote(front, trino):
+def test_trino_reads_what_the_jobs_wrote(front, trino, lake):
     table = new_table(front, "trino_read")
 
-    rows = trino.query(f"SELECT id, dt, v FROM {_name(table)} ORDER BY id")
+    rows = trino.query(f"SELECT id, dt, v FROM {_name(lake, table)} ORDER BY id")
 
     assert sorted(map(tuple, rows)) == _pyiceberg_rows(front, table)
-    assert trino.query(f"SELECT count(*) FROM {_name(table)}") == [[6]]
-    assert trino.query(f"SELECT v FROM {_name(table)} WHERE id = 11") == [["v1"]]
-    one_day = trino.query(f"SELECT count(*) FROM {_name(table)} WHERE dt = DATE '2024-06-21'")
+    assert trino.query(f"SELECT count(*) FROM {_name(lake, table)}") == [[6]]
+    assert trino.query(f"SELECT v FROM {_name(lake, table)} WHERE id = 11") == [["v1"]]
+    one_day = trino.query(f"SELECT count(*) FROM {_name(lake, table)} WHERE dt = DATE '2024-06-21'")
     assert one_day == [[3]]
 
 
-def test_an_insert_from_trino_is_a_data_commit_through_the_front(front, trino):
+def test_an_insert_from_trino_is_a_data_commit_through_the_front(front, trino, lake):
     table = new_table(front, "trino_insert")
 
-    trino.query(f"INSERT INTO {_name(table)} VALUES (100, DATE '2024-06-20', 'from trino')")
+    trino.query(f"INSERT INTO {_name(lake, table)} VALUES (100, DATE '2024-06-20', 'from trino')")
 
     assert (100, date(2024, 6, 20), "from trino") in _pyiceberg_rows(front, table)
     # events come newest first
@@ -85,13 +93,13 @@ def test_an_insert_from_trino_is_a_data_commit_through_the_front(front, trino):
     assert newest["kind"] == "data" and newest["actor"] == "job-client"
 
 
-def test_optimize_from_trino_is_a_foreign_rewrite_and_refused(front, trino):
+def test_optimize_from_trino_is_a_foreign_rewrite_and_refused(front, trino, lake):
     table = new_table(front, "trino_optimize")
-    trino.query(f"INSERT INTO {_name(table)} VALUES (100, DATE '2024-06-20', 'x')")
+    trino.query(f"INSERT INTO {_name(lake, table)} VALUES (100, DATE '2024-06-20', 'x')")
     before = rest(front).load_table(table.name()).metadata.current_snapshot_id
 
     with pytest.raises(TrinoQueryError, match=r"Forbidden: .*Take a maintenance lease"):
-        trino.query(f"ALTER TABLE {_name(table)} EXECUTE optimize")
+        trino.query(f"ALTER TABLE {_name(lake, table)} EXECUTE optimize")
 
     assert rest(front).load_table(table.name()).metadata.current_snapshot_id == before
     refusal = events(front, table)[0]
@@ -99,14 +107,16 @@ def test_optimize_from_trino_is_a_foreign_rewrite_and_refused(front, trino):
     assert refusal["detail"]["reason"] == "no-lease"
 
 
-def test_a_delete_from_trino_is_held_by_a_maintenance_lease_and_lands_once_it_ends(front, trino):
+def test_a_delete_from_trino_is_held_by_a_maintenance_lease_and_lands_once_it_ends(
+    front, trino, lake
+):
     table = new_table(front, "trino_delete")
     lease = maintenance_lease(front, table, partitions=["dt=2024-06-20"])
     done: dict[str, Any] = {}
 
     def delete() -> None:
         try:
-            trino.query(f"DELETE FROM {_name(table)} WHERE id = 1")
+            trino.query(f"DELETE FROM {_name(lake, table)} WHERE id = 1")
             done["ok"] = True
         except Exception as exc:  # the test asserts on it below
             done["error"] = exc
@@ -129,7 +139,7 @@ def test_a_delete_from_trino_is_held_by_a_maintenance_lease_and_lands_once_it_en
     assert done == {"ok": True}, done
     # Trino's own read: pyarrow cannot decode the delete file Trino writes (its paths
     # DELTA_LENGTH_BYTE_ARRAY encoded), so pyiceberg cannot be the reader here
-    assert trino.query(f"SELECT id FROM {_name(table)} ORDER BY id") == [
+    assert trino.query(f"SELECT id FROM {_name(lake, table)} ORDER BY id") == [
         [0],
         [2],
         [10],

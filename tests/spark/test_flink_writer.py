@@ -234,7 +234,7 @@ def test_a_flink_upsert_job_commits_beside_the_compactor_and_never_restarts(
     compactor.start()
     try:
         # one file at a time, the next once the table holds the one before: counts, not time
-        while feed.files < 8 or len(compactor.runs) < 3 or deletes.committed < 3:
+        while feed.files < 5 or len(compactor.runs) < 3 or deletes.committed < 3:
             assert not compactor.failures, compactor.failures
             assert not deletes.failures, deletes.failures
             assert time.monotonic() < deadline + WAIT_S, "a guard against a hang"
