@@ -203,6 +203,20 @@ class Submitter:
         self.events_dir.mkdir(exist_ok=True)
         return self.cluster.submit(self.args(job, *job_args, py_files=py_files), env=self.env())
 
+    def run_local(self, job: str | Path, *job_args: str) -> subprocess.CompletedProcess:
+        """The same submit with `--master local[1]`: a driver alone, no executors started on
+        the cluster's workers (for a job without tasks, such as DDL)."""
+        self.events_dir.mkdir(exist_ok=True)
+        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]"]
+        return subprocess.run(
+            [*command, *self.args(job, *job_args)],
+            env=self.env(),
+            cwd=self.workdir,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
     def start(self, job: str, *job_args: str, **conf: str) -> subprocess.Popen:
         self.events_dir.mkdir(exist_ok=True)
         log = (self.workdir / f"{job}-{uuid.uuid4().hex[:6]}.log").open("w")
@@ -331,10 +345,11 @@ def ingested(submitter: Submitter) -> EventGenerator:
         'holder = "ingest@cluster-test"\nlease_ttl_s = 30.0\npoll_s = 1.0\n'
         f"key_columns = {json.dumps(list(KEY_FIELDS))}\n" + submitter.catalog.toml()
     )
-    # the table first, as its owner would create it: a job of one's own, same catalog
+    # the table first, as its owner would create it: a job of one's own, same catalog, on
+    # local Spark (DDL runs no task: executors on the workers would only start and stop)
     create = submitter.workdir / "create_table.py"
     create.write_text(CREATE_TABLE)
-    done = submitter.run(create, "--config", str(config))
+    done = submitter.run_local(create, "--config", str(config))
     assert done.returncode == 0, _output(done)
     # without --py-files: the job ships its executors' Python itself
     done = submitter.run("ingest", "--config", str(config), py_files=False)
