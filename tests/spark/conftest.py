@@ -81,9 +81,11 @@ def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any
     session.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    """A broker on loopback (demo.kafka, bin/kafka-local's) for the module's tests."""
+    """A broker on loopback (demo.kafka, bin/kafka-local's), one per worker: the Kafka and
+    Flink Kafka modules run on the JVM worker one after the other, each test on topics named
+    for it alone."""
     with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
 
