@@ -338,7 +338,7 @@ class FlinkStream:
         began, owed, n = time.monotonic(), 0.0, 0
         while not self.stop.wait(max(0.0, began + (n + 1) * o.file_interval_s - time.monotonic())):
             n += 1
-            owed += o.rate * o.file_interval_s
+            owed += o.events_per_file
             rows, owed = int(owed), owed - int(owed)
             if rows:
                 feed.write(rows=rows)

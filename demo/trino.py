@@ -386,14 +386,25 @@ class TrinoServer:
         running server: a second warehouse without a second Trino.
 
         Raises:
+            ValueError: `properties` name no connector, or not as a plain name.
             trino.exceptions.TrinoQueryError: Trino refused it (its message says why).
         """
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-            raise ValueError(f"catalog name {name!r}: lower-case letters, digits and _")
-        props = {key: value for key, value in properties.items() if key != "connector.name"}
-        with_ = ", ".join(f'"{key}" = {_literal(value)}' for key, value in props.items())
-        self.query(f"CREATE CATALOG {name} USING {properties['connector.name']} WITH ({with_})")
+        props = dict(properties)
+        connector = props.pop("connector.name", "")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", connector):
+            # Trino takes the connector's name bare (a quoted one is refused as unknown)
+            raise ValueError(f"catalog {name!r}: `connector.name` {connector!r} is not a name")
+        sql = f"CREATE CATALOG {_identifier(name)} USING {connector}"
+        if props:
+            pairs = (f"{_identifier(key)} = {_literal(value)}" for key, value in props.items())
+            sql += f" WITH ({', '.join(pairs)})"
+        self.query(sql)
         self.catalogs[name] = dict(properties)
+
+    def drop_catalog(self, name: str) -> None:
+        """Remove the catalog `name` from the running server."""
+        self.query(f"DROP CATALOG {_identifier(name)}")
+        self.catalogs.pop(name, None)
 
     def stop(self) -> None:
         if self.process is not None:
@@ -414,6 +425,11 @@ class TrinoServer:
         trace: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _identifier(name: str) -> str:
+    """`name` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _literal(value: str) -> str:

@@ -2,13 +2,13 @@
 
 schemathesis runs the operations lakelock serves (service.server.routes.catalog.ENDPOINTS, and `GET
 /v1/config`) from Iceberg's `rest-catalog-open-api.yaml` against a live service with the catalog
-on: a job's token under 1.11's document on each database, the operator's on MariaDB (their calls
-reach every statement), a reader's on SQLite. No input may give a 5xx, every status must be one
-the specification declares for the operation, and a call without a token must be refused. Then
-no file may have been written outside the warehouse: every table the run made points into it,
-nothing new lies beside it in the test's folder, and no place a fuzzed request named (a path or
-`file:` URI anywhere in its URL or body, from the run's HAR record) holds table metadata written
-during the run. Only what the fuzzed calls could have caused is judged: other
+on, on each database with the operator's token and a job's under 1.11's document (whose calls
+reach every statement), and on SQLite with a reader's: no input may give a 5xx, every status
+must be one the specification declares for the operation, and a call without a token must be
+refused. Then no file may have been written outside the warehouse: every table the run made
+points into it, nothing new lies beside it in the test's folder, and no place a fuzzed request
+named (a path or `file:` URI anywhere in its URL or body, from the run's HAR record) holds table
+metadata written during the run. Only what the fuzzed calls could have caused is judged: other
 programs on the machine may write Iceberg tables under `/tmp` meanwhile.
 
 The document is Apache Iceberg's (Apache License 2.0) and is not part of this repository: the
@@ -229,15 +229,15 @@ CHECKS = [
 ]
 
 
-# The runs whose calls reach every statement: a job's under 1.11's idempotency keys (below), on
-# each database, and the operator's (an operator may do all that a job may, and drop, rename and
-# set namespace properties) on MariaDB, the production dialect (tests/catalog/test_drop_rename.py
-# runs those statements on both); on SQLite a reader's too, refused every write. A job's calls
-# under 1.9.2's document are a part of the operator's, its token's scope a part of 1.11's run.
+# The runs whose calls reach every statement: the operator's (an operator may do all that a job
+# may, and drop, rename and set namespace properties), and a job's under 1.11's idempotency keys
+# (below), on each database; on SQLite a reader's too, refused every write. A job's calls under
+# 1.9.2's document are a part of the operator's, its token's scope a part of 1.11's run.
 @pytest.mark.parametrize(
     ("front", "role"),
     [
         ("sqlite", "reader"),
+        ("sqlite", "operator"),
         pytest.param("mariadb", "operator", marks=pytest.mark.mariadb),
     ],
     indirect=["front"],

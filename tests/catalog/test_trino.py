@@ -43,8 +43,9 @@ def trino() -> Iterator[TrinoServer]:
 
 
 @pytest.fixture(scope="module")
-def lake(front: Any, trino: TrinoServer) -> str:
-    """The Trino catalog of this module's front (a job token; the S3 server's keys on S3)."""
+def lake(front: Any, trino: TrinoServer) -> Iterator[str]:
+    """The Trino catalog of this module's front (a job token; the S3 server's keys on S3),
+    named after its storage, dropped with the front."""
     s3 = None
     if front.store.s3 is not None:
         from demo.s3 import ACCESS_KEY, REGION, SECRET_KEY
@@ -55,9 +56,10 @@ def lake(front: Any, trino: TrinoServer) -> str:
             "access-key": ACCESS_KEY,
             "secret-key": SECRET_KEY,
         }
-    name = f"lake_{len(trino.catalogs)}"
+    name = "lake_s3" if s3 else "lake_local"
     trino.create_catalog(name, front_catalog(f"{front.url}/iceberg", TOKENS["job"], s3=s3))
-    return name
+    yield name
+    trino.drop_catalog(name)
 
 
 def _name(lake: str, table: Any) -> str:

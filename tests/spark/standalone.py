@@ -149,11 +149,17 @@ class StandaloneCluster:
         )
 
     def submit(
-        self, args: list[str], *, env: dict[str, str], timeout_s: float = 600
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str],
+        timeout_s: float = 600,
+        master: str | None = None,
     ) -> subprocess.CompletedProcess:
-        """`spark-submit --master <this cluster> --deploy-mode client ARGS`, to its end."""
+        """`spark-submit --master <this cluster> --deploy-mode client ARGS`, to its end;
+        `master` another master instead (`local[1]`: a driver alone)."""
         return subprocess.run(
-            self.submit_command(args),
+            self.submit_command(args, master=master),
             env=env,
             cwd=self.workdir,
             capture_output=True,
@@ -161,9 +167,16 @@ class StandaloneCluster:
             timeout=timeout_s,
         )
 
-    def submit_command(self, args: list[str]) -> list[str]:
+    def submit_command(self, args: list[str], *, master: str | None = None) -> list[str]:
         spark_submit = str(spark_home() / "bin" / "spark-submit")
-        return [spark_submit, "--master", self.master_url, "--deploy-mode", "client", *args]
+        return [
+            spark_submit,
+            "--master",
+            master or self.master_url,
+            "--deploy-mode",
+            "client",
+            *args,
+        ]
 
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.processes[1:]]

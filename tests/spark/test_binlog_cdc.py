@@ -190,14 +190,14 @@ def test_each_iceberg_table_equals_its_mysql_table_after_kills_and_restarts(
                 values["max_files_per_trigger"] = 1 if alongside else 5
                 compact = threading.Event()
 
-                def every_second(batch_id: int, _pass, compact=compact, on=alongside) -> None:
-                    if on and batch_id % 2 == 1:
+                def every_second(batch_id: int, _pass, compact=compact) -> None:
+                    if batch_id % 2 == 1:
                         compact.set()
 
                 handle = run(
                     load_config(overrides=values),
                     spark=spark,
-                    hooks=BatchHooks(after_merge=every_second),
+                    hooks=BatchHooks(after_merge=every_second) if alongside else BatchHooks(),
                 )
                 while handle.query.isActive:
                     if compact.wait(0.2):

@@ -198,24 +198,13 @@ class Submitter:
         }
 
     def run(
-        self, job: str | Path, *job_args: str, py_files: bool = True
+        self, job: str | Path, *job_args: str, py_files: bool = True, master: str | None = None
     ) -> subprocess.CompletedProcess:
+        """The job submitted to the cluster, or to `master` (`local[1]`: a driver alone, no
+        executors started on the workers, for a job without tasks such as DDL)."""
         self.events_dir.mkdir(exist_ok=True)
-        return self.cluster.submit(self.args(job, *job_args, py_files=py_files), env=self.env())
-
-    def run_local(self, job: str | Path, *job_args: str) -> subprocess.CompletedProcess:
-        """The same submit with `--master local[1]`: a driver alone, no executors started on
-        the cluster's workers (for a job without tasks, such as DDL)."""
-        self.events_dir.mkdir(exist_ok=True)
-        command = [str(spark_home() / "bin" / "spark-submit"), "--master", "local[1]"]
-        return subprocess.run(
-            [*command, *self.args(job, *job_args)],
-            env=self.env(),
-            cwd=self.workdir,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        args = self.args(job, *job_args, py_files=py_files)
+        return self.cluster.submit(args, env=self.env(), master=master)
 
     def start(self, job: str, *job_args: str, **conf: str) -> subprocess.Popen:
         self.events_dir.mkdir(exist_ok=True)
@@ -349,7 +338,7 @@ def ingested(submitter: Submitter) -> EventGenerator:
     # local Spark (DDL runs no task: executors on the workers would only start and stop)
     create = submitter.workdir / "create_table.py"
     create.write_text(CREATE_TABLE)
-    done = submitter.run_local(create, "--config", str(config))
+    done = submitter.run(create, "--config", str(config), master="local[1]")
     assert done.returncode == 0, _output(done)
     # without --py-files: the job ships its executors' Python itself
     done = submitter.run("ingest", "--config", str(config), py_files=False)
