@@ -83,9 +83,9 @@ def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
-    """A broker on loopback (demo.kafka, bin/kafka-local's), one per worker: the Kafka and
-    Flink Kafka modules run on the JVM worker one after the other, each test on topics named
-    for it alone."""
+    """A broker on loopback (demo.kafka, bin/kafka-local's), one per worker, up until the worker
+    ends: the Flink cluster, Flink Kafka and Kafka modules of the JVM unit share it, each test
+    on topics named for it alone."""
     with LocalKafka.start(tmp_path_factory.mktemp("kafka")) as broker:
         yield broker
 
