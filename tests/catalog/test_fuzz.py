@@ -11,12 +11,12 @@ named (a path or `file:` URI anywhere in its URL or body, from the run's HAR rec
 metadata written during the run. Only what the fuzzed calls could have caused is judged: other
 programs on the machine may write Iceberg tables under `/tmp` meanwhile.
 
-The document is Apache Iceberg's (Apache License 2.0) and is not part of this repository: the
-test reads it from LAKELOCK_ICEBERG_OPENAPI, else `../shared/iceberg/rest-catalog-open-api.yaml`
-beside the checkout, and skips without one (the reason says where to put it). It was written
-against Iceberg 1.9.2's. Its paths have a `{prefix}` segment, which lakelock's catalog does not
-(its config answers no prefix); the test writes an adapted copy without it, and without the
-operations lakelock does not serve, into its own folder.
+The documents are Apache Iceberg's (Apache License 2.0), kept unchanged in
+tests/catalog/iceberg-openapi/ (its README says where from): 1.9.2's, which the test was written
+against, unless LAKELOCK_ICEBERG_OPENAPI names another, and 1.11.0's. Their paths have a
+`{prefix}` segment, which lakelock's catalog does not (its config answers no prefix); the test
+writes an adapted copy without it, and without the operations lakelock does not serve, into its
+own folder.
 
 The run is bounded by `MAX_EXAMPLES` per operation and phase and uses the fixed seed of
 tests/support/fuzzing.py; `bin/fuzz` explores with new seeds.
@@ -48,9 +48,10 @@ from tests.support.fuzzing import fuzz_seed, repeat_hint
 
 pytestmark = [pytest.mark.slow, pytest.mark.dialect]
 
-REPO = Path(__file__).resolve().parents[2]
 SPEC_ENV = "LAKELOCK_ICEBERG_OPENAPI"
-SPEC_PLACES = (REPO.parent / "shared" / "iceberg" / "rest-catalog-open-api.yaml",)
+SPECS = Path(__file__).with_name("iceberg-openapi")
+SPEC_1_9 = SPECS / "rest-catalog-open-api-1.9.2.yaml"
+SPEC_1_11 = SPECS / "rest-catalog-open-api-1.11.0.yaml"
 # bin/fuzz may ask for more (LAKELOCK_FUZZ_EXAMPLES)
 MAX_EXAMPLES = int(os.environ.get("LAKELOCK_FUZZ_EXAMPLES", "20"))
 ST = Path(sys.executable).with_name("st")
@@ -60,19 +61,15 @@ CONFIG = Path(__file__).with_name("schemathesis-iceberg.toml")
 NAMESPACE, TABLE = "fuzz", "t"
 SERVED = [*ENDPOINTS, "GET /v1/config"]
 SPEC_COPY = "iceberg-rest-catalog.json"  # the adapted document, in the test's folder
-SPEC_1_11 = REPO.parent / "shared" / "iceberg" / "rest-catalog-open-api-1.11.0.yaml"
 SPEC_COPY_1_11 = "iceberg-rest-catalog-1.11.json"
 REQUESTS = "requests.har"  # every request the fuzzer sent, in its working folder
 # the fuzzer's working folders: each role against 1.9.2's document, a job against 1.11's
 RUNS = {*(f"fuzz-{role}" for role in TOKENS), "fuzz-job-1.11"}
 
 
-def spec_path() -> Path | None:
-    """Where Iceberg's OpenAPI document is; None when nowhere."""
-    named = os.environ.get(SPEC_ENV)
-    if named:
-        return Path(named) if Path(named).is_file() else None
-    return next((p for p in SPEC_PLACES if p.is_file()), None)
+def spec_path() -> Path:
+    """Iceberg's OpenAPI document: the one LAKELOCK_ICEBERG_OPENAPI names, else 1.9.2's."""
+    return Path(os.environ.get(SPEC_ENV) or SPEC_1_9)
 
 
 def adapted(spec: dict[str, Any]) -> dict[str, Any]:
@@ -117,16 +114,7 @@ def _prefix(parameter: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def iceberg_spec() -> dict[str, Any]:
-    path = spec_path()
-    if path is None:
-        named = os.environ.get(SPEC_ENV)
-        where = f"{SPEC_ENV}={named} names no file" if named else f"{SPEC_ENV} is not set"
-        pytest.skip(
-            f"Iceberg's REST catalog OpenAPI document is not here ({where}): put Apache "
-            "Iceberg's open-api/rest-catalog-open-api.yaml (1.9.2) at "
-            f"{SPEC_PLACES[0]}, or name it with {SPEC_ENV}"
-        )
-    return yaml.safe_load(path.read_text())
+    return yaml.safe_load(spec_path().read_text())
 
 
 @pytest.fixture(scope="module")
@@ -257,8 +245,6 @@ def test_no_call_in_icebergs_1_11_contract_fails_the_catalog(front: Any, role: s
     """Iceberg 1.11's document: the same operations, with the `Idempotency-Key` header the
     front honours (docs/catalog-front.md §4) sent on each mutation, and the config's
     `idempotency-key-lifetime`; a job token's calls, which mutate."""
-    if not SPEC_1_11.is_file():
-        pytest.skip(f"Iceberg 1.11.0's REST catalog OpenAPI document is not at {SPEC_1_11}")
     spec = front.folder / SPEC_COPY_1_11
     spec.write_text(json.dumps(adapted(yaml.safe_load(SPEC_1_11.read_text()))))
     _fuzzed(front, spec, role, f"fuzz-{role}-1.11")
