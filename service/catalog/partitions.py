@@ -7,8 +7,9 @@
         the names of the partitions the snapshots' new manifests add files to or delete files
         from; None (the whole table) when a file is in an unpartitioned or unknown spec
     per_partition(metadata, written) -> (dict[str, Files], frozenset[str])
-        the data, delete and equality delete files added per partition name (docs/design.md
-        §5.1), and the names of the partitions whose data files were deleted
+        the data files added less those deleted, the delete and equality delete files added,
+        per partition name (docs/design.md §5.1), and the names of the partitions whose data
+        files were deleted
 
 A partition's name is the Iceberg partition path, `PartitionSpec.partitionToPath`. pyiceberg's
 `partition_to_path` escapes with Python's `quote_plus`, which differs from Java's URLEncoder in
@@ -52,24 +53,31 @@ def touched(metadata: TableMetadata, written: list[Written]) -> Scope:
 def per_partition(
     metadata: TableMetadata, written: list[Written]
 ) -> tuple[dict[str, Files], frozenset[str]]:
-    """The data, delete and equality delete files the snapshots added per partition name, and
-    the partitions whose data files they deleted (docs/design.md §5.1). A file of an
-    unpartitioned spec is in no partition: it is counted in none."""
+    """The files the snapshots added per partition name, and the partitions whose data files
+    they deleted (docs/design.md §5.1): of data files, those added less those deleted over the
+    whole commit (none below zero: a copy-on-write MERGE that rewrites a partition's file adds
+    no file to it, as the gate's counts say, ingest_gate.job.snapshots); of delete and equality
+    delete files, those added. A partition whose counts did not grow is left out, and a file of
+    an unpartitioned spec is in no partition: it is counted in none."""
     specs = metadata.specs()
     schema = metadata.schema()
-    added: dict[str, Files] = {}
-    rewritten: set[str] = set()
+    sums: dict[str, list[int]] = {}  # name -> data added, deletes, data deleted, equality
     for w in written:
-        for key, (data, deletes, deleted, equality) in w.by_partition.items():
+        for key, counts in w.by_partition.items():
             spec = specs.get(key[0])
             if spec is None or spec.is_unpartitioned():
                 continue
             name = partition_name(spec, w.partitions[key], schema)
-            if data or deletes:
-                added[name] = added.get(name, Files()).plus(Files(data, deletes, equality))
-            if deleted:
-                rewritten.add(name)
-    return added, frozenset(rewritten)
+            summed = sums.setdefault(name, [0, 0, 0, 0])
+            for i, count in enumerate(counts):
+                summed[i] += count
+    added = {
+        name: files
+        for name, (data, deletes, deleted, equality) in sums.items()
+        if (files := Files(max(data - deleted, 0), deletes, equality))
+    }
+    rewritten = frozenset(name for name, (_, _, deleted, _) in sums.items() if deleted)
+    return added, rewritten
 
 
 def _java_escaped(path: str) -> str:

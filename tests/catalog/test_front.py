@@ -828,6 +828,22 @@ def test_data_commits_count_their_files_per_partition_and_a_rewrite_compacts_the
     assert _counted(front, table)["compacted_last_hour"] == 1
 
 
+def test_a_commit_that_replaces_a_partitions_data_file_adds_no_file_to_count(front):
+    """A copy-on-write commit (here pyiceberg's overwrite of one partition: its data file
+    deleted, one written) leaves the partition's file count as it was: counted net, it never
+    comes due however often it lands, as the gate's counts have it (docs/design.md §5.1)."""
+    table = new_table(front, "due_replaced")  # one data file in each of two partitions
+    for start in (20, 30, 40, 50):
+        table.overwrite(
+            rows(2, date(2024, 6, 20), start=start),
+            overwrite_filter=EqualTo("dt", "2024-06-20"),
+        )
+    assert len(table.inspect.files()) == 2
+    assert _due(front, table) == []
+    counted = _counted(front, table)
+    assert (counted["partitions_counted"], counted["data_files"]) == (2, 2)
+
+
 def test_a_release_counts_nothing_again_of_a_commit_the_front_counted(front):
     table = new_table(front, "due_gated")
     with service(front, "job") as api:
