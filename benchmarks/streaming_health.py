@@ -117,7 +117,7 @@ from demo.result import PipelineResult
 from demo.service import LocalService
 from demo.trino import TrinoServer
 from demo.trino import install as install_trino
-from ingest_gate.job.table import require_format_version
+from ingest_gate.job.table import WRITE_MODES, require_format_version
 from jobkit.spark import CatalogConfig, error_message
 from service.wire.figures import quantile
 
@@ -380,6 +380,7 @@ def run_one(
         format=fmt,
         update_window=timedelta(hours=window) if window is not None else None,
         format_version=args.format_version,
+        write_mode=args.write_mode,
         storage=args.storage,
     )
     copies = _Copies(options.workdir / S3_COPIES) if args.storage == "s3" and args.queries else None
@@ -402,6 +403,7 @@ def run_one(
         "plan": dict(args.plan),
         "update_window_h": args.update_window_h,
         "format_version": args.format_version,
+        "write_mode": args.write_mode,
         "storage": args.storage,
         "due_settings": _due_settings(),
     }
@@ -820,6 +822,8 @@ def _section(r: dict[str, Any]) -> str:
         return "flink upsert"
     version = r.get("format_version", 2)
     section = str(r["format"]) if version == 2 else f"{r['format']}, format version {version}"
+    if r.get("write_mode", "merge-on-read") != "merge-on-read":
+        section += f", {r['write_mode']}"
     return section + (", on S3" if r.get("storage") == "s3" else "")
 
 
@@ -971,6 +975,12 @@ def _parser() -> argparse.ArgumentParser:
         "or 3 (a deletion vector per data file)",
     )
     parser.add_argument(
+        "--write-mode",
+        choices=WRITE_MODES,
+        help="ingest only: how a batch changes rows of a data file, merge-on-read (a delete "
+        "file beside it, the default) or copy-on-write (the data file rewritten)",
+    )
+    parser.add_argument(
         "--update-window-h",
         type=float,
         help="json only: updates touch keys of the newest event hours only, so each batch "
@@ -1026,6 +1036,7 @@ def _check_ingest(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             "which Trino cannot read)"
         )
     args.format_version = args.format_version or 2
+    args.write_mode = args.write_mode or "merge-on-read"
     try:
         require_format_version(args.format_version)
     except ValueError as exc:
@@ -1041,21 +1052,20 @@ def _check_trino(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 def _check_flink(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Exit when an option of the ingest writer is given with --writer flink; its
     checkpoints at their default."""
-    for flag, given in (
-        ("--formats", args.formats),
-        ("--events", args.events),
-        ("--update-window-h", args.update_window_h),
+    feed = "the Flink writer lands JSON-lines upserts for --duration-s"
+    table = (
+        "the Flink writer's table is of format version 2, merge-on-read (its upserts write "
+        "equality deletes)"
+    )
+    for flag, given, why in (
+        ("--formats", args.formats, feed),
+        ("--events", args.events, feed),
+        ("--update-window-h", args.update_window_h, feed),
+        ("--format-version", args.format_version, table),
+        ("--write-mode", args.write_mode, table),
     ):
         if given is not None:
-            parser.error(
-                f"{flag} is for --writer ingest: the Flink writer lands JSON-lines upserts "
-                "for --duration-s"
-            )
-    if args.format_version is not None:
-        parser.error(
-            "--format-version is for --writer ingest: the Flink writer's table is of format "
-            "version 2 (its upserts write equality deletes)"
-        )
+            parser.error(f"{flag} is for --writer ingest: {why}")
     if args.storage != "file":
         parser.error(
             "--storage is for --writer ingest: the Flink writer's table is in a front on "

@@ -31,7 +31,7 @@ with needs_extras("python -m demo", extra="demo", requires=("pyspark", "fastapi"
     from demo.pipeline import Pipeline
     from demo.result import PipelineResult
     from ingest_gate.job.config import FORMATS, SCOPES, SOURCES
-    from ingest_gate.job.table import require_format_version
+    from ingest_gate.job.table import require_format_version, require_write_mode
 
 __all__ = ["main"]
 
@@ -140,7 +140,14 @@ def _parser() -> argparse.ArgumentParser:
             int,
             defaults.format_version,
             "2 | 3: the table's Iceberg format version; 3 writes a deletion vector per data "
-            "file instead of position delete files (--storage file only)",
+            "file instead of position delete files",
+        ),
+        (
+            "--write-mode",
+            str,
+            defaults.write_mode,
+            "merge-on-read | copy-on-write: a batch writes a delete file beside each data file "
+            "it changes, or rewrites that data file (no delete file for a reader to apply)",
         ),
         ("--summary", Path, Path("demo-summary.json"), "where to write the summary as JSON"),
     ):
@@ -188,6 +195,10 @@ def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         require_format_version(args.format_version)
     except ValueError as exc:
         parser.error(f"--format-version: {exc}")
+    try:
+        require_write_mode(args.write_mode)
+    except ValueError as exc:
+        parser.error(f"--write-mode: {exc}")
 
 
 def look_around(summary: dict[str, object], workdir: Path) -> str:
@@ -281,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         s3_endpoint=args.s3_endpoint,
         s3_bucket=args.s3_bucket,
         format_version=args.format_version,
+        write_mode=args.write_mode,
     )
     until = (
         f"{options.events} events and {options.compactions} compaction(s)"

@@ -104,20 +104,29 @@ def write_lines(
     return folder / name
 
 
-def events_table_sql(table: str, *, format_version: int = 2) -> list[str]:
-    """The DDL of the click-event table: merge-on-read, partitioned by day and hour, of
-    `format_version` (3: deletion vectors). Its key (event_id, dt, hr; KEY_FIELDS) goes to the
-    ingest job as `key_columns`, not as identifier fields, which Iceberg 1.9 cannot MERGE
-    merge-on-read into (see ingest_gate.job.table.identifier_merge_refusal)."""
+def events_table_sql(
+    table: str, *, format_version: int = 2, write_mode: str = "merge-on-read"
+) -> list[str]:
+    """The DDL of the click-event table: `write_mode` (merge-on-read or copy-on-write),
+    partitioned by day and hour, of `format_version` (3: deletion vectors). Its key (event_id,
+    dt, hr; KEY_FIELDS) goes to the ingest job as `key_columns`, not as identifier fields, which
+    Iceberg 1.9 cannot MERGE merge-on-read into (see
+    ingest_gate.job.table.identifier_merge_refusal)."""
     from ingest_gate.job.table import create_table_sql
 
     columns = ",\n  ".join(f"{name} {kind}" for name, kind in EVENT_COLUMNS)
     return create_table_sql(
-        table, columns=columns, partitioned_by="dt, hr", format_version=format_version
+        table,
+        columns=columns,
+        partitioned_by="dt, hr",
+        format_version=format_version,
+        write_mode=write_mode,
     )
 
 
-def create_events_table(spark: Any, table: str, *, format_version: int = 2) -> None:
+def create_events_table(
+    spark: Any, table: str, *, format_version: int = 2, write_mode: str = "merge-on-read"
+) -> None:
     """Create the click-event table (and its namespace) if missing, as a user would in
     spark-sql: the ingest job takes its schema from it.
 
@@ -127,7 +136,7 @@ def create_events_table(spark: Any, table: str, *, format_version: int = 2) -> N
     from jobkit.sql import quote_identifier
 
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote_identifier(table.rsplit('.', 1)[0])}")
-    for statement in events_table_sql(table, format_version=format_version):
+    for statement in events_table_sql(table, format_version=format_version, write_mode=write_mode):
         spark.sql(statement)
 
 

@@ -81,6 +81,9 @@ class PipelineOptions:
     # the click-event table's format version: 2 (position delete files) or 3 (deletion
     # vectors), on either storage
     format_version: int = 2
+    # how a batch changes rows of a data file: a delete file beside it (merge-on-read) or the
+    # file rewritten (copy-on-write: no delete file for a reader to apply)
+    write_mode: str = "merge-on-read"
 
     @property
     def by_counts(self) -> bool:

@@ -76,7 +76,7 @@ from demo.service import LocalService
 from ingest_gate.job.config import IngestConfig
 from ingest_gate.job.record import BatchHooks
 from ingest_gate.job.run import run
-from ingest_gate.job.table import read_rows, require_format_version
+from ingest_gate.job.table import read_rows, require_format_version, require_write_mode
 from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
 from service.ops.iceberg_audit import read_snapshots
@@ -455,6 +455,7 @@ class Pipeline:
         if o.storage == "s3" and not o.coordinated:
             raise ValueError("the demo on S3 runs through the service's catalog front: coordinated")
         require_format_version(o.format_version)
+        require_write_mode(o.write_mode)
         if o.workdir.exists():
             shutil.rmtree(o.workdir)
         (o.workdir / "landing").mkdir(parents=True)
@@ -493,7 +494,9 @@ class Pipeline:
                 else UncoordinatedClient()
             )
             # the table first, with its DDL, as a user would: the ingest job reads its schema
-            create_events_table(spark, o.table, format_version=o.format_version)
+            create_events_table(
+                spark, o.table, format_version=o.format_version, write_mode=o.write_mode
+            )
             # by time the run ends at its deadline; by counts `duration_s` is the window a
             # reader beside the jobs spreads its queries over, from here
             began = time.monotonic()

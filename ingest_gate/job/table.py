@@ -1,6 +1,6 @@
 """What the ingest job expects of its table, and reading one back.
 
-    check_write_modes(spark, "local.db.events")     # warns when not merge-on-read
+    check_write_modes(spark, "local.db.events")     # warns unless merge- or copy-on-write
     ensure_clustered_writes(spark, "local.db.events")  # one writer open per task, not per partition
     ensure_partition_summaries(spark, "local.db.events")  # per-partition counts in each summary
     create_table_sql("local.db.events", columns="event_id STRING NOT NULL, ...",
@@ -12,7 +12,8 @@ it is best merge-on-read for MERGE, UPDATE and DELETE (position deletes instead 
 data files, so a micro-batch is cheap), with file-scoped delete granularity (one delete file per
 data file, which `rewrite_position_delete_files` can drop when the data file is compacted),
 format version 2 (TABLE_PROPERTIES; 3 for deletion vectors), and identifier fields naming its
-key.
+key. A table read far more than it is written may be copy-on-write instead (WRITE_MODES): each
+batch rewrites the data files it changes and leaves no delete file for a reader to apply.
 
 It also needs Spark to write it with the clustered writer (`write.spark.fanout.enabled` =
 `false`). Iceberg's MERGE already distributes rows by partition (`write.merge.distribution-mode`
@@ -60,6 +61,7 @@ __all__ = [
     "identifier_merge_refusal",
     "read_rows",
     "require_format_version",
+    "require_write_mode",
     "table_properties",
 ]
 
@@ -79,6 +81,10 @@ TABLE_PROPERTIES: Mapping[str, str] = {
 }
 # the versions a table made for the job may have: 2, or 3 for deletion vectors
 FORMAT_VERSIONS = (2, 3)
+# how a MERGE, UPDATE or DELETE changes rows of a data file: a delete file beside it
+# (merge-on-read, TABLE_PROPERTIES) or the data file rewritten (copy-on-write)
+WRITE_MODE_PROPERTIES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
+WRITE_MODES = ("merge-on-read", "copy-on-write")
 FANOUT_PROPERTY = "write.spark.fanout.enabled"
 PARTITION_SUMMARY_PROPERTY = "write.summary.partition-limit"
 # the most partitions a commit may change and still carry per-partition counts in its summary:
@@ -93,18 +99,24 @@ def create_table_sql(
     partitioned_by: str = "",
     identifier: Sequence[str] = (),
     format_version: int = 2,
+    write_mode: str = "merge-on-read",
 ) -> list[str]:
     """The statements a user runs to make a table for the job: `CREATE TABLE IF NOT EXISTS`
     with TABLE_PROPERTIES, then `ALTER TABLE ... SET IDENTIFIER FIELDS` (the key; its columns
     must be NOT NULL). `format_version` 3 makes Iceberg (1.11, the jobs' default) write a
-    deletion vector per data file instead of position delete files (docs/jobs.md §2);
-    lakelock's catalog front does not create such tables (docs/catalog-front.md §1).
+    deletion vector per data file instead of position delete files; `write_mode`
+    copy-on-write makes a batch rewrite the data files it changes instead (docs/jobs.md §2).
 
     Raises:
-        ValueError: `format_version` is neither 2 nor 3.
+        ValueError: `format_version` is neither 2 nor 3, or `write_mode` not of WRITE_MODES.
     """
     require_format_version(format_version)
-    properties = {**TABLE_PROPERTIES, "format-version": str(format_version)}
+    require_write_mode(write_mode)
+    properties = {
+        **TABLE_PROPERTIES,
+        "format-version": str(format_version),
+        **dict.fromkeys(WRITE_MODE_PROPERTIES, write_mode),
+    }
     props = ",\n  ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     partitioned = f"\nPARTITIONED BY ({partitioned_by})" if partitioned_by else ""
     statements = [
@@ -124,6 +136,15 @@ def require_format_version(version: int) -> None:
         raise ValueError(
             f"format version {version}: use 2 or 3 (2: position delete files, or 3: deletion "
             "vectors)"
+        )
+
+
+def require_write_mode(mode: str) -> None:
+    """Raises ValueError, saying what to use, unless `mode` is one of WRITE_MODES."""
+    if mode not in WRITE_MODES:
+        raise ValueError(
+            f"write mode {mode!r}: use merge-on-read (a delete file beside each data file a "
+            "batch changes) or copy-on-write (the data file rewritten)"
         )
 
 
@@ -162,14 +183,23 @@ def identifier_merge_refusal(
 
 def check_write_modes(spark: SparkSession, table: str) -> None:
     """Warn when `table`'s write modes differ from TABLE_PROPERTIES (its owner chose them; the
-    job does not alter them).
+    job does not alter them), unless its owner made it copy-on-write throughout (WRITE_MODES:
+    logged; a property left unset is Iceberg's default, copy-on-write, and warned of).
 
     Raises:
         pyspark.errors.PySparkException: the table's properties cannot be read.
     """
     actual = table_properties(spark, table)
+    skipped = {"format-version", FANOUT_PROPERTY, PARTITION_SUMMARY_PROPERTY}
+    if all(actual.get(key) == "copy-on-write" for key in WRITE_MODE_PROPERTIES):
+        log.info(
+            "table %s is copy-on-write: each batch rewrites the data files it changes, and "
+            "leaves no delete file",
+            table,
+        )
+        skipped.update(WRITE_MODE_PROPERTIES, ["write.delete.granularity"])
     for key, wanted in TABLE_PROPERTIES.items():
-        if key in ("format-version", FANOUT_PROPERTY, PARTITION_SUMMARY_PROPERTY):
+        if key in skipped:
             # the version is Iceberg's to check; the writer and the summaries, ensure_*
             continue
         if actual.get(key) != wanted:

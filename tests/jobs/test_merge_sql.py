@@ -89,6 +89,15 @@ def test_a_table_of_format_3_for_deletion_vectors_and_no_other():
         create_table_sql("local.db.t", columns="id BIGINT", format_version=4)
 
 
+def test_a_copy_on_write_table_rewrites_on_merge_update_and_delete_alike():
+    (create,) = create_table_sql("local.db.t", columns="id BIGINT", write_mode="copy-on-write")
+    for op in ("merge", "update", "delete"):
+        assert f"'write.{op}.mode' = 'copy-on-write'" in create
+    assert "merge-on-read" not in create
+    with pytest.raises(ValueError, match=r"use merge-on-read .* or copy-on-write"):
+        create_table_sql("local.db.t", columns="id BIGINT", write_mode="rewrite")
+
+
 def test_a_change_stream_merge_deletes_then_updates_then_inserts_named_columns():
     sql = merge_sql(
         target="local.db.users",

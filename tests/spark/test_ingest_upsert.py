@@ -32,7 +32,15 @@ class CrashAfterCommit(RuntimeError):
     """Stands for the driver dying after the Iceberg commit, before the checkpoint commit."""
 
 
-def _config(spark, tmp_path: Path, name: str, *, format_version: int = 2, **overrides):
+def _config(
+    spark,
+    tmp_path: Path,
+    name: str,
+    *,
+    format_version: int = 2,
+    write_mode: str = "merge-on-read",
+    **overrides,
+):
     values = {
         "table": f"local.db.{name}",
         "landing_path": str(tmp_path / "landing"),
@@ -45,8 +53,19 @@ def _config(spark, tmp_path: Path, name: str, *, format_version: int = 2, **over
     }
     values.update(overrides)
     config = load_config(overrides=values)
-    create_events_table(spark, config.table, format_version=format_version)
+    create_events_table(spark, config.table, format_version=format_version, write_mode=write_mode)
     return config
+
+
+def _ingest(spark, config, gen: EventGenerator, *, files: int, events: int) -> list:
+    """`files` files of `events` each landed and ingested, ungated; the batches' records, once
+    the table holds the generator's rows."""
+    for _ in range(files):
+        gen.write_file(config.landing_path, events)
+    records = run(config, spark=spark).wait(timeout=WAIT_S)
+    assert [r.outcome for r in records] == ["ungated"] * files
+    assert table_rows(spark, config.table) == gen.expected_rows()
+    return records
 
 
 def _dead_letters(folder: Path) -> list[dict]:
@@ -60,13 +79,7 @@ def _dead_letters(folder: Path) -> list[dict]:
 def test_duplicates_within_and_across_batches_leave_one_latest_row_per_key(spark, tmp_path):
     config = _config(spark, tmp_path, "upsert")
     gen = EventGenerator(seed=21, update_ratio=0.3, duplicate_ratio=0.2, late_update_ratio=0.15)
-    for _ in range(3):
-        gen.write_file(config.landing_path, 40)
-
-    records = run(config, spark=spark).wait(timeout=WAIT_S)
-
-    assert [r.outcome for r in records] == ["ungated"] * 3
-    assert table_rows(spark, config.table) == gen.expected_rows()
+    records = _ingest(spark, config, gen, files=3, events=40)
     assert sum(r.duplicates_dropped for r in records) > 0
     assert sum(r.rows_read for r in records) == 120
 
@@ -93,12 +106,8 @@ def test_on_a_format_3_table_each_data_file_keeps_one_deletion_vector_until_comp
     never outnumber the data files; the compactor applies and drops them, the rows unchanged."""
     config = _config(spark, tmp_path, "vectors", format_version=3)
     gen = EventGenerator(seed=13, update_ratio=0.6, duplicate_ratio=0.0, late_update_ratio=0.0)
-    for _ in range(4):
-        gen.write_file(config.landing_path, 60)
-    records = run(config, spark=spark).wait(timeout=WAIT_S)
-    assert [r.outcome for r in records] == ["ungated"] * 4
+    _ingest(spark, config, gen, files=4, events=60)
     expected = gen.expected_rows()
-    assert table_rows(spark, config.table) == expected
 
     vectors = spark.sql(
         f"SELECT file_format, referenced_data_file FROM {config.table}.delete_files"
@@ -115,6 +124,19 @@ def test_on_a_format_3_table_each_data_file_keeps_one_deletion_vector_until_comp
     assert report.outcome is Outcome.COMPACTED, report
     assert table_rows(spark, config.table) == expected
     assert spark.sql(f"SELECT count(*) FROM {config.table}.delete_files").first()[0] == 0
+
+
+def test_on_a_copy_on_write_table_a_batch_rewrites_what_it_changes_and_leaves_no_delete_file(
+    spark, tmp_path
+):
+    """Copy-on-write (docs/jobs.md §2): the same upserts, the data files they change rewritten
+    instead of a delete file beside each, so a reader never applies one."""
+    config = _config(spark, tmp_path, "rewritten", write_mode="copy-on-write")
+    gen = EventGenerator(seed=13, update_ratio=0.6, duplicate_ratio=0.0, late_update_ratio=0.0)
+    _ingest(spark, config, gen, files=3, events=60)
+    summaries = [s["summary"] for s in snapshots(spark, config.table)]
+    assert any(int(s.get("deleted-data-files", 0)) for s in summaries), "no batch rewrote a file"
+    assert not any(int(s.get("added-delete-files", 0)) for s in summaries)
 
 
 def test_each_commit_records_query_batch_and_lease_in_the_snapshot_summary(spark, tmp_path):
