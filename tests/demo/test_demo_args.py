@@ -56,6 +56,7 @@ def test_the_demo_runs_on_local_files_unless_told_s3():
         (["--storage", "hdfs"], "--storage must be one of file, s3"),
         (["--s3-endpoint", "http://127.0.0.1:9000"], "--s3-endpoint goes with --storage s3"),
         (["--format-version", "1"], "--format-version: format version 1: use 2 or 3"),
+        (["--write-mode", "rewrite"], "--write-mode: write mode 'rewrite': use merge-on-read"),
     ],
 )
 def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
@@ -77,3 +78,8 @@ def test_the_demo_table_takes_position_deletes_unless_told_deletion_vectors():
     assert parse().format_version == PipelineOptions().format_version == 2
     assert parse("--format-version", "3").format_version == 3
     assert parse("--storage", "s3", "--format-version", "3").format_version == 3
+
+
+def test_the_demo_table_is_merge_on_read_unless_told_copy_on_write():
+    assert parse().write_mode == PipelineOptions().write_mode == "merge-on-read"
+    assert parse("--write-mode", "copy-on-write").write_mode == "copy-on-write"
