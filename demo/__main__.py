@@ -179,14 +179,14 @@ def _positive(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
     ):
         if value not in known:
             parser.error(f"{flag} must be one of {', '.join(known)}")
-    _storage(parser, args)
+    _table_and_storage(parser, args)
     if args.partitions < 1:
         parser.error("--partitions must be >= 1")
     if args.timeout_s <= 0:
         parser.error("--timeout-s must be > 0")
 
 
-def _storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+def _table_and_storage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.storage not in STORAGES:
         parser.error(f"--storage must be one of {', '.join(STORAGES)}")
     if args.storage != "s3" and args.s3_endpoint:

@@ -204,11 +204,14 @@ def check_write_modes(spark: SparkSession, table: str) -> None:
             continue
         if actual.get(key) != wanted:
             log.warning(
-                "table %s has %s=%s, expected %s: each batch may rewrite data files",
+                "table %s has %s=%s, expected %s%s: each batch may rewrite data files",
                 table,
                 key,
                 actual.get(key),
                 wanted,
+                " (or copy-on-write in all three write modes)"
+                if key in WRITE_MODE_PROPERTIES
+                else "",
             )
 
 

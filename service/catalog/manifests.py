@@ -4,8 +4,8 @@ added and deleted, counted from the entries of its new manifests (docs/catalog-f
 
     Written
         what one snapshot's new manifests add and delete: files and records, per partition
-        (`partitions`, `by_partition`), the data files it adds, the one data file each of its
-        position delete files points at; `.counts()` -> {name: count}
+        (`partitions`, `by_partition`: a PartitionFiles each), the data files it adds, the one
+        data file each of its position delete files points at; `.counts()` -> {name: count}
     check_lists(snapshots, location) -> None
         refuses (InvalidRequest) a commit whose snapshot's manifest list lies outside the
         table's folder
@@ -28,7 +28,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from typing import TypeVar
 
 from pyiceberg.avro.file import AvroFile
@@ -52,7 +52,14 @@ from service.catalog.locations import inside
 from service.catalog.storage import TooLarge
 from service.wire.errors import InvalidRequest, StorageFault
 
-__all__ = ["DELETE_FILE_PATH_ID", "LISTED_KEPT", "Written", "check_lists", "read_written"]
+__all__ = [
+    "DELETE_FILE_PATH_ID",
+    "LISTED_KEPT",
+    "PartitionFiles",
+    "Written",
+    "check_lists",
+    "read_written",
+]
 
 # the field id of a position delete file's `file_path` column (Iceberg's MetadataColumns
 # DELETE_FILE_PATH): equal lower and upper bounds name the one data file its deletes point at
@@ -68,6 +75,20 @@ log = logging.getLogger("lakelock.catalog")
 
 
 @dataclass
+class PartitionFiles:
+    """The files one or more snapshots added to and deleted from one partition."""
+
+    data_added: int = 0
+    deletes_added: int = 0
+    equality_added: int = 0  # of the delete files added, those that delete by equality
+    data_deleted: int = 0
+    deletes_removed: int = 0
+
+    def plus(self, other: PartitionFiles) -> PartitionFiles:
+        return PartitionFiles(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
+
+
+@dataclass
 class Written:
     """What one snapshot's new manifests add and delete, counted from their entries."""
 
@@ -80,9 +101,8 @@ class Written:
     new_manifests: int = 0
     older_sequence: bool = False  # a file added with a data sequence number before its manifest's
     partitions: dict[tuple[int, str], Record] = field(default_factory=dict)
-    # per partition (keyed as `partitions`): data files added, delete files added, data files
-    # deleted, equality delete files added (of the delete files)
-    by_partition: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    # per partition, keyed as `partitions`
+    by_partition: dict[tuple[int, str], PartitionFiles] = field(default_factory=dict)
     added_paths: set[str] = field(default_factory=set)  # the data files it adds
     # the one data file each added position delete file points at (None: several, or unknown)
     position_targets: list[str | None] = field(default_factory=list)
@@ -385,13 +405,17 @@ def _count(
         written.removed_deletes += 1
     key = (spec_id, repr(file.partition))
     written.partitions.setdefault(key, file.partition)
-    counts = written.by_partition.setdefault(key, [0, 0, 0, 0])
-    if added:
-        counts[0 if file.content == DataFileContent.DATA else 1] += 1
-        if file.content == DataFileContent.EQUALITY_DELETES:
-            counts[3] += 1
-    elif file.content == DataFileContent.DATA:
-        counts[2] += 1
+    counts = written.by_partition.setdefault(key, PartitionFiles())
+    data = file.content == DataFileContent.DATA
+    if added and data:
+        counts.data_added += 1
+    elif added:
+        counts.deletes_added += 1
+        counts.equality_added += file.content == DataFileContent.EQUALITY_DELETES
+    elif data:
+        counts.data_deleted += 1
+    else:
+        counts.deletes_removed += 1
 
 
 def _referenced(file: DataFile) -> str | None:

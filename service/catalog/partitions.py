@@ -7,8 +7,8 @@
         the names of the partitions the snapshots' new manifests add files to or delete files
         from; None (the whole table) when a file is in an unpartitioned or unknown spec
     per_partition(metadata, written) -> (dict[str, Files], frozenset[str])
-        the data files added less those deleted, the delete and equality delete files added,
-        per partition name (docs/design.md §5.1), and the names of the partitions whose data
+        the data and delete files (of them equality deletes) added less those deleted, per
+        partition name (docs/design.md §5.1), and the names of the partitions whose data
         files were deleted
 
 A partition's name is the Iceberg partition path, `PartitionSpec.partitionToPath`. pyiceberg's
@@ -23,7 +23,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
-from service.catalog.manifests import Written
+from service.catalog.manifests import PartitionFiles, Written
 from service.lock.due import Files
 from service.wire.scope import Scope
 
@@ -54,30 +54,34 @@ def per_partition(
     metadata: TableMetadata, written: list[Written]
 ) -> tuple[dict[str, Files], frozenset[str]]:
     """The files the snapshots added per partition name, and the partitions whose data files
-    they deleted (docs/design.md §5.1): of data files, those added less those deleted over the
-    whole commit (none below zero: a copy-on-write MERGE that rewrites a partition's file adds
-    no file to it, as the gate's counts say, ingest_gate.job.snapshots); of delete and equality
-    delete files, those added. A partition whose counts did not grow is left out, and a file of
-    an unpartitioned spec is in no partition: it is counted in none."""
+    they deleted (docs/design.md §5.1). Counted over the whole commit, net of what it deleted
+    or removed, none below zero, as the gate's counts are (ingest_gate.job.snapshots): a
+    copy-on-write MERGE that rewrites a partition's data file adds no data file to it, a
+    MERGE that replaces a data file's deletion vector no delete file. A partition whose counts
+    did not grow is left out, and a file of an unpartitioned spec is in no partition: it is
+    counted in none."""
     specs = metadata.specs()
     schema = metadata.schema()
-    sums: dict[str, list[int]] = {}  # name -> data added, deletes, data deleted, equality
+    sums: dict[str, PartitionFiles] = {}
     for w in written:
         for key, counts in w.by_partition.items():
             spec = specs.get(key[0])
             if spec is None or spec.is_unpartitioned():
                 continue
             name = partition_name(spec, w.partitions[key], schema)
-            summed = sums.setdefault(name, [0, 0, 0, 0])
-            for i, count in enumerate(counts):
-                summed[i] += count
-    added = {
-        name: files
-        for name, (data, deletes, deleted, equality) in sums.items()
-        if (files := Files(max(data - deleted, 0), deletes, equality))
-    }
-    rewritten = frozenset(name for name, (_, _, deleted, _) in sums.items() if deleted)
+            sums[name] = sums.get(name, PartitionFiles()).plus(counts)
+    added = {name: files for name, c in sums.items() if (files := _net(c))}
+    rewritten = frozenset(name for name, c in sums.items() if c.data_deleted)
     return added, rewritten
+
+
+def _net(counts: PartitionFiles) -> Files:
+    deletes = max(counts.deletes_added - counts.deletes_removed, 0)
+    return Files(
+        max(counts.data_added - counts.data_deleted, 0),
+        deletes,
+        min(counts.equality_added, deletes),
+    )
 
 
 def _java_escaped(path: str) -> str:

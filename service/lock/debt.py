@@ -135,8 +135,9 @@ def add_commit(
     conn: Connection, table: str, counts: dict[str, int], snapshot_id: int | None
 ) -> None:
     """A data commit through the catalog front (service.lock.fence), `counts` its snapshot's
-    summary totals, on the table's debt row, where a compactor reported one: new data files
-    are small ones until the next report measures them."""
+    summary totals, on the table's debt row, where a compactor reported one: new data files,
+    net of those it deleted (a copy-on-write MERGE writes each file it changes anew, about as
+    big), are small ones until the next report measures them."""
     added, deleted = counts.get("added-data-files", 0), counts.get("deleted-data-files", 0)
     deletes = counts.get("added-delete-files", 0) - counts.get("removed-delete-files", 0)
     c = debt_t.c
@@ -145,7 +146,7 @@ def add_commit(
         .where(c.table_name == table)
         .values(
             data_files=c.data_files + added - deleted,
-            small_files=c.small_files + added,
+            small_files=c.small_files + max(added - deleted, 0),
             delete_files=c.delete_files + deletes,
             snapshot_id=snapshot_id if snapshot_id is not None else c.snapshot_id,
         )

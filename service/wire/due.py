@@ -86,8 +86,12 @@ class DuePartition(Answer):
 
     table: str
     partition: str
-    data_files: int = Field(description="data files added since its last compaction")
-    delete_files: int = Field(description="delete files added since its last compaction")
+    data_files: int = Field(
+        description="data files added since its last compaction, net of those deleted"
+    )
+    delete_files: int = Field(
+        description="delete files added since its last compaction, net of those removed"
+    )
     equality_delete_files: int = Field(
         default=0, description="of the delete files, those that delete by equality"
     )

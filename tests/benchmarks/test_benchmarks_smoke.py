@@ -147,6 +147,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys, monkeypatc
         (["--modes", "table"], "unknown 'table'"),
         (["--trino", "--no-queries"], "--trino runs the readers' queries"),
         (["--format-version", "3"], "--format-version is for --writer ingest"),
+        (["--write-mode", "copy-on-write"], "--write-mode is for --writer ingest"),
         (["--storage", "s3"], "--storage is for --writer ingest"),
     ):
         with pytest.raises(SystemExit) as exited:
@@ -158,6 +159,7 @@ def test_streaming_health_refuses_options_of_the_other_writer(capsys, monkeypatc
         (["--trino"], "add --storage s3"),
         (["--storage", "s3", "--trino", "--no-queries"], "--trino runs the readers' queries"),
         (["--storage", "gcs"], "invalid choice: 'gcs'"),
+        (["--write-mode", "rewrite"], "invalid choice: 'rewrite'"),
     ):
         with pytest.raises(SystemExit):
             main(flag)

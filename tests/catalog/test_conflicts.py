@@ -9,25 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pyiceberg.manifest import DataFile, DataFileContent
 
 from service.catalog.changes import can_conflict
-from service.catalog.manifests import DELETE_FILE_PATH_ID, Written, _count
+from service.catalog.manifests import DELETE_FILE_PATH_ID, PartitionFiles
 from service.lock.refusals import _expected_s
 from service.lock.rows import IntentRow, LeaseRow
+from tests.support.iceberg_commits import counted
 
 OLD = "file:/lake/db/t/data/old.parquet"
 NEW = "file:/lake/db/t/data/new.parquet"
-
-
-class _Entry:
-    def __init__(self, file: DataFile) -> None:
-        self.data_file = file
-
-
-def written(*files: tuple[DataFile, bool]) -> Written:
-    """A snapshot's `Written`, counted by the reader's own `_count` (file, added)."""
-    w = Written()
-    for file, added in files:
-        _count(w, _Entry(file), "m.avro", 0, added)  # type: ignore[arg-type]
-    return w
 
 
 def data(path: str) -> DataFile:
@@ -60,40 +48,44 @@ def equality_deletes() -> DataFile:
 def test_equality_deletes_are_counted_apart_among_a_partitions_delete_files():
     """What the front adds to a partition's due counts (docs/design.md §5.1): data, delete,
     data deleted, equality deletes among the delete files."""
-    upsert = written((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
-    assert list(upsert.by_partition.values()) == [[1, 2, 0, 1]]
-    rewrite = written((data(OLD), False), (data(NEW), True), (equality_deletes(), False))
-    assert list(rewrite.by_partition.values()) == [[1, 0, 1, 0]]
+    upsert = counted((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
+    assert list(upsert.by_partition.values()) == [
+        PartitionFiles(data_added=1, deletes_added=2, equality_added=1)
+    ]
+    rewrite = counted((data(OLD), False), (data(NEW), True), (equality_deletes(), False))
+    assert list(rewrite.by_partition.values()) == [
+        PartitionFiles(data_added=1, data_deleted=1, deletes_removed=1)
+    ]
 
 
 def test_appends_and_equality_deletes_cannot_conflict():
-    assert not can_conflict([written((data(NEW), True))])
-    assert not can_conflict([written((data(NEW), True), (equality_deletes(), True))])
+    assert not can_conflict([counted((data(NEW), True))])
+    assert not can_conflict([counted((data(NEW), True), (equality_deletes(), True))])
 
 
 def test_position_deletes_against_the_commits_own_new_file_cannot_conflict():
     """A Flink upsert: a key written twice in one checkpoint deletes its first row by
     position, in the file the same commit adds."""
-    upsert = written((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
+    upsert = counted((data(NEW), True), (equality_deletes(), True), (position_deletes(NEW), True))
     assert not can_conflict([upsert])
     # the file may come from another snapshot of the same commit
-    assert not can_conflict([written((data(NEW), True)), written((position_deletes(NEW), True))])
+    assert not can_conflict([counted((data(NEW), True)), counted((position_deletes(NEW), True))])
 
 
 def test_position_deletes_against_an_older_file_or_an_unknown_one_can_conflict():
     """Spark's merge-on-read MERGE: its position deletes point at files a rewrite may be
     replacing; a file whose bounds span several data files, or have none, is not known to be
     harmless."""
-    assert can_conflict([written((data(NEW), True), (position_deletes(OLD), True))])
-    assert can_conflict([written((position_deletes(NEW, OLD), True), (data(NEW), True))])
-    assert can_conflict([written((data(NEW), True), (position_deletes(), True))])
+    assert can_conflict([counted((data(NEW), True), (position_deletes(OLD), True))])
+    assert can_conflict([counted((position_deletes(NEW, OLD), True), (data(NEW), True))])
+    assert can_conflict([counted((data(NEW), True), (position_deletes(), True))])
 
 
 def test_a_commit_that_removes_data_or_delete_files_can_conflict():
     """A copy-on-write MERGE, an overwrite, a delete of whole files."""
-    assert can_conflict([written((data(NEW), True), (data(OLD), False))])
-    assert can_conflict([written((data(OLD), False))])
-    assert can_conflict([written((equality_deletes(), False), (data(NEW), True))])
+    assert can_conflict([counted((data(NEW), True), (data(OLD), False))])
+    assert can_conflict([counted((data(OLD), False))])
+    assert can_conflict([counted((equality_deletes(), False), (data(NEW), True))])
 
 
 def test_a_held_writer_is_told_the_holds_expected_remaining_time():

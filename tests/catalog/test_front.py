@@ -522,6 +522,11 @@ def test_a_foreign_writers_files_move_the_reported_debt_without_a_table_scan(fro
         table.append(rows(2, date(2024, 6, 20), start=200))  # no lakelock client: foreign
         table.append(rows(2, date(2024, 6, 24), start=300))
         debt = api.get(f"/v1/tables/{name}").json()["debt"]
+        assert (debt["data_files"], debt["small_files"], debt["delete_files"]) == (4, 4, 0)
+        # copy-on-write: the partition's one file replaced by one, no file more
+        replace = rows(2, date(2024, 6, 24), start=400)
+        table.overwrite(replace, overwrite_filter=EqualTo("dt", "2024-06-24"))
+        debt = api.get(f"/v1/tables/{name}").json()["debt"]
     current = rest(front).load_table(table.name()).current_snapshot().snapshot_id
     assert (debt["data_files"], debt["small_files"], debt["delete_files"]) == (4, 4, 0)
     assert debt["snapshot_id"] == current

@@ -114,7 +114,10 @@ def _prefix(parameter: dict[str, Any]) -> bool:
 
 @pytest.fixture(scope="module")
 def iceberg_spec() -> dict[str, Any]:
-    return yaml.safe_load(spec_path().read_text())
+    path = spec_path()
+    if not path.is_file():
+        pytest.fail(f"{SPEC_ENV} names {path}, which is no file: name an OpenAPI document")
+    return yaml.safe_load(path.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ def test_the_demo_runs_on_local_files_unless_told_s3():
         (["--write-mode", "rewrite"], "--write-mode: write mode 'rewrite': use merge-on-read"),
     ],
 )
-def test_the_demo_refuses_a_storage_it_does_not_know(argv, message, capsys):
+def test_the_demo_refuses_a_storage_or_table_it_does_not_know(argv, message, capsys):
     with pytest.raises(SystemExit) as exited:
         parse(*argv)
     assert exited.value.code == 2

@@ -11,6 +11,8 @@ from ingest_gate.job.merge import merge_sql
 from ingest_gate.job.table import (
     FANOUT_PROPERTY,
     TABLE_PROPERTIES,
+    WRITE_MODE_PROPERTIES,
+    check_write_modes,
     create_table_sql,
     ensure_clustered_writes,
     identifier_merge_refusal,
@@ -321,3 +323,21 @@ def test_a_clustered_table_is_left_alone_and_a_fanout_one_is_warned_about(caplog
         assert ensure_clustered_writes(fanout, "local.db.events") is False
     assert clustered.statements == fanout.statements == []
     assert "SET TBLPROPERTIES ('write.spark.fanout.enabled' = 'false')" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("properties", "warned"),
+    [
+        (dict.fromkeys(WRITE_MODE_PROPERTIES, "merge-on-read"), []),
+        (dict.fromkeys(WRITE_MODE_PROPERTIES, "copy-on-write"), []),  # chosen: logged
+        ({}, list(WRITE_MODE_PROPERTIES)),  # Iceberg's default, copy-on-write, by omission
+        ({"write.merge.mode": "copy-on-write"}, list(WRITE_MODE_PROPERTIES)),
+    ],
+)
+def test_the_job_warns_of_write_modes_unset_or_mixed_not_of_one_chosen(properties, warned, caplog):
+    spark = FakeSpark({**properties, "write.delete.granularity": "file"})
+    with caplog.at_level(logging.INFO, logger="ingest_gate.job.table"):
+        check_write_modes(spark, "local.db.events")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m.split(" has ")[1].split("=")[0] for m in warnings] == warned
+    assert all("or copy-on-write in all three" in m for m in warnings)

@@ -1,4 +1,5 @@
-"""A real partition rewrite sent as Spark's rewrite sends it, for the catalog front's tests.
+"""Commits for the catalog front's tests: a real partition rewrite sent as Spark's rewrite
+sends it (`rewrite_body`), and a snapshot's files counted as the front counts them (`counted`).
 
 pyiceberg writes a partition's rows again as one file and the manifests that delete the old
 files and add the new one; it has no `replace` operation of its own, so the commit's body is
@@ -13,10 +14,26 @@ from typing import Any
 
 from pyiceberg.expressions import EqualTo
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
-__all__ = ["rewrite_body"]
+from service.catalog.manifests import Written, _count
+
+__all__ = ["counted", "rewrite_body"]
+
+
+class _Entry:
+    def __init__(self, file: DataFile) -> None:
+        self.data_file = file
+
+
+def counted(*files: tuple[DataFile, bool]) -> Written:
+    """A snapshot's `Written`, counted by the front's own `_count` (file, added), in spec 0."""
+    w = Written()
+    for file, added in files:
+        _count(w, _Entry(file), "m.avro", 0, added)  # type: ignore[arg-type]
+    return w
 
 
 Rewritten = tuple[list[Any], list[Any]]  # the data files a rewrite replaces, and its new ones
