@@ -220,7 +220,8 @@ class Settings(BaseSettings):
         ge=1,
         le=100000,
         description="A partition is due for compaction once this many data files were added "
-        "to it since its last compaction, as commits land (counted from commit-lease releases "
+        "to it since its last compaction (net of those a commit deleted), as commits land "
+        "(counted from commit-lease releases "
         "and catalog-front commits, corrected by the compactors' debt reports); a compactor "
         "that follows the stream long-polls `GET /v1/due` for due partitions.",
     )
