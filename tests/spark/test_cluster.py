@@ -10,9 +10,9 @@ same catalog tables, independently of Spark, for every check.
 The steps build on each other, in order (one cluster, one table, one lakelock service):
 
     ingest     three landing files, three micro-batches: rows = keys with their latest values
-    revoke     a compactor run whose rewrite is running on the executors loses its lease to an
-               operator's revoke: its Spark jobs end cancelled, nothing is committed
-    compact    the next run compacts: fewer data files, the same rows, the token in the summary
+    revoke     a scheduled compactor's run whose rewrite is running on the executors loses its
+               lease to an operator's revoke: its Spark jobs end cancelled, nothing is committed
+    compact    its next tick compacts: fewer data files, the same rows, the token in the summary
     audit      `lakelock audit` through the catalog finds every commit inside its lease
 
 Whatever the executors run comes with the submit: the workers have Spark's own jars and a
@@ -381,18 +381,22 @@ def _running_rewrite(ui: str) -> dict[str, Any] | None:
     return None
 
 
-def test_a_revoked_lease_cancels_the_rewrite_running_on_the_executors(
-    ingested, submitter, catalog, operator, lakelock_server
-):
-    before = catalog.table().current_snapshot().snapshot_id
-    files_before = _files(catalog)
+@pytest.fixture(scope="module")
+def ticks(ingested, submitter, catalog, operator, lakelock_server) -> dict[str, Any]:
+    """One scheduled compactor on the cluster (`run --every 5s --ticks 2`), as a user runs it:
+    its first run drains a writer's commit lease, gets its own and starts the rewrite on the
+    executors, which the test then stops where they are (SIGSTOP) and an operator revokes the
+    lease; the second tick compacts. The table before, what the driver's REST API showed of the
+    cancelled job, and the runs the service recorded."""
+    before = {"files": _files(catalog), "rows": _rows(catalog)}
     # hold a commit lease, as a writer would: the compactor plans, then drains on it
     writer = LeaseClient(lakelock_server.url, token=lakelock_server.token("job"))
     held = writer.acquire_commit(TABLE, holder="writer@cluster-test", ttl_s=120)
     ui_port = str(free_port())
     compactor = submitter.start(
         "compactor",
-        *("run", "--once", "--config", _compactor_config(submitter, ttl="6s")),
+        *("run", "--every", "5s", "--ticks", "2"),
+        *("--config", _compactor_config(submitter, ttl="6s")),
         **{"spark.ui.enabled": "true", "spark.ui.port": ui_port},
     )
     try:
@@ -433,37 +437,51 @@ def test_a_revoked_lease_cancels_the_rewrite_running_on_the_executors(
             compactor.kill()
         writer.close()
     output = _output(compactor)
-    assert compactor.returncode == 1, output  # lease lost
-    (report,) = operator.runs(TABLE, limit=1)
-    assert report["outcome"] == "lease_lost", report
+    assert compactor.returncode == 0, output  # the scheduled mode goes on after a failed run
+    return {
+        "before": before,
+        "job": job,
+        "revoked": lease["lease_id"],
+        "log": compactor.log_path.read_text(),  # type: ignore[attr-defined]
+        "runs": [r["outcome"] for r in reversed(operator.runs(TABLE, limit=10))],
+        "compacted": operator.runs(TABLE, limit=1)[0],
+        "files": _files(catalog),
+        "rows": _rows(catalog),
+    }
 
+
+def test_a_revoked_lease_cancels_the_rewrite_running_on_the_executors(ticks, submitter, catalog):
+    assert ticks["runs"][0] == "lease_lost", ticks["runs"]
+    job = ticks["job"]
     log = _events(submitter)[job["app_id"]]
-    tagged = {
+    # the jobs of the first run (tagged with its run: the second run's have a tag of their own)
+    (run_tag,) = [t for t in job["jobTags"] if t.startswith("lakelock-compactor-")]
+    cancelled = {
         e["Job ID"]
         for e in log
         if e["Event"] == "SparkListenerJobStart"
-        and "lakelock-compactor-" in (e.get("Properties") or {}).get("spark.job.tags", "")
+        and run_tag in (e.get("Properties") or {}).get("spark.job.tags", "").split(",")
     }
-    assert job["jobId"] in tagged
+    assert job["jobId"] in cancelled
     ends = {e["Job ID"]: e["Job Result"] for e in log if e["Event"] == "SparkListenerJobEnd"}
-    for job_id in tagged:
+    for job_id in cancelled:
         result = ends[job_id]
         assert result["Result"] == "JobFailed", result
         assert "cancel" in result["Exception"]["Message"].lower(), result
     stages = {
         stage["Stage ID"]
         for e in log
-        if e["Event"] == "SparkListenerJobStart" and e["Job ID"] in tagged
+        if e["Event"] == "SparkListenerJobStart" and e["Job ID"] in cancelled
         for stage in e["Stage Infos"]
     }
     # its tasks had been sent to the cluster's executors when the cancel came
     started = [e for e in log if e["Event"] == "SparkListenerTaskStart" and e["Stage ID"] in stages]
     assert started and {e["Task Info"]["Executor ID"] for e in started} - {"driver"}
-    whole_log = compactor.log_path.read_text()  # type: ignore[attr-defined]
-    assert "lease lost" in whole_log and "cancelling Spark jobs" in whole_log
-    # nothing committed: the same snapshot, the same files
-    assert catalog.table().current_snapshot().snapshot_id == before
-    assert _files(catalog) == files_before
+    assert "lease lost" in ticks["log"] and "cancelling Spark jobs" in ticks["log"]
+    # nothing committed under the revoked lease
+    summaries = [s.summary for s in catalog.table().snapshots()]
+    leases = {s.additional_properties.get("lakelock.lease-id") for s in summaries if s}
+    assert ticks["revoked"] not in leases
 
 
 def _log_lines(path: Path) -> list[dict[str, Any]]:
@@ -481,26 +499,18 @@ def _log_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def compacted(ingested, submitter, catalog, operator) -> dict[str, Any]:
-    """A compactor run on the cluster, and the table before and after it."""
-    before = {"files": _files(catalog), "rows": _rows(catalog)}
-    done = submitter.run("compactor", "run", "--once", "--config", _compactor_config(submitter))
-    assert done.returncode == 0, _output(done)
-    (report,) = operator.runs(TABLE, limit=1)
-    return {"report": report, "before": before, "files": _files(catalog), "rows": _rows(catalog)}
-
-
-def test_the_next_run_compacts_under_its_lease(compacted, ingested, catalog):
-    assert compacted["report"]["outcome"] == "compacted", compacted["report"]
-    (data_before, _), (data_after, deletes_after) = compacted["before"]["files"], compacted["files"]
+def test_the_next_tick_compacts_under_its_lease(ticks, ingested, catalog):
+    assert ticks["runs"] == ["lease_lost", "compacted"], ticks["runs"]
+    assert ticks["compacted"]["outcome"] == "compacted", ticks["compacted"]
+    (data_before, _), (data_after, deletes_after) = ticks["before"]["files"], ticks["files"]
     assert data_after < data_before and deletes_after == 0
-    assert compacted["rows"] == compacted["before"]["rows"] == ingested.expected_rows()
+    assert ticks["rows"] == ticks["before"]["rows"] == ingested.expected_rows()
     summary = catalog.table().current_snapshot().summary.additional_properties
     assert "lakelock.token" in summary and "lakelock.lease-id" in summary
+    assert summary["lakelock.lease-id"] != ticks["revoked"]
 
 
-def test_lakelock_audit_reads_the_table_through_its_catalog(compacted, catalog, lakelock_server):
+def test_lakelock_audit_reads_the_table_through_its_catalog(ticks, catalog, lakelock_server):
     properties = [
         part
         for key, value in catalog.pyiceberg_properties.items()
