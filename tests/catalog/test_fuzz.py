@@ -1,15 +1,15 @@
 """The Iceberg REST catalog at /iceberg, fuzzed with Apache Iceberg's own OpenAPI document.
 
 schemathesis runs the operations lakelock serves (service.server.routes.catalog.ENDPOINTS, and `GET
-/v1/config`) from Iceberg's `rest-catalog-open-api.yaml` against a live service with the catalog
-on: on SQLite with the operator's token, a job's under 1.11's document and a reader's, on
-MariaDB with the operator's under 1.11's (whose calls reach every statement): no input may give
-a 5xx, every status must be one the specification declares for the operation, and a call
-without a token must be refused. Then no file may have been written outside the warehouse: every table the run made
-points into it, nothing new lies beside it in the test's folder, and no place a fuzzed request
-named (a path or `file:` URI anywhere in its URL or body, from the run's HAR record) holds table
-metadata written during the run. Only what the fuzzed calls could have caused is judged: other
-programs on the machine may write Iceberg tables under `/tmp` meanwhile.
+/v1/config`) from Iceberg's `rest-catalog-open-api.yaml` against a live service with the catalog on:
+on SQLite with the operator's token, a job's under 1.11's document and a reader's, on MariaDB with
+the operator's under 1.11's (whose calls reach every statement): no input may give a 5xx, every
+status must be one the specification declares for the operation, and a call without a token must be
+refused. Then no file may have been written outside the warehouse: every table the run made points
+into it, nothing new lies beside it in the test's folder, and no place a fuzzed request named (a
+path or `file:` URI anywhere in its URL or body, from the run's HAR record) holds table metadata
+written during the run. Only what the fuzzed calls could have caused is judged: other programs on
+the machine may write Iceberg tables under `/tmp` meanwhile.
 
 The documents are Apache Iceberg's (Apache License 2.0), kept unchanged in
 tests/catalog/iceberg-openapi/ (its README says where from): 1.9.2's, which the test was written
