@@ -299,7 +299,8 @@ def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_fron
     version 3 (a vector per data file, replaced by each MERGE that deletes from it) while the
     compactor rewrites it under its lease; no batch fails, no commit is refused, and an
     independent reader sees every key's last row. (The ingest job on a version 2 table through
-    the front is the S3 demo's, tests/spark/test_demo.py.)"""
+    the front is the S3 demo's, tests/spark/test_demo.py; straight to a Hadoop table, beside the
+    compactor, the binlog test's, tests/spark/test_binlog_cdc.py.)"""
     ingest = front_ingest_config(
         spark,
         tmp_path,
@@ -328,6 +329,8 @@ def test_a_version_3_table_takes_the_stream_and_its_compactions_through_the_fron
     assert len(records) == len(gen.files)
     compacted = [r for r in reports if r.outcome == Outcome.COMPACTED]
     assert sum(r.totals().get("rewritten_data_files", 0) for r in compacted) > 0
+    tokens = [r.token for r in compacted]  # each run fenced by a newer token
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(compacted) == 2
     seen = events(operator, ingest.table)
     assert not [e for e in seen if e["event"] == "catalog.refused"]
     # each MERGE went through the front under the job's commit lease, not as a foreign commit
