@@ -90,10 +90,12 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
         yield broker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlinkCluster]:
-    """A Flink session cluster (demo.flink_cluster, bin/flink-cluster's) for the module's jobs:
-    a JobManager and a TaskManager, each a process of its own."""
+    """A Flink session cluster (demo.flink_cluster, bin/flink-cluster's): a JobManager and a
+    TaskManager, each a process of its own, one per worker, up until the worker ends. The
+    Flink CDC and Flink cluster modules of the JVM unit share it, each test's jobs stopped at
+    its end (`writers`); a test that kills a TaskManager starts another."""
     with FlinkCluster.start(tmp_path_factory.mktemp("flink-cluster")) as running:
         yield running
 
