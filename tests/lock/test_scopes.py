@@ -199,9 +199,15 @@ def test_renew_release_revoke_and_fencing_work_on_scoped_leases(api):
 
 def test_a_waiting_commit_is_granted_when_the_intersecting_lease_is_released(api):
     held = maintenance(api, partitions=HOT).json()
-    threading.Timer(0.3, release, args=(api, held)).start()
+    releaser = threading.Timer(0.3, release, args=(api, held))
+    releaser.start()
     started = time.monotonic()
-    granted = commit(api, partitions=HOT, wait_s=20)
+    try:
+        granted = commit(api, partitions=HOT, wait_s=20)
+    finally:
+        # the release's call ends before the test's client closes (its answer may come after
+        # the grant it caused)
+        releaser.join(30)
     assert granted.status_code == 201
     assert time.monotonic() - started < 15  # answered by the release, not by the deadline
 
