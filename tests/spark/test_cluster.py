@@ -438,13 +438,14 @@ def ticks(ingested, submitter, catalog, operator, lakelock_server) -> dict[str, 
         writer.close()
     output = _output(compactor)
     assert compactor.returncode == 0, output  # the scheduled mode goes on after a failed run
+    reports = list(reversed(operator.runs(TABLE, limit=10)))  # oldest first
     return {
         "before": before,
         "job": job,
         "revoked": lease["lease_id"],
         "log": compactor.log_path.read_text(),  # type: ignore[attr-defined]
-        "runs": [r["outcome"] for r in reversed(operator.runs(TABLE, limit=10))],
-        "compacted": operator.runs(TABLE, limit=1)[0],
+        "runs": [r["outcome"] for r in reports],
+        "compacted": reports[-1],
         "files": _files(catalog),
         "rows": _rows(catalog),
     }

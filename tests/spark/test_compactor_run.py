@@ -349,9 +349,8 @@ def test_a_failing_procedure_releases_the_lease_and_reports_icebergs_message(
     job_client.release(lease)
 
 
-# A lease revoked while its rewrite runs: the rewrite's Spark jobs are cancelled and nothing is
-# committed. tests/spark/test_cluster.py proves it where it matters, on a cluster's executors (a
-# scheduled compactor's first tick); a local twin here proved the same claim again.
+# A lease revoked while its rewrite runs (its Spark jobs cancelled, nothing committed) is
+# tests/spark/test_cluster.py's claim, on a cluster's executors.
 
 
 def test_a_lease_revoked_between_procedures_stops_the_run_before_the_next(
