@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "DRIVER_JAVA_OPTIONS",
     "CatalogConfig",
     "ConnectorMissing",
     "IcebergMissing",
@@ -61,6 +62,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC"
+"""The driver JVM's options when Python starts it (under spark-submit it runs already)."""
 
 _CATALOG_TYPES = {
     # catalog type -> the properties Spark's SparkCatalog needs to pick the implementation
@@ -350,7 +353,7 @@ def _defaults(
     }
     if submitted is None:
         # the driver JVM is started with these; under spark-submit it runs already
-        defaults["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
+        defaults["spark.driver.extraJavaOptions"] = DRIVER_JAVA_OPTIONS
         from jobkit.maven import jars, spark_packages
 
         if jars_packages:

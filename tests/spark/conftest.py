@@ -5,6 +5,7 @@ warehouse under the module's temp folder.
 
     def test_x(spark, spark_warehouse): ...           # the module's session and warehouse
     start_spark(path, app_name="other")               # for a module that needs its own settings
+    local_session(config, app_name="front")           # the same over any CatalogConfig
     table_rows(spark, "local.db.events")              # JSON-shaped rows, comparable with
                                                       # EventGenerator.expected_rows()
     lease_intervals(operator, table, "claim")         # (start, end, process) of each lease
@@ -17,6 +18,7 @@ new context in about a second, with its own catalog settings).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -37,8 +39,9 @@ from ingest_gate.job.config import IngestConfig, load_config
 from ingest_gate.job.record import BatchRecord
 from ingest_gate.job.run import run as run_ingest
 from ingest_gate.job.table import read_rows
-from jobkit.spark import CatalogConfig, build_session
+from jobkit.spark import DRIVER_JAVA_OPTIONS, CatalogConfig, build_session
 from service.client import LeaseClient
+from tests.conftest import SHORT_JVM_OPTIONS
 from tests.support.helpers import wait_parked
 
 
@@ -49,19 +52,45 @@ def start_spark(
     catalog: str = "local",
     jar_sets: tuple[str, ...] = ("spark-kafka", "spark-s3"),
 ):
-    """A local[2] session with the Iceberg runtime, Spark's Kafka source, the S3 jars and a
-    Hadoop catalog over `warehouse`. Every module's session carries the Kafka source and the
-    S3 jars: the process's first session starts the one JVM of the test run and fixes its
-    driver's classpath, whichever module comes first."""
-    return build_session(
+    """A local[2] session (local_session) with a Hadoop catalog over `warehouse`."""
+    return local_session(
         CatalogConfig(name=catalog, warehouse=str(warehouse)),
+        app_name=app_name,
+        jar_sets=jar_sets,
+        **{"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
+    )
+
+
+def local_session(
+    catalog: CatalogConfig,
+    *,
+    app_name: str,
+    jar_sets: tuple[str, ...] = ("spark-kafka", "spark-s3"),
+    **extra_conf: str,
+):
+    """A local[2] session, small (two shuffle partitions), with the Iceberg runtime, Spark's
+    Kafka source, the S3 jars and `catalog`. Every module's session carries the Kafka source
+    and the S3 jars: the process's first session starts the one JVM of the test run and fixes
+    its driver's classpath, whichever module comes first.
+
+    That JVM works for the whole JVM unit (twenty minutes of a run), long enough for the JIT's
+    second compiler, which the short-lived JVMs go without (tests/conftest.py,
+    SHORT_JVM_OPTIONS): given it back, the in-process Spark modules took 585 CPU-seconds of the
+    driver instead of 722 (docs/operating.md, "The tests")."""
+    jit = {}
+    if os.environ.get("JAVA_TOOL_OPTIONS") == SHORT_JVM_OPTIONS:
+        # options on the command line come after JAVA_TOOL_OPTIONS, and win
+        jit["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -XX:TieredStopAtLevel=4"
+    return build_session(
+        catalog,
         app_name=app_name,
         master="local[2]",
         jar_sets=jar_sets,
         extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
-            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+            **jit,
+            **extra_conf,
         },
     )
 

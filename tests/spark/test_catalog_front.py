@@ -31,9 +31,9 @@ from compactor.report import Outcome
 from compactor.run import run_table, utcnow
 from demo.generate import EventGenerator
 from ingest_gate.job.config import IngestConfig
-from jobkit.spark import CatalogConfig, build_session
+from jobkit.spark import CatalogConfig
 from tests.conftest import Warehouse, start_server
-from tests.spark.conftest import compactions_under_ingest, ingest_config
+from tests.spark.conftest import compactions_under_ingest, ingest_config, local_session
 
 pytestmark = pytest.mark.spark
 
@@ -83,20 +83,8 @@ def rest_catalog(front: Any) -> CatalogConfig:
 
 
 def front_session(front: Any, app_name: str, **extra_conf: str) -> Any:
-    """A local[2] session whose catalog is `front` (rest_catalog), quiet, small; it carries
-    Spark's Kafka source and the S3 jars, as the process's first session fixes the driver's
-    classpath whichever module comes first."""
-    session = build_session(
-        rest_catalog(front),
-        app_name=app_name,
-        master="local[2]",
-        jar_sets=("spark-kafka", "spark-s3"),
-        extra_conf={
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            **extra_conf,
-        },
-    )
+    """A local[2] session (local_session) whose catalog is `front` (rest_catalog), quiet."""
+    session = local_session(rest_catalog(front), app_name=app_name, **extra_conf)
     session.sparkContext.setLogLevel("ERROR")
     return session
 
