@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "DRIVER_JAVA_OPTIONS",
     "CatalogConfig",
     "ConnectorMissing",
     "IcebergMissing",
@@ -62,8 +61,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-DRIVER_JAVA_OPTIONS = "-Duser.timezone=UTC"
-"""The driver JVM's options when Python starts it (under spark-submit it runs already)."""
 
 _CATALOG_TYPES = {
     # catalog type -> the properties Spark's SparkCatalog needs to pick the implementation
@@ -353,7 +350,7 @@ def _defaults(
     }
     if submitted is None:
         # the driver JVM is started with these; under spark-submit it runs already
-        defaults["spark.driver.extraJavaOptions"] = DRIVER_JAVA_OPTIONS
+        defaults["spark.driver.extraJavaOptions"] = "-Duser.timezone=UTC"
         from jobkit.maven import jars, spark_packages
 
         if jars_packages:

@@ -18,7 +18,6 @@ new context in about a second, with its own catalog settings).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -39,9 +38,8 @@ from ingest_gate.job.config import IngestConfig, load_config
 from ingest_gate.job.record import BatchRecord
 from ingest_gate.job.run import run as run_ingest
 from ingest_gate.job.table import read_rows
-from jobkit.spark import DRIVER_JAVA_OPTIONS, CatalogConfig, build_session
+from jobkit.spark import CatalogConfig, build_session
 from service.client import LeaseClient
-from tests.conftest import SHORT_JVM_OPTIONS
 from tests.support.helpers import wait_parked
 
 
@@ -71,16 +69,7 @@ def local_session(
     """A local[2] session, small (two shuffle partitions), with the Iceberg runtime, Spark's
     Kafka source, the S3 jars and `catalog`. Every module's session carries the Kafka source
     and the S3 jars: the process's first session starts the one JVM of the test run and fixes
-    its driver's classpath, whichever module comes first.
-
-    That JVM works for the whole JVM unit (twenty minutes of a run), long enough for the JIT's
-    second compiler, which the short-lived JVMs go without (tests/conftest.py,
-    SHORT_JVM_OPTIONS): given it back, the in-process Spark modules took 585 CPU-seconds of the
-    driver instead of 722 (docs/operating.md, "The tests")."""
-    jit = {}
-    if os.environ.get("JAVA_TOOL_OPTIONS") == SHORT_JVM_OPTIONS:
-        # options on the command line come after JAVA_TOOL_OPTIONS, and win
-        jit["spark.driver.extraJavaOptions"] = f"{DRIVER_JAVA_OPTIONS} -XX:TieredStopAtLevel=4"
+    its driver's classpath, whichever module comes first."""
     return build_session(
         catalog,
         app_name=app_name,
@@ -89,7 +78,6 @@ def local_session(
         extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
-            **jit,
             **extra_conf,
         },
     )
