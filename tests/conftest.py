@@ -37,14 +37,14 @@ MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
 os.environ.update(S3_ENV)
 
 # Every JVM a test starts (the Spark driver in this process, the jobs', demo's and Flink's
-# subprocesses, Trino) runs with the JIT's first compiler alone (TieredStopAtLevel=1): most live a
-# minute or two, too short for the second one to pay for itself, and the driver here, which lives
-# for the whole JVM unit, spends less with C1 alone too. C1 alone shrinks the code cache to 48 MB
-# by default, which Spark and Iceberg fill: the JVM then spends a third of its CPU sweeping it,
-# so the cache keeps the JVM's usual 240 MB (docs/operating.md, "The tests", has the figures).
-# Options both JDKs here take (17 and Trino's 25); a JAVA_TOOL_OPTIONS of the caller's own wins.
-# The jobs users run and `python -m benchmarks.*` (what measures) keep the JVM's default; the
-# bench tier's small runs check, and measure nothing.
+# subprocesses, Trino) runs with the JIT's first compiler alone (TieredStopAtLevel=1): most live
+# a minute or two, too short for the second one to pay for itself, and the driver here, which
+# lives for the whole JVM unit, spends less with C1 alone too. C1 alone shrinks the code cache
+# to 48 MB by default, which Spark and Iceberg fill: the JVM then spends nearly a third of its
+# CPU sweeping it, so the cache keeps the JVM's usual 240 MB (docs/operating.md, "The tests",
+# has the figures). Options both JDKs here take (17 and Trino's 25); a JAVA_TOOL_OPTIONS of the
+# caller's own wins. The jobs users run and `python -m benchmarks.*` (what measures) keep the
+# JVM's default; the bench tier's small runs check, and measure nothing.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
 
 # The property tests draw the same examples on every run (`fixed`): the suite, CI above all,
