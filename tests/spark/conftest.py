@@ -43,44 +43,33 @@ from service.client import LeaseClient
 from tests.support.helpers import wait_parked
 
 
-def start_spark(
-    warehouse: Path,
-    *,
-    app_name: str = "lakelock-tests",
-    catalog: str = "local",
-    jar_sets: tuple[str, ...] = ("spark-kafka", "spark-s3"),
-):
+def start_spark(warehouse: Path, *, app_name: str = "lakelock-tests", catalog: str = "local"):
     """A local[2] session (local_session) with a Hadoop catalog over `warehouse`."""
     return local_session(
         CatalogConfig(name=catalog, warehouse=str(warehouse)),
         app_name=app_name,
-        jar_sets=jar_sets,
         **{"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true"},
     )
 
 
-def local_session(
-    catalog: CatalogConfig,
-    *,
-    app_name: str,
-    jar_sets: tuple[str, ...] = ("spark-kafka", "spark-s3"),
-    **extra_conf: str,
-):
-    """A local[2] session, small (two shuffle partitions), with the Iceberg runtime, Spark's
-    Kafka source, the S3 jars and `catalog`. Every module's session carries the Kafka source
-    and the S3 jars: the process's first session starts the one JVM of the test run and fixes
-    its driver's classpath, whichever module comes first."""
-    return build_session(
+def local_session(catalog: CatalogConfig, *, app_name: str, **extra_conf: str):
+    """A local[2] session, small (two shuffle partitions), quiet (errors alone in its log),
+    with the Iceberg runtime, Spark's Kafka source, the S3 jars and `catalog`. Every module's
+    session carries the Kafka source and the S3 jars: the process's first session starts the
+    one JVM of the test run and fixes its driver's classpath, whichever module comes first."""
+    session = build_session(
         catalog,
         app_name=app_name,
         master="local[2]",
-        jar_sets=jar_sets,
+        jar_sets=("spark-kafka", "spark-s3"),
         extra_conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             **extra_conf,
         },
     )
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +80,6 @@ def spark_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def spark(request: pytest.FixtureRequest, spark_warehouse: Path) -> Iterator[Any]:
     session = start_spark(spark_warehouse, app_name=f"lakelock-{request.module.__name__}")
-    session.sparkContext.setLogLevel("ERROR")
     yield session
     for query in session.streams.active:
         query.stop()

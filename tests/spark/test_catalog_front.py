@@ -83,10 +83,8 @@ def rest_catalog(front: Any) -> CatalogConfig:
 
 
 def front_session(front: Any, app_name: str, **extra_conf: str) -> Any:
-    """A local[2] session (local_session) whose catalog is `front` (rest_catalog), quiet."""
-    session = local_session(rest_catalog(front), app_name=app_name, **extra_conf)
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    """A local[2] session (local_session) whose catalog is `front` (rest_catalog)."""
+    return local_session(rest_catalog(front), app_name=app_name, **extra_conf)
 
 
 @pytest.fixture(scope="module")
