@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 from demo.s3 import ENV as S3_ENV
 from demo.s3 import REGION, LocalS3
 from service.client import LeaseClient
-from testkit import LocalService, free_port, fresh_database
+from testkit import LocalService, free_port, fresh_database, spark_cds
 from tests.support.tier import TIER
 
 MARIADB_URL = os.environ.get("LAKELOCK_TEST_MARIADB_URL")
@@ -46,6 +46,13 @@ os.environ.update(S3_ENV)
 # caller's own wins. The jobs users run and `python -m benchmarks.*` (what measures) keep the
 # JVM's default; the bench tier's small runs check, and measure nothing.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+
+# Every Spark driver a test starts (this process's, the jobs') maps the classes it would load
+# from the class-data archive bin/test made (testkit.spark_cds, LAKELOCK_TEST_SPARK_CDS): a short
+# job's CPU down by a third. Through SPARK_SUBMIT_OPTS, which spark-submit alone reads (Flink,
+# Trino and Kafka have class paths of their own); a caller's own SPARK_SUBMIT_OPTS wins.
+if (_cds := os.environ.get("LAKELOCK_TEST_SPARK_CDS")) and Path(_cds).is_file():
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.java_options(Path(_cds)))
 
 # The property tests draw the same examples on every run (`fixed`): the suite, CI above all,
 # fails only where the code changed, never on an example a new seed happened upon, and keeps no
