@@ -32,6 +32,7 @@ __all__ = ["archive", "java_options", "main"]
 
 CACHE = Path.home() / ".cache" / "lakelock" / "cds"
 TRAINING_TIMEOUT_S = 900
+KEEP = 3  # archives kept in CACHE
 
 
 def java_options(path: Path) -> str:
@@ -101,9 +102,11 @@ def _train(path: Path) -> None:
                 f"the training job failed ({done.returncode}):\n{done.stderr[-3000:]}"
             )
         os.replace(written, path)
-    for old in path.parent.glob("spark-*.jsa"):  # another JDK's or install's: 140 MB each
-        if old != path:
-            old.unlink(missing_ok=True)
+    # another JDK's or checkout's (150 MB each): the newest few stay, for a developer with
+    # several checkouts
+    made = sorted(path.parent.glob("spark-*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in made[KEEP:]:
+        old.unlink(missing_ok=True)
 
 
 def _workload(scratch: str) -> None:
