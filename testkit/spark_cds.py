@@ -3,19 +3,20 @@
     python -m testkit.spark_cds      # the archive's path, made once per JDK and Spark install
     java_options(path)               # what SPARK_SUBMIT_OPTS carries to use it
 
-A Spark driver with Iceberg loads some 20,000 classes before its first query; a short job spends
-a third of its CPU on that. The JVM can map classes it parsed and verified once from an archive
-(`-XX:SharedArchiveFile`): a job that ran 10.5 CPU-s took 6.5 with it (docs/operating.md, "The
-tests"). The archive is made by a training run, a small job that does what the tests' drivers do
-(an Iceberg table's DDL, writes, a MERGE with deletes, a streaming foreachBatch, a compaction,
-metadata tables), with `-XX:ArchiveClassesAtExit`.
+A Spark driver with Iceberg loads and verifies thousands of classes before its first query, and
+a short job spends much of its CPU on that. The JVM can map classes it parsed and verified once
+from an archive (`-XX:SharedArchiveFile`): a short Iceberg job that took 10.5 CPU-s took 6.5 with
+it (docs/operating.md, "The tests"). The archive is made by a training run, a small job that
+does what the tests' drivers do (an Iceberg table's DDL, writes, a MERGE with deletes, a
+streaming foreachBatch, a compaction, metadata tables), with `-XX:ArchiveClassesAtExit`.
 
-The JVM trusts an archive only for the JDK that wrote it and the same application class path
-(each jar's size and time checked), so the archive is named by both: another JDK or a new
-virtualenv makes another. A driver whose class path differs (a Spark standalone cluster's
-configuration folder, another virtualenv's Spark) runs as it would without it, silently
-(`-Xlog:cds*=off`: the JVM's warning would reach the job's standard output). Only the tests use
-it: the jobs users run and `python -m benchmarks.*` start as Spark starts them.
+The JVM trusts an archive only for the JDK that wrote it, the JDK's own archive it lays over,
+and the same application class path (each jar's size and time checked), so the archive is named
+by all three: another JDK or a new virtualenv makes another. A driver whose class path differs (a
+Spark standalone cluster's configuration folder, another virtualenv's Spark) runs as it would
+without it, silently (`-Xlog:cds*=off`: the JVM's warning would reach the job's standard output).
+Only the tests use it: the jobs users run and `python -m benchmarks.*` start as Spark starts
+them.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ def archive() -> Path:
     """The archive's path for this JDK and this Spark install (it may not exist yet)."""
     java = _java()
     digest = hashlib.sha256(f"{java}:{java.stat().st_mtime_ns}\n".encode())
+    # the JDK's own archive, on which the JVM lays this one (`java -Xshare:dump` remakes it)
+    base = java.parent.parent / "lib" / "server" / "classes.jsa"
+    if base.is_file():
+        digest.update(f"{base}:{base.stat().st_mtime_ns}\n".encode())
     for jar in sorted((_spark_home() / "jars").glob("*.jar")):
         stat = jar.stat()
         digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
@@ -179,13 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--workload"]:
         _workload(args[1])
         return 0
-    path = archive()
-    if not path.is_file():
-        try:
+    try:
+        path = archive()
+        if not path.is_file():
             _train(path)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired) as failed:
-            print(f"testkit.spark_cds: no archive: {failed}", file=sys.stderr)
-            return 1
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as failed:
+        print(f"testkit.spark_cds: no archive: {failed}", file=sys.stderr)
+        return 1
     print(path)
     return 0
 
