@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["archive", "java_options", "main"]
+__all__ = ["archive", "java_options", "main", "spark_home"]
 
 CACHE = Path.home() / ".cache" / "lakelock" / "cds"
 TRAINING_TIMEOUT_S = 900
@@ -42,7 +42,8 @@ def java_options(path: Path) -> str:
     return f"-XX:SharedArchiveFile={path} -Xlog:cds*=off"
 
 
-def _spark_home() -> Path:
+def spark_home() -> Path:
+    """The Spark install of this virtualenv (pyspark's folder: its bin/ and jars/)."""
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
@@ -65,7 +66,7 @@ def archive() -> Path:
     base = java.parent.parent / "lib" / "server" / "classes.jsa"
     if base.is_file():
         digest.update(f"{base}:{base.stat().st_mtime_ns}\n".encode())
-    for jar in sorted((_spark_home() / "jars").glob("*.jar")):
+    for jar in sorted((spark_home() / "jars").glob("*.jar")):
         stat = jar.stat()
         digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return CACHE / f"spark-{digest.hexdigest()[:16]}.jsa"
@@ -87,7 +88,7 @@ def _train(path: Path) -> None:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
         command = [
-            str(_spark_home() / "bin" / "spark-submit"),
+            str(spark_home() / "bin" / "spark-submit"),
             *("--master", "local[2]", "--driver-memory", "1g"),
             *("--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2"),
             *("--jars", ",".join(str(jar) for jar in jar_list)),
@@ -116,20 +117,14 @@ def _train(path: Path) -> None:
 
 def _workload(scratch: str) -> None:
     """The training job, in the driver spark-submit started: what the tests' drivers do."""
-    from pyspark.sql import SparkSession
+    from jobkit.spark import CatalogConfig, build_session
 
     root = Path(scratch)
-    spark = (
-        SparkSession.builder.config(
-            "spark.sql.extensions",
-            "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        )
-        .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
-        .config("spark.sql.catalog.lake.type", "hadoop")
-        .config("spark.sql.catalog.lake.warehouse", str(root / "warehouse"))
-        # the stream's batches run in a session of their own: no table cached in this one
-        .config("spark.sql.catalog.lake.cache-enabled", "false")
-        .getOrCreate()
+    # the session the jobs and the tests build, under the submit's master and jars
+    spark = build_session(
+        CatalogConfig(name="lake", warehouse=str(root / "warehouse")),
+        app_name="lakelock-cds-training",
+        master=None,
     )
     spark.sql(
         "CREATE TABLE lake.db.t (id bigint, v string, dt date) USING iceberg "

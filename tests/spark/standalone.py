@@ -25,14 +25,9 @@ from pathlib import Path
 import httpx
 
 from testkit import free_port
+from testkit.spark_cds import spark_home
 
 __all__ = ["StandaloneCluster", "spark_home"]
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
 
 
 def _bare_env(workdir: Path, **extra: str) -> dict[str, str]:
